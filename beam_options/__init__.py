@@ -1,0 +1,1 @@
+"""Beam option presets (plain text files of flags): see README.md here."""

@@ -1,0 +1,1 @@
+"""bertprep: Beam pipelines for BERT pretraining data and a lean PyTorch trainer."""

@@ -1,0 +1,150 @@
+"""`tf.train.Example` wire format, encoded and decoded with numpy (no tensorflow, no per-token Python objects).
+
+    Example  { Features features = 1; }
+    Features { map<string, Feature> feature = 1; }          # each entry: { string key = 1; Feature value = 2; }
+    Feature  { oneof { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
+    Int64List { repeated int64 value = 1 [packed]; }  FloatList { repeated float value = 1 [packed]; }
+    BytesList { repeated bytes value = 1; }
+
+Features are written in the order given (deterministic bytes); `tf.io.parse_single_example` reads them back.
+Decoding accepts what protobuf writers emit: packed or unpacked repeated fields, any feature order.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+
+# A feature value: int64 values (ndarray of ints), float values (ndarray of floats) or a list of bytes.
+Value = Union[np.ndarray, Sequence[bytes]]
+
+_WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
+_SHIFTS = (7 * np.arange(10, dtype=np.uint64)).astype(np.uint64)
+
+
+def encode_varints(values: np.ndarray) -> bytes:
+    """Protobuf varints of int64 values, vectorised (negative values as 10-byte two's complement)."""
+    v = np.asarray(values).astype(np.int64).view(np.uint64).ravel()
+    if v.size == 0:
+        return b""
+    nbytes = np.ones(v.shape, dtype=np.int64)
+    for k in range(1, 10):
+        nbytes += v >= np.uint64(1 << (7 * k)) if k < 9 else (v >> np.uint64(63)).astype(np.int64)
+    groups = ((v[:, None] >> _SHIFTS[None, :]) & np.uint64(0x7F)).astype(np.uint8)  # (n, 10)
+    index = np.arange(10)[None, :]
+    groups |= ((index < (nbytes[:, None] - 1)) * 0x80).astype(np.uint8)
+    return groups[index < nbytes[:, None]].tobytes()
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _len_field(field: int, payload: bytes) -> bytes:
+    return _varint((field << 3) | _WIRE_LEN) + _varint(len(payload)) + payload
+
+
+def encode_feature(value: Value) -> bytes:
+    """One `Feature` message for an int, float or bytes value list."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iub":
+        return _len_field(3, _len_field(1, encode_varints(value)) if value.size else b"")
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return _len_field(2, _len_field(1, value.astype("<f4").tobytes()) if value.size else b"")
+    return _len_field(1, b"".join(_len_field(1, bytes(b)) for b in value))
+
+
+def encode_example(features: Mapping[str, Value]) -> bytes:
+    """Serialises a feature dict as a `tf.train.Example`, features in the dict's order."""
+    entries = b"".join(
+        _len_field(1, _len_field(1, name.encode()) + _len_field(2, encode_feature(value)))
+        for name, value in features.items())
+    return _len_field(1, entries)
+
+
+def decode_varints(buf: bytes) -> np.ndarray:
+    """All varints in `buf` as int64, vectorised (the inverse of `encode_varints`)."""
+    b = np.frombuffer(buf, dtype=np.uint8)
+    if b.size == 0:
+        return np.zeros(0, np.int64)
+    ends = np.flatnonzero(b < 0x80)
+    if ends.size == 0 or ends[-1] != b.size - 1:
+        raise ValueError("truncated varint")
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    position = np.arange(b.size) - np.repeat(starts, ends - starts + 1)
+    parts = (b & 0x7F).astype(np.uint64) << _SHIFTS[np.minimum(position, 9)]
+    return np.add.reduceat(parts, starts).view(np.int64)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: bytes):
+    """Yields (field_number, wire_type, value) for a message; LEN values as bytes, varints as int."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        key, pos = _read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == _WIRE_VARINT:
+            value, pos = _read_varint(buf, pos)
+        elif wire == _WIRE_LEN:
+            length, pos = _read_varint(buf, pos)
+            if pos + length > end:
+                raise ValueError("truncated length-delimited field")
+            value, pos = buf[pos:pos + length], pos + length
+        elif wire == _WIRE_I32:
+            value, pos = buf[pos:pos + 4], pos + 4
+        elif wire == _WIRE_I64:
+            value, pos = buf[pos:pos + 8], pos + 8
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        yield field, wire, value
+
+
+def _decode_feature(buf: bytes) -> Value:
+    for kind, _, payload in _fields(buf):
+        if kind == 3:  # Int64List
+            parts = [decode_varints(v) if w == _WIRE_LEN else np.array([v], np.uint64).view(np.int64)
+                     for _, w, v in _fields(payload)]
+            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        if kind == 2:  # FloatList
+            raw = b"".join(v for _, _, v in _fields(payload))
+            return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+        if kind == 1:  # BytesList
+            return [bytes(v) for _, _, v in _fields(payload)]
+    return np.zeros(0, np.int64)  # a Feature with no kind set: an empty list
+
+
+def decode_example(buf: bytes) -> dict[str, Value]:
+    """Parses a serialised `tf.train.Example` into {name: int64 array | float32 array | list of bytes}."""
+    out: dict[str, Value] = {}
+    for field, _, features in _fields(buf):
+        if field != 1:
+            continue
+        for entry_field, _, entry in _fields(features):
+            if entry_field != 1:
+                continue
+            name, value = "", None
+            for f, _, v in _fields(entry):
+                if f == 1:
+                    name = bytes(v).decode()
+                elif f == 2:
+                    value = _decode_feature(v)
+            out[name] = value if value is not None else np.zeros(0, np.int64)
+    return out

@@ -1,0 +1,111 @@
+"""The masked-LM shard schema: google-research/bert's `tf.train.Example` layout, defined once.
+
+Written by `bertprep mask` (and `prepare`), read by the trainer (`model/data.py`), `inspect` and `verify`.
+Per record, exactly as google's create_pretraining_data.py writes it (zero padded):
+
+    input_ids            int64 [max_seq_length]           [CLS] A [SEP] B [SEP], masked, then 0s
+    input_mask           int64 [max_seq_length]           1 on real tokens, then 0s
+    segment_ids          int64 [max_seq_length]           0 for [CLS] A [SEP], 1 for B [SEP], then 0s
+    masked_lm_positions  int64 [max_predictions_per_seq]  sorted positions, then 0s
+    masked_lm_ids        int64 [max_predictions_per_seq]  original ids at those positions, then 0s
+    masked_lm_weights    float [max_predictions_per_seq]  1.0 per real prediction, then 0.0
+    next_sentence_labels int64 [1]                        1 = B is a random segment, 0 = the real next
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline import example_proto
+
+FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+            "masked_lm_weights", "next_sentence_labels")
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The two lengths that fix every record's shape."""
+    max_seq_length: int
+    max_predictions_per_seq: int
+
+    def of(self, name: str) -> int:
+        if name in SEQUENCE_FEATURES:
+            return self.max_seq_length
+        return self.max_predictions_per_seq if name in PREDICTION_FEATURES else 1
+
+
+@dataclass
+class Batch:
+    """A batch of masked instances in schema layout: (B, L) / (B, P) / (B,) numpy arrays."""
+    input_ids: np.ndarray            # (B, L) int
+    input_mask: np.ndarray           # (B, L) int
+    segment_ids: np.ndarray          # (B, L) int
+    masked_lm_positions: np.ndarray  # (B, P) int
+    masked_lm_ids: np.ndarray        # (B, P) int
+    masked_lm_weights: np.ndarray    # (B, P) float32
+    next_sentence_labels: np.ndarray  # (B,) int
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def _header(field: int, length: int) -> bytes:
+    return example_proto._varint((field << 3) | 2) + example_proto._varint(length)
+
+
+def encode_batch(batch: Batch) -> list[bytes]:
+    """Serialises every row of a batch as one `tf.train.Example`; varints encoded for the batch at once."""
+    n = len(batch)
+    columns = []  # per feature: list of per-row Feature payloads (bytes)
+    for name in FEATURES:
+        values = getattr(batch, name)
+        values = values.reshape(n, -1)
+        if values.dtype.kind == "f":
+            raw = values.astype("<f4")
+            inner = [raw[i].tobytes() for i in range(n)]
+            kind = 2
+        else:
+            flat = values.astype(np.int64)
+            if flat.size and flat.min() < 0:
+                raise ValueError(f"{name}: negative values cannot be written")
+            nbytes = np.ones(flat.shape, np.int64)
+            for k in range(1, 9):
+                nbytes += flat >= (1 << (7 * k))
+            ends = np.cumsum(nbytes.sum(axis=1))
+            data = example_proto.encode_varints(flat.ravel())
+            starts = np.concatenate(([0], ends[:-1]))
+            inner = [data[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
+            kind = 3
+        name_field = _header(1, len(name)) + name.encode()
+        row_entries = []
+        for payload in inner:
+            listed = _header(1, len(payload)) + payload if payload else b""
+            feature = _header(kind, len(listed)) + listed
+            value = _header(2, len(feature)) + feature
+            row_entries.append(_header(1, len(name_field) + len(value)) + name_field + value)
+        columns.append(row_entries)
+    records = []
+    for i in range(n):
+        features = b"".join(column[i] for column in columns)
+        records.append(_header(1, len(features)) + features)
+    return records
+
+
+def decode(record: bytes, shape: Shape) -> dict[str, np.ndarray]:
+    """Parses one record into fixed-shape arrays, checking every feature is present with its length."""
+    parsed = example_proto.decode_example(record)
+    out = {}
+    for name in FEATURES:
+        if name not in parsed:
+            raise ValueError(f"feature {name!r} missing")
+        value = np.asarray(parsed[name])
+        if value.shape != (shape.of(name),):
+            raise ValueError(f"feature {name!r} has length {value.size}, expected {shape.of(name)}")
+        want = np.float32 if name == "masked_lm_weights" else np.int64
+        if value.dtype != want:
+            raise ValueError(f"feature {name!r} has dtype {value.dtype}, expected {np.dtype(want)}")
+        out[name] = value
+    return out
