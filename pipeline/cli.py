@@ -1,0 +1,170 @@
+"""`bertprep`: the one console script. Parses options once and hands plain values to the stages.
+
+Flags bertprep does not know are Beam's: they go to PipelineOptions after the `--preset` flags, so
+`--runner`, `--direct_num_workers`, `--project`, ... work as Beam users expect.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+COMMANDS = {
+    "extract": "corpus files -> documents (gzip JSON Lines)",
+    "vocab": "documents -> a WordPiece vocab.txt",
+    "pairs": "documents -> NSP pair records (tokenized, unmasked)",
+    "mask": "pair records -> TFRecord shards in google's schema (re-mask without re-tokenizing)",
+    "prepare": "corpus files -> TFRecord shards in one Beam pipeline (extract + pairs + mask)",
+    "inspect": "counts, length/masking stats and decoded examples of an output directory",
+    "train": "train BERT on the shards (PyTorch)",
+    "export-hf": "convert a training run to a HuggingFace BertForPreTraining checkpoint",
+    "plot": "draw a training run's loss/accuracy curves to PNG",
+    "demo": "everything above on the bundled sample, then a short CPU training run",
+}
+BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare")
+
+
+def _quiet_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    # Beam warns at import time about optional GCP client libraries; it is noise for local runs.
+    logging.getLogger().addFilter(lambda r: "apitools" not in r.getMessage())
+    for name in ("apache_beam", "absl"):
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output", required=True, help="output directory (local path or gs://...)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output set in --output")
+    p.add_argument("--preset", default="local", help="Beam option preset from beam_options/ (local, local-1, "
+                                                     "...) or a file of Beam flags; explicit Beam flags win")
+    p.add_argument("-v", "--verbose", action="store_true", help="Beam's and bertprep's INFO logging")
+
+
+def _add_corpus(p: argparse.ArgumentParser, with_kind: bool = True) -> None:
+    if with_kind:
+        p.add_argument("corpus", choices=("wikipedia", "books", "text"))
+    p.add_argument("--input", required=True, help="GLOB[,GLOB...] of corpus files (books: also directories)")
+    p.add_argument("--wiki-index", default=None,
+                   help="wikipedia: the multistream index (default: found beside the dump when present)")
+    p.add_argument("--keep-disambiguation", action="store_true", help="wikipedia: keep disambiguation pages")
+    p.add_argument("--max-document-bytes", type=int, default=None,
+                   help="books: split books larger than this into documents of at most this size")
+    p.add_argument("--skip-bad-files", action="store_true",
+                   help="count and skip corrupt input files instead of failing the job")
+
+
+def _add_pairs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vocab", required=True, help="google-format vocab.txt")
+    p.add_argument("--cased", action="store_true", help="cased vocab: no lowercasing, accents kept")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--dupe-factor", type=int, default=5, help="passes over each document, each with new randomness")
+    p.add_argument("--short-seq-prob", type=float, default=0.1)
+    p.add_argument("--bucket-docs", type=int, default=10_000,
+                   help="documents per random-next pool: random B segments come from the same bucket")
+    p.add_argument("--seed", type=int, default=12345)
+
+
+def _add_mask(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--masked-lm-prob", type=float, default=0.15)
+    p.add_argument("--max-predictions-per-seq", type=int, default=20)
+    p.add_argument("--mask-token-prob", type=float, default=0.8, help="chosen tokens replaced by [MASK]")
+    p.add_argument("--random-token-prob", type=float, default=0.1, help="chosen tokens replaced by a random id")
+    p.add_argument("--whole-word-mask", action="store_true", help="mask whole words, one 80/10/10 draw per word")
+    p.add_argument("--ngram-max", type=int, default=1, help="mask spans of 1..n whole words (weights 1/n)")
+    p.add_argument("--seed", type=int, default=12345)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertprep", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(f"  {k:<10} {v}" for k, v in COMMANDS.items()))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("extract", help=COMMANDS["extract"])
+    _add_corpus(p)
+    p.add_argument("--num-shards", type=int, default=0, help="document files to write (0: one per 64 MiB in)")
+    _add_output(p)
+
+    p = sub.add_parser("pairs", help=COMMANDS["pairs"])
+    p.add_argument("--input", required=True, help="document directories or GLOBs of documents-*.jsonl.gz")
+    _add_pairs(p)
+    p.add_argument("--num-shards", type=int, default=0, help="pair files to write (0: one per 16 MiB in)")
+    _add_output(p)
+
+    p = sub.add_parser("mask", help=COMMANDS["mask"])
+    p.add_argument("--input", required=True, help="a pairs directory (with its manifest.json)")
+    p.add_argument("--vocab", default=None, help="optional: refuse unless the pairs were made with this vocab")
+    _add_mask(p)
+    p.add_argument("--num-shards", type=int, default=0, help="TFRecord shards (0: as many as pair files)")
+    _add_output(p)
+
+    p = sub.add_parser("prepare", help=COMMANDS["prepare"])
+    _add_corpus(p)
+    _add_pairs(p)
+    _add_mask_no_seed(p)
+    p.add_argument("--num-shards", type=int, default=0, help="TFRecord shards (0: one per 8 MiB of input)")
+    _add_output(p)
+
+    p = sub.add_parser("inspect", help=COMMANDS["inspect"])
+    p.add_argument("directory")
+    p.add_argument("--examples", type=int, default=3, help="decoded examples to print")
+    p.add_argument("--vocab", default=None, help="vocab to decode with (default: the manifest's)")
+
+    for name in ("vocab", "train", "export-hf", "plot"):
+        sub.add_parser(name, help=COMMANDS[name], add_help=False)
+
+    p = sub.add_parser("demo", help=COMMANDS["demo"])
+    p.add_argument("--output", default="demo_out")
+    p.add_argument("--steps", type=int, default=300, help="training steps of the tiny model")
+    return parser
+
+
+def _add_mask_no_seed(p: argparse.ArgumentParser) -> None:
+    """The masking flags for `prepare`, whose --seed is shared with pairing."""
+    scratch = argparse.ArgumentParser(add_help=False)
+    _add_mask(scratch)
+    for action in scratch._actions:
+        if "--seed" not in action.option_strings:
+            p._add_action(action)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Commands owned by other modules parse their own flags.
+    if argv and argv[0] in ("vocab", "train", "export-hf", "plot"):
+        _quiet_logging("-v" in argv)
+        if argv[0] == "vocab":
+            from pipeline import vocab
+            return vocab.main(argv[1:])
+        if argv[0] == "train":
+            from model import train
+            return train.main(argv[1:])
+        if argv[0] == "export-hf":
+            from model import export_hf
+            return export_hf.main(argv[1:])
+        from model import plot
+        return plot.main(argv[1:])
+
+    parser = build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    if args.command not in BEAM_COMMANDS and beam_args:
+        parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
+    _quiet_logging(getattr(args, "verbose", False))
+
+    if args.command == "inspect":
+        from pipeline import inspection
+        return inspection.main(args)
+    if args.command == "demo":
+        from pipeline import demo
+        return demo.main(args)
+
+    from pipeline import options, run
+    opts = options.pipeline_options(args.preset, beam_args)
+    stage = {"extract": run.extract, "pairs": run.make_pairs, "mask": run.mask, "prepare": run.prepare}
+    stage[args.command](args, opts)
+    print(f"wrote {args.output}/manifest.json", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

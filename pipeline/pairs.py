@@ -1,0 +1,163 @@
+"""Next-sentence-prediction pairs with the semantics of google's create_instances_from_document.
+
+A document is a list of tokenized sentences. For each document and each dupe pass:
+  - target length: max_seq_length - 3 ([CLS], [SEP], [SEP]), or with probability short_seq_prob a length drawn
+    uniformly from [2, max_num_tokens]. As in google's code it is drawn once per document pass, not per chunk.
+  - accumulate whole sentences into a chunk until it reaches the target (or the document ends);
+  - split the chunk at a random sentence boundary a_end; A = sentences before it;
+  - B is the real continuation (the rest of the chunk), or, with probability 0.5 (always when the chunk holds a
+    single sentence), a run of sentences from a random *other* document of the pool starting at a random
+    sentence, long enough to fill the target. The chunk's unused sentences are then put back: the next chunk
+    starts right after A, so no text is wasted;
+  - truncate_seq_pair trims the longer of A and B one token at a time, from the front or the back at random.
+We DON'T concatenate all tokens and cut at fixed lengths: that would make NSP too easy (google's reasoning).
+
+Randomness: the caller passes a generator seeded from (seed, document id, dupe index) (`document_rng`), so the
+instances of a document never depend on worker, bundle or arrival order. The pool of documents for random
+segments is the document's bucket (see `bucket_of`): google draws from the whole corpus, which a distributed
+job cannot hold; a bucket of thousands of documents is statistically the same for NSP.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from pipeline.pair_records import PairInstance
+
+
+@dataclass(frozen=True)
+class TokenizedDocument:
+    """A document as WordPiece ids: all sentences concatenated, plus where each sentence ends."""
+    id: str
+    tokens: np.ndarray   # (T,) int32, all sentences back to back
+    ends: np.ndarray     # (S,) int64, exclusive end of each sentence in `tokens`; sentences are never empty
+
+    @classmethod
+    def from_sentences(cls, doc_id: str, sentences: Sequence[np.ndarray]) -> "TokenizedDocument":
+        kept = [np.asarray(s, np.int32) for s in sentences if len(s)]
+        tokens = np.concatenate(kept) if kept else np.zeros(0, np.int32)
+        return cls(doc_id, tokens, np.cumsum([len(s) for s in kept], dtype=np.int64))
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.ends)
+
+    def span(self, first: int, last: int) -> np.ndarray:
+        """Tokens of sentences first..last-1."""
+        start = self.ends[first - 1] if first > 0 else 0
+        return self.tokens[start:self.ends[last - 1]] if last > first else self.tokens[:0]
+
+    def sentence_length(self, i: int) -> int:
+        return int(self.ends[i] - (self.ends[i - 1] if i > 0 else 0))
+
+
+@dataclass(frozen=True)
+class PairParams:
+    max_seq_length: int = 128
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 5
+    cls_id: int = 101
+    sep_id: int = 102
+
+
+def stable_hash(*parts: object) -> int:
+    """A 64-bit hash of the parts that is the same in every process and run (unlike Python's hash())."""
+    h = hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=8)
+    return int.from_bytes(h.digest(), "little")
+
+
+def document_rng(seed: int, *key: object) -> np.random.Generator:
+    """The generator for one stable key (document id and dupe index, or an instance key)."""
+    return np.random.Generator(np.random.PCG64(stable_hash(seed, *key)))
+
+
+def bucket_of(doc_id: str, seed: int, num_buckets: int) -> int:
+    return stable_hash("bucket", seed, doc_id) % max(1, num_buckets)
+
+
+def truncate_seq_pair(tokens_a: np.ndarray, tokens_b: np.ndarray, max_num_tokens: int,
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """google's truncate_seq_pair: trim the longer side one token at a time, front or back at random.
+
+    Which side loses each token depends on lengths only, so the counts are computed directly; the front/back
+    choice of each removal is a fair coin, so the number taken from the front is binomial.
+    """
+    la, lb = len(tokens_a), len(tokens_b)
+    cut_a = cut_b = 0
+    while la + lb > max_num_tokens:      # at most a few hundred iterations of integer arithmetic
+        if la > lb:
+            la, cut_a = la - 1, cut_a + 1
+        else:
+            lb, cut_b = lb - 1, cut_b + 1
+    front_a = int(rng.binomial(cut_a, 0.5)) if cut_a else 0
+    front_b = int(rng.binomial(cut_b, 0.5)) if cut_b else 0
+    return (tokens_a[front_a:len(tokens_a) - (cut_a - front_a)],
+            tokens_b[front_b:len(tokens_b) - (cut_b - front_b)])
+
+
+def create_instances_from_document(
+        pool: Sequence[TokenizedDocument], document_index: int, dupe: int, params: PairParams,
+        word_starts: np.ndarray, rng: np.random.Generator) -> list[PairInstance]:
+    """All NSP instances of one pass (`dupe`) over pool[document_index]; random segments come from `pool`."""
+    document = pool[document_index]
+    max_num_tokens = params.max_seq_length - 3
+    target_seq_length = max_num_tokens
+    if rng.random() < params.short_seq_prob:
+        target_seq_length = int(rng.integers(2, max_num_tokens + 1))
+
+    instances = []
+    chunk_start, current_length, i = 0, 0, 0     # the chunk is sentences chunk_start..i
+    while i < document.num_sentences:
+        current_length += document.sentence_length(i)
+        if i == document.num_sentences - 1 or current_length >= target_seq_length:
+            chunk_len = i + 1 - chunk_start
+            a_end = int(rng.integers(1, chunk_len)) if chunk_len >= 2 else 1
+            tokens_a = document.span(chunk_start, chunk_start + a_end)
+            if chunk_len == 1 or rng.random() < 0.5:
+                is_random_next = True
+                target_b_length = target_seq_length - len(tokens_a)
+                for _ in range(10):  # google tries 10 times to find another document
+                    random_index = int(rng.integers(0, len(pool)))
+                    if random_index != document_index:
+                        break
+                other = pool[random_index]
+                random_start = int(rng.integers(0, other.num_sentences))
+                j = random_start
+                b_length = 0
+                while j < other.num_sentences:
+                    b_length += other.sentence_length(j)
+                    j += 1
+                    if b_length >= target_b_length:
+                        break
+                tokens_b = other.span(random_start, j)
+                i -= chunk_len - a_end     # put the unused segments back
+            else:
+                is_random_next = False
+                tokens_b = document.span(chunk_start + a_end, i + 1)
+            tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+            if len(tokens_a) >= 1 and len(tokens_b) >= 1:   # google asserts this; a 1-document pool can break it
+                token_ids = np.concatenate(([params.cls_id], tokens_a, [params.sep_id], tokens_b,
+                                            [params.sep_id])).astype(np.int32)
+                starts = word_starts[token_ids]
+                starts[[0, len(tokens_a) + 1, len(token_ids) - 1]] = True
+                instances.append(PairInstance(
+                    key=f"{document.id}|{dupe}|{len(instances)}", token_ids=token_ids,
+                    num_tokens_a=len(tokens_a), is_random_next=is_random_next, word_starts=starts))
+            chunk_start, current_length = i + 1, 0
+        i += 1
+    return instances
+
+
+def pairs_for_pool(pool: Sequence[TokenizedDocument], params: PairParams, word_starts: np.ndarray,
+                   seed: int) -> list[PairInstance]:
+    """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order."""
+    pool = sorted(pool, key=lambda d: d.id)
+    out = []
+    for index, doc in enumerate(pool):
+        for dupe in range(params.dupe_factor):
+            out.extend(create_instances_from_document(
+                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe)))
+    return out

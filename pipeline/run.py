@@ -1,0 +1,262 @@
+"""The Beam jobs behind `bertprep extract | pairs | mask | prepare`, each one chain of labelled transforms:
+
+    extract:  Read<Corpus>                      | ToRecords | WriteShards   -> documents-*.jsonl.gz
+    pairs:    ReadDocuments | Tokenize | MakePairs | ToRecords | WriteShards   -> pairs-*.tfrecord
+    mask:     ReadPairs | MaskPairs                        | WriteShards   -> shard-*.tfrecord
+    prepare:  Read<Corpus>  | Tokenize | MakePairs | MaskPairs | WriteShards   -> shard-*.tfrecord
+
+Options are parsed once in cli.py and arrive here as plain values. After the pipeline succeeds the shards are
+published and manifest.json (the commit marker) is written last.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import MetricsFilter
+
+from pipeline import manifest, masking, pairs, shards, tokenization, transforms
+
+MiB = 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+def expand_inputs(spec: str, what: str = "input") -> list[str]:
+    """Comma-separated globs (or directories, kept as they are) -> sorted file paths; each must match."""
+    paths: list[str] = []
+    for pattern in [s.strip() for s in spec.split(",") if s.strip()]:
+        if os.path.isdir(pattern):
+            paths.append(pattern.rstrip("/"))
+            continue
+        found = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+        if not found:
+            raise SystemExit(f"--{what} {pattern!r} matches no file")
+        paths.extend(sorted(found))
+    if not paths:
+        raise SystemExit(f"--{what} is empty")
+    return sorted(set(paths))
+
+
+def total_bytes(paths: list[str]) -> int:
+    n = 0
+    for p in paths:
+        if os.path.isdir(p):
+            n += sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs)
+        else:
+            n += FileSystems.match([p])[0].metadata_list[0].size_in_bytes
+    return n
+
+
+def stage_input_files(spec: str, fmt: str, pattern: str) -> tuple[list[str], list[dict]]:
+    """Files of an earlier stage's output: a directory (its manifest's files) or globs of files.
+
+    Returns the files and, for each directory, {"path", "manifest_sha256"} to record as provenance.
+    """
+    files, inputs = [], []
+    for part in [s.strip() for s in spec.split(",") if s.strip()]:
+        if FileSystems.exists(manifest.path_in(part)) or os.path.isdir(part):
+            m = manifest.read(part)
+            manifest.expect_format(m, fmt, part)
+            files.extend(manifest.data_files(part, m))
+            inputs.append({"path": part, "manifest_sha256": manifest.sha256_of(part)})
+        else:
+            files.extend(expand_inputs(part))
+            inputs.append({"path": part})
+    return files, inputs
+
+
+def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
+    vocab = tokenization.read_vocab(vocab_path)
+    return {"path": vocab_path, "sha256": tokenization.vocab_sha256(vocab_path), "size": len(vocab),
+            "lowercase": lowercase, "ids": masking.VocabIds.from_vocab(vocab).to_json()}
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+def counters(result) -> dict[str, int]:
+    """Every Beam counter of a finished pipeline as {"namespace/name": value} (committed where available)."""
+    out = {}
+    for c in result.metrics().query(MetricsFilter())["counters"]:
+        value = c.committed if c.committed is not None else c.attempted
+        key = f"{c.key.metric.namespace}/{c.key.metric.name}"
+        out[key] = out.get(key, 0) + int(value or 0)
+    return dict(sorted(out.items()))
+
+
+def print_counters(title: str, values: dict[str, int], seconds: float) -> None:
+    print(f"\n{title}: finished in {seconds:.1f} s", file=sys.stderr)
+    width = max([len(k) for k in values] + [10])
+    for k, v in values.items():
+        print(f"  {k:<{width}}  {v:>12,}", file=sys.stderr)
+
+
+def run_and_publish(title: str, p: beam.Pipeline, output: str, num_shards: int) -> tuple[list[dict], dict]:
+    """Runs the pipeline, publishes its shards; returns (file entries with stats, counters)."""
+    start = time.time()
+    result = p.run()
+    result.wait_until_finish()
+    values = counters(result)
+    written = shards.written_stats(output, num_shards)
+    files = shards.publish(output, written)
+    print_counters(title, values, time.time() - start)
+    return files, values
+
+
+def sum_stats(files: list[dict], names: tuple[str, ...]) -> dict[str, int]:
+    return {name: sum(f.get(name, 0) for f in files) for name in names}
+
+
+def _corpus_reader(kind: str, files: list[str], args) -> beam.PTransform:
+    if kind == "wikipedia":
+        return transforms.ExtractWikipedia(files, index=args.wiki_index,
+                                           skip_disambiguation=not args.keep_disambiguation,
+                                           skip_bad_files=args.skip_bad_files)
+    if kind == "books":
+        return transforms.ExtractBooks(files, max_document_bytes=args.max_document_bytes,
+                                       skip_bad_files=args.skip_bad_files)
+    return transforms.ExtractText(files)
+
+
+# ---------------------------------------------------------------------------------------------- stages
+
+def extract(args, options) -> dict:
+    files = expand_inputs(args.input)
+    num_shards = args.num_shards or max(1, math.ceil(total_bytes(files) / (64 * MiB)))
+    shards.prepare_output(args.output, args.overwrite)
+
+    p = beam.Pipeline(options=options)
+    (p
+     | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
+     | "ToRecords" >> beam.Map(lambda d: (d.id, d.to_json().encode("utf-8"),
+                                          (1, len(d.paragraphs), sum(map(len, d.paragraphs)))))
+     | "WriteDocuments" >> shards.WriteShards(args.output, "documents", num_shards, "jsonl.gz", seed=0,
+                                              stat_names=("documents", "paragraphs", "characters")))
+    written, values = run_and_publish(f"extract {args.corpus}", p, args.output, num_shards)
+    m = {"format": manifest.DOCUMENTS, "stage": "extract",
+         "parameters": {"corpus": args.corpus, "skip_disambiguation": not args.keep_disambiguation,
+                        "max_document_bytes": args.max_document_bytes, "num_shards": num_shards},
+         "counts": {**sum_stats(written, ("documents", "paragraphs", "characters")), "counters": values},
+         "files": written, "inputs": [{"path": f} for f in files]}
+    manifest.write(args.output, m)
+    return m
+
+
+def _pair_params(args, vocab: dict) -> pairs.PairParams:
+    return pairs.PairParams(max_seq_length=args.max_seq_length, short_seq_prob=args.short_seq_prob,
+                            dupe_factor=args.dupe_factor, cls_id=vocab["ids"]["cls_id"],
+                            sep_id=vocab["ids"]["sep_id"])
+
+
+def _mask_params(args) -> masking.MaskParams:
+    return masking.MaskParams(masked_lm_prob=args.masked_lm_prob,
+                              max_predictions_per_seq=args.max_predictions_per_seq,
+                              mask_token_prob=args.mask_token_prob, random_token_prob=args.random_token_prob,
+                              whole_word_mask=args.whole_word_mask, ngram_max=args.ngram_max)
+
+
+def _pair_parameters(args) -> dict:
+    return {"max_seq_length": args.max_seq_length, "short_seq_prob": args.short_seq_prob,
+            "dupe_factor": args.dupe_factor, "bucket_docs": args.bucket_docs}
+
+
+def _mask_parameters(args, params: masking.MaskParams) -> dict:
+    return {"masked_lm_prob": params.masked_lm_prob, "max_predictions_per_seq": params.max_predictions_per_seq,
+            "mask_token_prob": params.mask_token_prob, "random_token_prob": params.random_token_prob,
+            "whole_word_mask": params.whole_word_mask, "ngram_max": params.ngram_max}
+
+
+def make_pairs(args, options) -> dict:
+    files, inputs = stage_input_files(args.input, manifest.DOCUMENTS, "documents-*.jsonl.gz")
+    vocab = vocab_entry(args.vocab, not args.cased)
+    num_shards = args.num_shards or max(1, math.ceil(total_bytes(files) / (16 * MiB)))
+    shards.prepare_output(args.output, args.overwrite)
+
+    p = beam.Pipeline(options=options)
+    (p
+     | "ReadDocuments" >> transforms.ReadDocuments(files)
+     | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
+     | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs)
+     | "ToRecords" >> beam.Map(transforms.encode_pair)
+     | "WritePairs" >> shards.WriteShards(args.output, "pairs", num_shards, "tfrecord", args.seed,
+                                          stat_names=transforms.PAIR_STATS))
+    written, values = run_and_publish("pairs", p, args.output, num_shards)
+    counts = sum_stats(written, transforms.PAIR_STATS)
+    m = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "vocab": vocab,
+         "max_seq_length": args.max_seq_length,
+         "parameters": {**_pair_parameters(args), "num_shards": num_shards},
+         "counts": {"documents": values.get("tokenize/documents", 0), **counts,
+                    "random_next_fraction": counts["random_next"] / max(1, counts["instances"]),
+                    "counters": values},
+         "files": written, "inputs": inputs}
+    manifest.write(args.output, m)
+    return m
+
+
+def _shards_manifest(stage, args, params, vocab, max_seq_length, documents, written, values, inputs, extra):
+    counts = sum_stats(written, transforms.MASK_STATS)
+    n = max(1, counts["instances"])
+    return {"format": manifest.SHARDS, "stage": stage, "seed": args.seed, "vocab": vocab,
+            "max_seq_length": max_seq_length, "max_predictions_per_seq": params.max_predictions_per_seq,
+            "parameters": {**extra, **_mask_parameters(args, params), "num_shards": len(written)},
+            "counts": {"documents": documents, **counts, "random_next_fraction": counts["random_next"] / n,
+                       "mean_tokens_per_instance": counts["tokens"] / n,
+                       "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
+            "files": written, "inputs": inputs}
+
+
+def mask(args, options) -> dict:
+    pairs_manifest = manifest.read(args.input)
+    manifest.expect_format(pairs_manifest, manifest.PAIRS, args.input)
+    vocab = pairs_manifest["vocab"]
+    if args.vocab and tokenization.vocab_sha256(args.vocab) != vocab["sha256"]:
+        raise SystemExit(f"--vocab {args.vocab} is not the vocabulary {args.input} was made with "
+                         f"({vocab['path']}, sha256 {vocab['sha256'][:12]}...)")
+    files = manifest.data_files(args.input, pairs_manifest)
+    num_shards = args.num_shards or len(files)
+    params = _mask_params(args)
+    L = pairs_manifest["max_seq_length"]
+    shards.prepare_output(args.output, args.overwrite)
+
+    p = beam.Pipeline(options=options)
+    (p
+     | "ReadPairs" >> transforms.ReadPairs(files)
+     | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
+     | "WriteShards" >> shards.WriteShards(args.output, "shard", num_shards, "tfrecord", args.seed,
+                                           stat_names=transforms.MASK_STATS))
+    written, values = run_and_publish("mask", p, args.output, num_shards)
+    m = _shards_manifest("mask", args, params, vocab, L, pairs_manifest["counts"]["documents"], written, values,
+                         [{"path": args.input, "manifest_sha256": manifest.sha256_of(args.input)}],
+                         {"pairs": pairs_manifest["parameters"]})
+    manifest.write(args.output, m)
+    return m
+
+
+def prepare(args, options) -> dict:
+    files = expand_inputs(args.input)
+    vocab = vocab_entry(args.vocab, not args.cased)
+    num_shards = args.num_shards or max(1, math.ceil(total_bytes(files) / (8 * MiB)))
+    params = _mask_params(args)
+    shards.prepare_output(args.output, args.overwrite)
+
+    p = beam.Pipeline(options=options)
+    (p
+     | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
+     | "SpreadDocuments" >> beam.Reshuffle()
+     | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
+     | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs)
+     | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
+                                           args.max_seq_length)
+     | "WriteShards" >> shards.WriteShards(args.output, "shard", num_shards, "tfrecord", args.seed,
+                                           stat_names=transforms.MASK_STATS))
+    written, values = run_and_publish(f"prepare {args.corpus}", p, args.output, num_shards)
+    m = _shards_manifest("prepare", args, params, vocab, args.max_seq_length,
+                         values.get("tokenize/documents", 0), written, values,
+                         [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)})
+    manifest.write(args.output, m)
+    return m

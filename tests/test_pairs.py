@@ -1,0 +1,98 @@
+"""NSP pairing: google's create_instances_from_document semantics, checked as properties on real text."""
+import numpy as np
+import pytest
+
+from pipeline import pairs, sentences, tokenization
+from tests.conftest import SAMPLES, UNCASED_VOCAB
+
+CLS, SEP = 101, 102
+
+
+@pytest.fixture(scope="module")
+def pool():
+    vocab = tokenization.read_vocab(str(UNCASED_VOCAB))
+    tok = tokenization.build_tokenizer(vocab, lowercase=True)
+    docs = []
+    for path in sorted((SAMPLES / "books").glob("*.txt")):
+        paragraphs = [" ".join(p.split()) for p in path.read_text().split("\n\n") if p.strip()]
+        sents = [s for p in paragraphs[:150] for s in sentences.split_paragraph(p)]
+        docs.append(pairs.TokenizedDocument.from_sentences(path.name, tokenization.tokenize_sentences(tok, sents)))
+    return docs, tokenization.word_starts(vocab)
+
+
+def contains(haystack: np.ndarray, needle: np.ndarray) -> bool:
+    if len(needle) == 0:
+        return True
+    hits = np.flatnonzero(haystack == needle[0])
+    return any(np.array_equal(haystack[h:h + len(needle)], needle) for h in hits)
+
+
+def test_instances_have_google_layout_and_come_from_the_text(pool):
+    docs, word_starts = pool
+    params = pairs.PairParams(max_seq_length=64, dupe_factor=2)
+    instances = pairs.pairs_for_pool(docs, params, word_starts, seed=7)
+    assert len(instances) > 200
+    by_id = {d.id: d for d in docs}
+    for inst in instances:
+        ids, na = inst.token_ids, inst.num_tokens_a
+        assert len(ids) <= 64 and ids[0] == CLS and ids[na + 1] == SEP and ids[-1] == SEP
+        a, b = ids[1:na + 1], ids[na + 2:-1]
+        assert len(a) >= 1 and len(b) >= 1
+        assert CLS not in a and SEP not in a and SEP not in b
+        own = by_id[inst.key.split("|")[0]].tokens
+        assert contains(own, a)
+        if not inst.is_random_next:
+            assert contains(own, np.concatenate([a, b])) or len(a) + len(b) == 61  # contiguous unless truncated
+        else:
+            assert any(contains(d.tokens, b) for d in docs if d.id != inst.key.split("|")[0])
+    frac = np.mean([i.is_random_next for i in instances])
+    assert 0.45 < frac < 0.6, frac   # 0.5, plus every single-sentence chunk
+
+
+def test_same_seed_same_instances_any_pool_order(pool):
+    docs, word_starts = pool
+    params = pairs.PairParams(max_seq_length=128, dupe_factor=2)
+    first = pairs.pairs_for_pool(docs, params, word_starts, seed=1)
+    again = pairs.pairs_for_pool(list(reversed(docs)), params, word_starts, seed=1)
+    other = pairs.pairs_for_pool(docs, params, word_starts, seed=2)
+    assert first == again
+    assert [i.key for i in first] != [i.key for i in other] or first != other
+
+
+def test_short_seq_prob_makes_short_targets(pool):
+    docs, word_starts = pool
+    long_only = pairs.pairs_for_pool(docs, pairs.PairParams(short_seq_prob=0.0), word_starts, seed=3)
+    short = pairs.pairs_for_pool(docs, pairs.PairParams(short_seq_prob=1.0), word_starts, seed=3)
+    mean = lambda xs: np.mean([len(i.token_ids) for i in xs])
+    assert mean(long_only) > 120 and mean(short) < 90
+    assert len(short) > 1.5 * len(long_only)
+
+
+def test_truncate_seq_pair_trims_the_longer_side_from_both_ends():
+    rng = np.random.default_rng(0)
+    a, b = np.arange(100), np.arange(1000, 1030)
+    fronts = []
+    for _ in range(200):
+        ta, tb = pairs.truncate_seq_pair(a, b, 60, rng)
+        assert len(ta) + len(tb) == 60 and len(tb) == 30 and len(ta) == 30
+        assert contains(a, ta)
+        fronts.append(ta[0])
+    assert 25 < np.mean(fronts) < 45   # ~35 of the 70 cut tokens from the front on average
+    ta, tb = pairs.truncate_seq_pair(np.arange(10), np.arange(10), 20, rng)
+    assert len(ta) == len(tb) == 10
+
+
+def test_word_starts_mark_continuations(pool, uncased_vocab):
+    docs, word_starts = pool
+    inst = pairs.pairs_for_pool(docs[:2], pairs.PairParams(dupe_factor=1), word_starts, seed=5)[0]
+    for token, start in zip(inst.token_ids, inst.word_starts):
+        assert start == (not uncased_vocab[token].startswith("##"))
+
+
+def test_rng_and_buckets_are_stable_across_processes():
+    # blake2b, not Python's salted hash(): these values must never change between runs or machines
+    assert pairs.stable_hash("a", 1) == pairs.stable_hash("a", 1) != pairs.stable_hash("a", 2)
+    assert pairs.document_rng(12345, "wikipedia:12", 0).random() == pairs.document_rng(12345, "wikipedia:12", 0).random()
+    buckets = [pairs.bucket_of(f"doc{i}", 12345, 10) for i in range(10000)]
+    counts = np.bincount(buckets, minlength=10)
+    assert counts.min() > 900 and counts.max() < 1100
