@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline import documents, tfrecord
@@ -77,7 +78,8 @@ class _WriteShard(beam.DoFn):
         suffix, write = FORMATS[self.fmt]
         name = shard_name(self.prefix, shard, self.num_shards, suffix)
         path = FileSystems.join(self.directory, INCOMPLETE, name)
-        with FileSystems.create(path) as f:   # a retried bundle rewrites the same file: idempotent
+        # UNCOMPRESSED: Beam would otherwise gzip a '.gz' name a second time
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:  # retries rewrite it
             write(f, (payload for _, _, payload, _ in records))
         totals = np.sum([r[3] for r in records], axis=0, dtype=np.int64) if records else \
             np.zeros(len(self.stat_names), np.int64)
@@ -174,7 +176,5 @@ def publish(directory: str, written: list[dict]) -> list[dict]:
 
 
 def read_documents_file(path: str) -> Iterable[documents.Document]:
-    from apache_beam.io.filesystem import CompressionTypes
-
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         yield from documents.read_gzip_jsonl(f, name=path)

@@ -1,0 +1,120 @@
+"""The walking skeleton on the bundled sample: extract -> pairs -> mask, read back with tensorflow exactly as
+google's run_pretraining does, plus reproducibility across worker counts and `prepare` == the staged stages."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import cli
+from tests.conftest import SAMPLES, UNCASED_VOCAB
+from tests.test_schema import google_name_to_features
+
+pytestmark = pytest.mark.slow
+ONE = ["--preset", "local-1"]
+TWO = ["--preset", "local", "--direct_num_workers=2"]
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    out = tmp_path_factory.mktemp("e2e")
+    assert cli.main(["extract", "wikipedia", "--input", str(SAMPLES / "enwiki-sample.xml.bz2"),
+                     "--output", str(out / "docs/wiki"), *ONE]) == 0
+    assert cli.main(["extract", "books", "--input", str(SAMPLES / "books"), "--output", str(out / "docs/books"),
+                     *ONE]) == 0
+    assert cli.main(["pairs", "--input", f"{out / 'docs/wiki'},{out / 'docs/books'}", "--vocab",
+                     str(UNCASED_VOCAB), "--dupe-factor", "2", "--output", str(out / "pairs"), *ONE]) == 0
+    assert cli.main(["mask", "--input", str(out / "pairs"), "--num-shards", "3", "--output", str(out / "shards"),
+                     *ONE]) == 0
+    return out
+
+
+def test_documents_manifest_counts_reconcile(staged):
+    m = json.loads((staged / "docs/wiki/manifest.json").read_text())
+    c = m["counts"]["counters"]
+    drops = sum(v for k, v in c.items() if k.startswith("wikipedia/") and k not in ("wikipedia/pages",
+                                                                                      "wikipedia/articles"))
+    assert c["wikipedia/pages"] == 86 and c["wikipedia/articles"] == 20 == m["counts"]["documents"]
+    assert c["wikipedia/pages"] == c["wikipedia/articles"] + drops
+
+
+def test_shards_parse_with_google_features_and_match_manifest(staged):
+    tf = pytest.importorskip("tensorflow")
+    m = json.loads((staged / "shards/manifest.json").read_text())
+    L, P = m["max_seq_length"], m["max_predictions_per_seq"]
+    assert (L, P) == (128, 20) and m["vocab"]["size"] == 30522
+    features = google_name_to_features(L, P)
+    total = masked_total = random_next = 0
+    for entry in m["files"]:
+        n = 0
+        for raw in tf.data.TFRecordDataset(str(staged / "shards" / entry["file"])):
+            ex = tf.io.parse_single_example(raw, features)
+            ids, mask, seg = (ex[k].numpy() for k in ("input_ids", "input_mask", "segment_ids"))
+            pos, lm_ids, w = (ex[k].numpy() for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights"))
+            assert ids.shape == (L,) and pos.shape == (P,) and w.dtype == np.float32
+            length, k = int(mask.sum()), int(w.sum())
+            assert mask[:length].all() and not mask[length:].any() and not ids[length:].any()
+            assert ids[0] == 101 and ids[length - 1] == 102 and (ids[:length] == 102).sum() == 2
+            sep = int(np.flatnonzero(ids == 102)[0])
+            assert not seg[:sep + 1].any() and seg[sep + 1:length].all() and not seg[length:].any()
+            assert 1 <= k <= P and w[:k].all() and not w[k:].any()
+            assert np.all(np.diff(pos[:k]) > 0) and pos[:k].max() < length and not pos[k:].any()
+            assert np.all((lm_ids[:k] > 0) & (lm_ids[:k] < 30522)) and not lm_ids[k:].any()
+            got = ids[pos[:k]]   # [MASK], a random non-special id, or the original
+            assert np.all((got == 103) | (got >= 999) | (got == lm_ids[:k]))
+            n += 1
+            masked_total += k
+            random_next += int(ex["next_sentence_labels"].numpy()[0])
+        assert n == entry["records"]
+        total += n
+    c = m["counts"]
+    assert total == c["instances"] > 1000 and masked_total == c["masked_tokens"]
+    assert random_next == c["random_next"] and abs(c["random_next_fraction"] - 0.5) < 0.05
+    assert c["documents"] == 23   # 20 articles + 3 books
+
+
+def test_two_workers_give_the_same_bytes(staged, tmp_path):
+    assert cli.main(["mask", "--input", str(staged / "pairs"), "--num-shards", "3", "--output",
+                     str(tmp_path / "shards2"), *TWO]) == 0
+    for f in sorted((staged / "shards").glob("shard-*.tfrecord")):
+        assert f.read_bytes() == (tmp_path / "shards2" / f.name).read_bytes()
+
+
+def test_remask_changes_only_masking(staged, tmp_path):
+    assert cli.main(["mask", "--input", str(staged / "pairs"), "--num-shards", "3", "--masked-lm-prob", "0.3",
+                     "--max-predictions-per-seq", "40", "--whole-word-mask", "--output", str(tmp_path / "m2"),
+                     *ONE]) == 0
+    a = json.loads((staged / "shards/manifest.json").read_text())["counts"]
+    b = json.loads((tmp_path / "m2/manifest.json").read_text())["counts"]
+    assert a["instances"] == b["instances"] and a["tokens"] == b["tokens"]
+    assert a["random_next"] == b["random_next"] and b["masked_tokens"] > 1.7 * a["masked_tokens"]
+
+
+def test_prepare_equals_extract_pairs_mask(tmp_path):
+    books = str(SAMPLES / "books")
+    common = ["--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1", "--seed", "7"]
+    assert cli.main(["prepare", "books", "--input", books, *common, "--num-shards", "2",
+                     "--output", str(tmp_path / "prepared"), *ONE]) == 0
+    assert cli.main(["extract", "books", "--input", books, "--output", str(tmp_path / "docs"), *ONE]) == 0
+    assert cli.main(["pairs", "--input", str(tmp_path / "docs"), *common, "--output", str(tmp_path / "pairs"),
+                     *ONE]) == 0
+    assert cli.main(["mask", "--input", str(tmp_path / "pairs"), "--seed", "7", "--num-shards", "2",
+                     "--output", str(tmp_path / "masked"), *ONE]) == 0
+    for f in sorted((tmp_path / "prepared").glob("shard-*.tfrecord")):
+        assert f.read_bytes() == (tmp_path / "masked" / f.name).read_bytes()
+
+
+def test_mask_refuses_another_vocab(staged, tmp_path):
+    other = tmp_path / "vocab.txt"
+    other.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]) + "\n")
+    with pytest.raises(SystemExit, match="not the vocabulary"):
+        cli.main(["mask", "--input", str(staged / "pairs"), "--vocab", str(other), "--output",
+                  str(tmp_path / "x"), *ONE])
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    for command in cli.COMMANDS:
+        assert command in out
