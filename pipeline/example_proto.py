@@ -20,6 +20,12 @@ Value = Union[np.ndarray, Sequence[bytes]]
 
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
 _SHIFTS = (7 * np.arange(10, dtype=np.uint64)).astype(np.uint64)
+_THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)   # a varint grows a byte at each
+
+
+def varint_sizes(values: np.ndarray) -> np.ndarray:
+    """Bytes each int64 value takes as a protobuf varint (1..10; negative values take 10)."""
+    return np.searchsorted(_THRESHOLDS, np.asarray(values).astype(np.int64).view(np.uint64), side="right") + 1
 
 
 def encode_varints(values: np.ndarray) -> bytes:
@@ -27,13 +33,14 @@ def encode_varints(values: np.ndarray) -> bytes:
     v = np.asarray(values).astype(np.int64).view(np.uint64).ravel()
     if v.size == 0:
         return b""
-    nbytes = np.ones(v.shape, dtype=np.int64)
-    for k in range(1, 10):
-        nbytes += v >= np.uint64(1 << (7 * k)) if k < 9 else (v >> np.uint64(63)).astype(np.int64)
-    groups = ((v[:, None] >> _SHIFTS[None, :]) & np.uint64(0x7F)).astype(np.uint8)  # (n, 10)
-    index = np.arange(10)[None, :]
-    groups |= ((index < (nbytes[:, None] - 1)) * 0x80).astype(np.uint8)
-    return groups[index < nbytes[:, None]].tobytes()
+    nbytes = np.searchsorted(_THRESHOLDS, v, side="right") + 1
+    width = int(nbytes.max())
+    if width == 1:
+        return v.astype(np.uint8).tobytes()
+    groups = ((v[:, None] >> _SHIFTS[None, :width]) & np.uint64(0x7F)).astype(np.uint8)  # (n, width)
+    column = np.arange(width)[None, :]
+    groups |= (column < (nbytes[:, None] - 1)).astype(np.uint8) << 7   # continuation bits
+    return groups[column < nbytes[:, None]].tobytes()
 
 
 def _varint(n: int) -> bytes:

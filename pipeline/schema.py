@@ -71,10 +71,7 @@ def encode_batch(batch: Batch) -> list[bytes]:
             flat = values.astype(np.int64)
             if flat.size and flat.min() < 0:
                 raise ValueError(f"{name}: negative values cannot be written")
-            nbytes = np.ones(flat.shape, np.int64)
-            for k in range(1, 9):
-                nbytes += flat >= (1 << (7 * k))
-            ends = np.cumsum(nbytes.sum(axis=1))
+            ends = np.cumsum(example_proto.varint_sizes(flat).sum(axis=1))
             data = example_proto.encode_varints(flat.ravel())
             starts = np.concatenate(([0], ends[:-1]))
             inner = [data[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
