@@ -16,6 +16,7 @@ COMMANDS = {
     "mask": "pair records -> TFRecord shards in google's schema (re-mask without re-tokenizing)",
     "prepare": "corpus files -> TFRecord shards in one Beam pipeline (extract + pairs + mask)",
     "inspect": "counts, length/masking stats and decoded examples of an output directory",
+    "verify": "read every record of an output directory: framing, CRCs, schema, invariants, counts",
     "train": "train BERT on the shards (PyTorch)",
     "export-hf": "convert a training run to a HuggingFace BertForPreTraining checkpoint",
     "plot": "draw a training run's loss/accuracy curves to PNG",
@@ -110,6 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", type=int, default=3, help="decoded examples to print")
     p.add_argument("--vocab", default=None, help="vocab to decode with (default: the manifest's)")
 
+    p = sub.add_parser("verify", help=COMMANDS["verify"])
+    p.add_argument("directory")
+    p.add_argument("--max-seq-length", type=int, default=0, help="for shards without a manifest (google's)")
+    p.add_argument("--max-predictions-per-seq", type=int, default=0, help="for shards without a manifest")
+    p.add_argument("--vocab-size", type=int, default=0, help="for shards without a manifest: check ids below it")
+    p.add_argument("--cls-id", type=int, default=101)
+    p.add_argument("--sep-id", type=int, default=102)
+    p.add_argument("--pattern", default="*.tfrecord", help="files to read when there is no manifest")
+
     for name in ("vocab", "train", "export-hf", "plot"):
         sub.add_parser(name, help=COMMANDS[name], add_help=False)
 
@@ -154,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "inspect":
         from pipeline import inspection
         return inspection.main(args)
+    if args.command == "verify":
+        from pipeline import verify
+        return verify.main(args)
     if args.command == "demo":
         from pipeline import demo
         return demo.main(args)

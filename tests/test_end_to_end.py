@@ -118,3 +118,66 @@ def test_help_lists_every_command(capsys):
     out = capsys.readouterr().out
     for command in cli.COMMANDS:
         assert command in out
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_verify_passes_clean_output_and_names_damage(staged, tmp_path, capsys):
+    assert cli.main(["verify", str(staged / "shards")]) == 0
+    assert cli.main(["verify", str(staged / "pairs")]) == 0
+    assert cli.main(["verify", str(staged / "docs/wiki")]) == 0
+
+    flipped = _copy(staged / "shards", tmp_path / "flipped")
+    shard = flipped / "shard-00001-of-00003.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert cli.main(["verify", str(flipped)]) == 1
+    err = capsys.readouterr().err
+    assert "shard-00001-of-00003.tfrecord: record " in err and "CRC mismatch" in err
+
+    truncated = _copy(staged / "shards", tmp_path / "truncated")
+    shard = truncated / "shard-00002-of-00003.tfrecord"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    assert cli.main(["verify", str(truncated)]) == 1
+    assert "shard-00002-of-00003.tfrecord: record " in capsys.readouterr().err
+
+    stale = _copy(staged / "shards", tmp_path / "stale")
+    (stale / "shard-00009-of-00010.tfrecord").write_bytes(b"")
+    assert cli.main(["verify", str(stale)]) == 1
+    assert "not listed in manifest.json" in capsys.readouterr().err
+
+    (stale / "manifest.json").unlink()
+    assert cli.main(["verify", str(stale)]) == 1
+    assert "incomplete output" in capsys.readouterr().err
+
+
+def test_verify_reads_googles_own_shards(tmp_path):
+    """Shards written by google's create_pretraining_data.py (bert-tensorflow) verify without a manifest."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("bert")
+    from pipeline import sentences
+
+    text = tmp_path / "input.txt"
+    lines = []
+    for book in sorted((SAMPLES / "books").glob("*.txt"))[:2]:
+        paragraphs = [" ".join(p.split()) for p in book.read_text().split("\n\n")[:120] if p.strip()]
+        lines += [s for p in paragraphs for s in sentences.split_paragraph(p)] + [""]
+    text.write_text("\n".join(lines))
+    out = tmp_path / "google"
+    out.mkdir()
+    subprocess.run([sys.executable, "-m", "bert.create_pretraining_data", f"--input_file={text}",
+                    f"--output_file={out / 'google.tfrecord'}", f"--vocab_file={UNCASED_VOCAB}",
+                    "--do_lower_case=True", "--max_seq_length=128", "--max_predictions_per_seq=20",
+                    "--masked_lm_prob=0.15", "--random_seed=12345", "--dupe_factor=1"],
+                   check=True, capture_output=True)
+    assert cli.main(["verify", str(out), "--max-seq-length", "128", "--max-predictions-per-seq", "20",
+                     "--vocab-size", "30522"]) == 0

@@ -1,0 +1,178 @@
+"""`bertprep verify DIR`: read every record of an output directory and check it, before hours of training do.
+
+Checks TFRecord framing and both CRCs, parses each record against its schema, and checks the invariants:
+  shards: input_mask is 1s then 0s; [CLS] A [SEP] B [SEP] layout; segment ids 0 through the first [SEP], 1
+          to the end, 0 in padding; ids < vocab size and zero padding; masked positions sorted, inside the
+          real length and never on [CLS]/[SEP]; weights 1s then 0s; labels valid ids; next_sentence_labels 0/1.
+  pairs:  the same layout on the unpadded ids, length <= max_seq_length, word_starts aligned.
+  documents: every line a valid document.
+and compares per-file and total record counts with manifest.json, and that no data file is left out of it.
+Works on google's own shards (no manifest) given --max-seq-length and --max-predictions-per-seq.
+Exits 1 on any problem, naming the file and record index.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import manifest, pair_records, schema, shards, tfrecord
+
+MAX_REPORTED = 20
+
+
+class Problems:
+    def __init__(self):
+        self.items: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        self.items.append(f"{where}: {message}")
+        if len(self.items) <= MAX_REPORTED:
+            print(f"  PROBLEM {where}: {message}", file=sys.stderr)
+
+
+def _layout(ids: np.ndarray, n: int, cls_id: int, sep_id: int) -> str | None:
+    """Checks [CLS] A [SEP] B [SEP] in ids[:n]; returns a message or None. Also gives the first [SEP]."""
+    if n < 5:
+        return f"real length {n} is too short for [CLS] A [SEP] B [SEP]"
+    if ids[0] != cls_id:
+        return f"first token {ids[0]} is not [CLS] ({cls_id})"
+    seps = np.flatnonzero(ids[:n] == sep_id)
+    if len(seps) != 2 or seps[1] != n - 1 or seps[0] < 2 or seps[0] > n - 3:
+        return f"[SEP] ({sep_id}) at {seps.tolist()} (want two: after A and at the end, position {n - 1})"
+    if (ids[1:n] == cls_id).any():
+        return "[CLS] inside the sequence"
+    return None
+
+
+def check_shard_record(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, sep_id: int) -> str | None:
+    mask = r["input_mask"]
+    n = int(mask.sum())
+    if not (mask[:n] == 1).all() or (mask[n:] != 0).any():
+        return "input_mask is not 1s then 0s"
+    ids, seg = r["input_ids"], r["segment_ids"]
+    if (ids[n:] != 0).any() or (seg[n:] != 0).any():
+        return "padding is not zero"
+    if (ids < 0).any() or (ids >= vocab_size).any():
+        return f"input_ids outside [0, {vocab_size})"
+    bad = _layout(ids, n, cls_id, sep_id)
+    if bad:
+        return bad
+    first_sep = int(np.flatnonzero(ids == sep_id)[0])
+    if (seg[:first_sep + 1] != 0).any() or (seg[first_sep + 1:n] != 1).any():
+        return "segment_ids are not 0 through the first [SEP] and 1 after it"
+    w = r["masked_lm_weights"]
+    k = int((w != 0).sum())
+    if not np.all(w[:k] == 1.0) or (w[k:] != 0).any():
+        return "masked_lm_weights are not 1s then 0s"
+    pos, lm = r["masked_lm_positions"], r["masked_lm_ids"]
+    if k and (np.any(np.diff(pos[:k]) <= 0) or pos[:k].min() < 1 or pos[:k].max() >= n - 1):
+        return f"masked_lm_positions {pos[:k].tolist()} not sorted inside (0, {n - 1})"
+    if k and (ids[pos[:k]] == sep_id).any():   # a masked [SEP] would show as [SEP] only if kept; it is never chosen
+        return "a [SEP] position is masked"
+    if (pos[k:] != 0).any() or (lm[k:] != 0).any():
+        return "masked_lm padding is not zero"
+    if k and ((lm[:k] <= 0).any() or (lm[:k] >= vocab_size).any()):
+        return f"masked_lm_ids outside (0, {vocab_size})"
+    if r["next_sentence_labels"][0] not in (0, 1):
+        return f"next_sentence_labels is {r['next_sentence_labels'][0]}"
+    return None
+
+
+def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int, sep_id: int) -> str | None:
+    n = len(pair.token_ids)
+    if n > max_seq_length:
+        return f"{n} tokens > max_seq_length {max_seq_length}"
+    if len(pair.word_starts) != n:
+        return "word_starts length differs from token_ids"
+    bad = _layout(pair.token_ids, n, cls_id, sep_id)
+    if bad:
+        return bad
+    if pair.token_ids[pair.num_tokens_a + 1] != sep_id:
+        return f"num_tokens_a {pair.num_tokens_a} does not point at the first [SEP]"
+    return None
+
+
+def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.Shape | None = None,
+                 vocab_size: int = 1 << 31, cls_id: int = 101, sep_id: int = 102) -> list[int]:
+    """Reads every record of `files`, recording problems; returns the record count of each file."""
+    counts = []
+    for path in files:
+        name = os.path.basename(path)
+        n = 0
+        try:
+            if kind == "documents":
+                for n, _ in enumerate(shards.read_documents_file(path), 1):
+                    pass
+            else:
+                for i, record in enumerate(tfrecord.read_file(path)):
+                    n = i + 1
+                    try:
+                        if kind == "shards":
+                            bad = check_shard_record(schema.decode(record, shape), vocab_size, cls_id, sep_id)
+                        else:
+                            bad = check_pair(pair_records.decode(record), shape.max_seq_length, cls_id, sep_id)
+                    except ValueError as e:
+                        bad = f"does not parse: {e}"
+                    if bad:
+                        problems.add(f"{name}: record {i}", bad)
+        except (tfrecord.CorruptRecordError, OSError, ValueError, EOFError) as e:
+            problems.add(name, str(e).replace(path + ": ", ""))
+        counts.append(n)
+    return counts
+
+
+def main(args) -> int:
+    directory = args.directory
+    problems = Problems()
+    if not FileSystems.exists(manifest.path_in(directory)):
+        if not (args.max_seq_length and args.max_predictions_per_seq):
+            print(f"{directory}: no manifest.json: incomplete output (a stage did not finish). For shards made "
+                  "by google's tool, pass --max-seq-length and --max-predictions-per-seq.", file=sys.stderr)
+            return 1
+        files = sorted(m.path for m in FileSystems.match([FileSystems.join(directory, args.pattern)])[0]
+                       .metadata_list)
+        if not files:
+            print(f"{directory}: no files match {args.pattern}", file=sys.stderr)
+            return 1
+        counts = verify_files(files, "shards", problems,
+                              schema.Shape(args.max_seq_length, args.max_predictions_per_seq),
+                              args.vocab_size or 1 << 31, args.cls_id, args.sep_id)
+        print(f"{directory}: {len(files)} file(s), {sum(counts):,} records (no manifest: google-style shards)")
+    else:
+        m = manifest.read(directory)
+        kind = {manifest.SHARDS: "shards", manifest.PAIRS: "pairs", manifest.DOCUMENTS: "documents"}.get(
+            m.get("format"))
+        if kind is None:
+            print(f"{directory}: unknown format {m.get('format')!r}", file=sys.stderr)
+            return 1
+        vocab = m.get("vocab", {})
+        ids = vocab.get("ids", {})
+        shape = schema.Shape(m.get("max_seq_length", 0), m.get("max_predictions_per_seq", 0))
+        files = manifest.data_files(directory, m)
+        counts = verify_files(files, kind, problems, shape, vocab.get("size", 1 << 31), ids.get("cls_id", 101),
+                              ids.get("sep_id", 102))
+        for entry, n in zip(m["files"], counts):
+            if entry["records"] != n:
+                problems.add(entry["file"], f"{n} records read, manifest says {entry['records']}")
+        total_key = "documents" if kind == "documents" else "instances"
+        if m["counts"].get(total_key) != sum(counts):
+            problems.add("manifest.json", f"{sum(counts)} records in all, manifest counts {m['counts'].get(total_key)}")
+        listed = {e["file"] for e in m["files"]}
+        present = [os.path.basename(x.path) for x in
+                   FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list]
+        for name in sorted(present):
+            if name not in listed and name != manifest.NAME and (
+                    fnmatch.fnmatch(name, "*.tfrecord") or fnmatch.fnmatch(name, "*.jsonl.gz")):
+                problems.add(name, "data file not listed in manifest.json (stale output from another run?)")
+        print(f"{directory}: {m['format']}, {len(files)} file(s), {sum(counts):,} records")
+    if problems.items:
+        more = len(problems.items) - MAX_REPORTED
+        print(f"FAILED: {len(problems.items)} problem(s)" + (f" ({more} not shown)" if more > 0 else ""),
+              file=sys.stderr)
+        return 1
+    print("OK: framing, CRCs, schema, invariants and counts all check")
+    return 0
