@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from pipeline import documents, manifest, pair_records, schema, shards, tfrecord, tokenization
+from pipeline import manifest, pair_records, schema, shards, tfrecord, tokenization
 
 
 def _histogram(lengths: np.ndarray, top: int) -> str:

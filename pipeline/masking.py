@@ -1,9 +1,9 @@
-"""Masked-LM predictions with google's rule, plus whole-word and n-gram masking.
+"""Masked-LM predictions with google's rule, vectorised over batches, plus whole-word and n-gram masking.
 
 num_to_predict = min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob))), counted over the
-whole sequence including [CLS]/[SEP] as google does; [CLS] and [SEP] are never candidates. Candidates are
-shuffled and taken greedily while they fit. Each chosen position becomes [MASK] with mask_token_prob (0.8),
-a random token with random_token_prob (0.1), or stays itself (the rest).
+whole sequence including [CLS]/[SEP] as google does; [CLS] and [SEP] are never candidates. Candidates are taken
+in a random order while they fit. Each chosen position becomes [MASK] with mask_token_prob (0.8), a random
+token with random_token_prob (0.1), or stays itself (the rest).
 
 Differences from google's create_masked_lm_predictions, on purpose:
   - with whole-word masking the 80/10/10 decision is made once per word and applied to all its pieces
@@ -11,15 +11,27 @@ Differences from google's create_masked_lm_predictions, on purpose:
   - random replacements are drawn uniformly from the *non-special* vocabulary (not [PAD], [CLS], [unused7]...):
     google draws from the whole vocabulary, which teaches the model to predict tokens that never occur;
   - `ngram_max` > 1 masks spans of 1..n whole words, n drawn with weights 1/n (TF Model Garden's n-gram masking).
-The random generator is seeded per instance from (seed, instance key) by the caller.
+
+Randomness is counter-based, so a batch is masked with array operations and each instance still gets its own
+stream: instance i has a 64-bit seed from (seed, instance key), and the draw for (stream, position) is
+splitmix64(seed_i + (stream << 32 | position) * golden). "A random order of candidates" is the order of their
+stream-0 draws; the 80/10/10 draw is stream 1, the replacement id stream 2, the n-gram length stream 3.
+An instance's masks depend only on its key and the seed, never on the batch it was masked in.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
+from pipeline import schema
 from pipeline.pair_records import PairInstance
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+PRIORITY, DECISION, REPLACEMENT, NGRAM = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -40,13 +52,14 @@ class VocabIds:
     sep_id: int
     replacement_ranges: tuple[tuple[int, int], ...]   # [start, end) id ranges random replacements come from
 
-    def random_ids(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        sizes = np.array([end - start for start, end in self.replacement_ranges])
-        u = rng.integers(0, sizes.sum(), size=n)
-        which = np.searchsorted(np.cumsum(sizes), u, side="right")
-        starts = np.array([start for start, _ in self.replacement_ranges])
+    def ids_from_uniform(self, u: np.ndarray) -> np.ndarray:
+        """Maps uniforms in [0, 1) to ids spread evenly over the replacement ranges."""
+        sizes = np.array([end - start for start, end in self.replacement_ranges], np.int64)
+        slot = np.minimum((u * sizes.sum()).astype(np.int64), sizes.sum() - 1)
+        which = np.searchsorted(np.cumsum(sizes), slot, side="right")
+        starts = np.array([start for start, _ in self.replacement_ranges], np.int64)
         offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        return (starts[which] + u - offsets[which]).astype(np.int64)
+        return starts[which] + slot - offsets[which]
 
     @classmethod
     def from_vocab(cls, vocab: list[str]) -> "VocabIds":
@@ -66,65 +79,129 @@ class VocabIds:
         return cls(d["mask_id"], d["cls_id"], d["sep_id"], tuple(tuple(r) for r in d["replacement_ranges"]))
 
 
-@dataclass
-class MaskedInstance:
-    input_ids: np.ndarray   # (n,) int64, the pair's ids with masking applied
-    positions: np.ndarray   # (k,) int64, sorted
-    labels: np.ndarray      # (k,) int64, original ids at `positions`
+def instance_seeds(seed: int, keys: Sequence[str]) -> np.ndarray:
+    """(n,) uint64: each instance's masking seed, from (seed, key)."""
+    salt = f"mask:{seed}".encode()[:64]
+    raw = b"".join(hashlib.blake2b(k.encode(), digest_size=8, key=salt).digest() for k in keys)
+    return np.frombuffer(raw, dtype="<u8")
 
 
-def _candidate_units(pair: PairInstance, group_words: bool) -> list[np.ndarray]:
-    """Candidate positions grouped into units: single pieces, or whole words ('##' pieces join the previous)."""
+def uniforms(seeds: np.ndarray, stream: int, index: np.ndarray) -> np.ndarray:
+    """Uniform [0, 1) draws for (seed_i, stream, index): splitmix64 of a counter, vectorised.
+
+    seeds (B,) uint64; index (B, M) or (M,) non-negative ints -> (B, M) float64.
+    """
+    counter = (np.uint64(stream) << np.uint64(32)) | np.asarray(index).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = seeds.reshape(-1, 1) + counter * _GOLDEN + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def num_to_predict(lengths: np.ndarray, params: MaskParams) -> np.ndarray:
+    # np.round rounds half to even, as Python's round() in google's code does
+    return np.minimum(params.max_predictions_per_seq,
+                      np.maximum(1, np.round(lengths * params.masked_lm_prob))).astype(np.int64)
+
+
+def _pack(pairs: Sequence[PairInstance], max_seq_length: int) -> schema.Batch:
+    """The unmasked pairs as a padded batch (no predictions yet)."""
+    n, L = len(pairs), max_seq_length
+    lengths = np.array([len(p.token_ids) for p in pairs], np.int64)
+    if lengths.max(initial=0) > L:
+        i = int(np.argmax(lengths))
+        raise ValueError(f"pair {pairs[i].key} has {lengths[i]} tokens > max_seq_length {L}")
+    cols = np.arange(L)
+    real = cols < lengths[:, None]
+    ids = np.zeros((n, L), np.int64)
+    ids[real] = np.concatenate([p.token_ids for p in pairs]) if n else []
+    na = np.array([p.num_tokens_a for p in pairs], np.int64)
+    segment = (real & (cols > (na + 1)[:, None])).astype(np.int64)
+    return schema.Batch(ids, real.astype(np.int64), segment, None, None, None,
+                        np.array([int(p.is_random_next) for p in pairs], np.int64))
+
+
+def mask_batch(pairs: Sequence[PairInstance], params: MaskParams, vocab: VocabIds, seed: int,
+               max_seq_length: int) -> schema.Batch:
+    """Masks a batch of pairs into google's schema layout: (B, L) ids/mask/segments, (B, P) predictions."""
+    batch = _pack(pairs, max_seq_length)
+    n, L, P = len(pairs), max_seq_length, params.max_predictions_per_seq
+    lengths = batch.input_mask.sum(axis=1)
+    seeds = instance_seeds(seed, [p.key for p in pairs])
+    cols = np.arange(L)
+    na = np.array([p.num_tokens_a for p in pairs], np.int64)
+    candidate = batch.input_mask.astype(bool) & (cols != 0) & (cols != (na + 1)[:, None]) & \
+        (cols != (lengths - 1)[:, None])
+    priority = np.where(candidate, uniforms(seeds, PRIORITY, cols), 2.0)   # (B, L); non-candidates last
+    want = num_to_predict(lengths, params)
+
+    if params.whole_word_mask or params.ngram_max > 1:
+        positions = np.full((n, P), L, np.int64)
+        unit_of = np.full((n, P), -1, np.int64)   # the first position of the unit a prediction belongs to
+        for i, pair in enumerate(pairs):
+            chosen = _choose_units(pair, priority[i], int(want[i]), seeds[i:i + 1], params)
+            k = sum(len(u) for u in chosen)
+            flat = np.concatenate(chosen) if chosen else np.zeros(0, np.int64)
+            positions[i, :k] = flat
+            unit_of[i, :k] = np.repeat([u[0] for u in chosen], [len(u) for u in chosen]) if chosen else []
+    else:
+        order = np.argsort(priority, axis=1, kind="stable")[:, :P]               # (B, P)
+        valid = (np.arange(P) < want[:, None]) & (np.take_along_axis(priority, order, 1) < 2.0)
+        positions = np.where(valid, order, L)
+        unit_of = np.where(valid, order, -1)
+    sort = np.argsort(positions, axis=1, kind="stable")
+    positions, unit_of = np.take_along_axis(positions, sort, 1), np.take_along_axis(unit_of, sort, 1)
+    valid = positions < L
+    positions = np.where(valid, positions, 0)
+    rows = np.arange(n)[:, None]
+    labels = np.where(valid, batch.input_ids[rows, positions], 0)
+
+    # one 80/10/10 draw per unit: per piece, or per word (drawn at the word's first piece)
+    r = uniforms(seeds, DECISION, np.maximum(unit_of, 0))
+    to_mask = valid & (r < params.mask_token_prob)
+    to_random = valid & ~to_mask & (r < params.mask_token_prob + params.random_token_prob)
+    random_ids = vocab.ids_from_uniform(uniforms(seeds, REPLACEMENT, positions))
+    new = np.where(to_mask, vocab.mask_id, np.where(to_random, random_ids, labels))
+    ids = batch.input_ids.copy()
+    ids[rows, positions] = np.where(valid, new, ids[rows, positions])
+    batch.input_ids = ids
+    batch.masked_lm_positions = positions
+    batch.masked_lm_ids = labels
+    batch.masked_lm_weights = valid.astype(np.float32)
+    return batch
+
+
+def _choose_units(pair: PairInstance, priority: np.ndarray, want: int, seed: np.ndarray,
+                  params: MaskParams) -> list[np.ndarray]:
+    """Whole words (or n-gram spans of them) in priority order, taken greedily while they fit."""
     ids = pair.token_ids
     special = np.zeros(len(ids), bool)
     special[[0, pair.num_tokens_a + 1, len(ids) - 1]] = True
     positions = np.flatnonzero(~special)
-    if not group_words:
-        return [positions[i:i + 1] for i in range(len(positions))]
     starts = pair.word_starts[positions] | np.concatenate(([True], np.diff(positions) != 1))
-    return np.split(positions, np.flatnonzero(starts)[1:])
-
-
-def mask_instance(pair: PairInstance, params: MaskParams, vocab: VocabIds,
-                  rng: np.random.Generator) -> MaskedInstance:
-    ids = pair.token_ids.astype(np.int64)
-    units = _candidate_units(pair, params.whole_word_mask or params.ngram_max > 1)
-    num_to_predict = min(params.max_predictions_per_seq,
-                         max(1, int(round(len(ids) * params.masked_lm_prob))))
-    order = rng.permutation(len(units))
+    words = np.split(positions, np.flatnonzero(starts)[1:])
+    firsts = np.array([w[0] for w in words], np.int64)
+    order = np.argsort(priority[firsts], kind="stable")
     if params.ngram_max > 1:
         weights = 1.0 / np.arange(1, params.ngram_max + 1)
-        ns = rng.choice(params.ngram_max, size=len(units), p=weights / weights.sum()) + 1
-    chosen: list[np.ndarray] = []
-    covered = np.zeros(len(ids), bool)
-    count = 0
-    for k, u in enumerate(order):
-        if count >= num_to_predict:
+        u = uniforms(seed, NGRAM, firsts)[0]
+        ns = np.searchsorted(np.cumsum(weights / weights.sum()), u, side="right") + 1
+    chosen, covered, count = [], np.zeros(len(ids), bool), 0
+    for w in order:
+        if count >= want:
             break
-        if params.ngram_max > 1:   # a span of n consecutive words in the same segment
-            unit = np.concatenate(units[u:u + int(ns[k])])
-            if np.any(np.diff(unit) != 1):   # crossed [SEP]: keep the words before it
-                unit = unit[:np.flatnonzero(np.diff(unit) != 1)[0] + 1]
+        if params.ngram_max > 1:
+            unit = np.concatenate(words[w:w + int(ns[w])])
+            gaps = np.flatnonzero(np.diff(unit) != 1)
+            if len(gaps):   # the span crossed [SEP]: keep the words before it
+                unit = unit[:gaps[0] + 1]
         else:
-            unit = units[u]
-        if count + len(unit) > num_to_predict or covered[unit].any():
+            unit = words[w]
+        if count + len(unit) > want or covered[unit].any():
             continue
         covered[unit] = True
         chosen.append(unit)
         count += len(unit)
-
-    output = ids.copy()
-    # one 80/10/10 decision per unit (per piece when units are pieces, per word with whole-word masking)
-    r = rng.random(len(chosen))
-    to_mask = r < params.mask_token_prob
-    to_random = (r >= params.mask_token_prob) & (r < params.mask_token_prob + params.random_token_prob)
-    random_ids = vocab.random_ids(rng, count)
-    offset = 0
-    for unit, m, rand in zip(chosen, to_mask, to_random):
-        if m:
-            output[unit] = vocab.mask_id
-        elif rand:
-            output[unit] = random_ids[offset:offset + len(unit)]
-        offset += len(unit)
-    positions = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
-    return MaskedInstance(output, positions.astype(np.int64), ids[positions])
+    return chosen

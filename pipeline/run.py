@@ -133,8 +133,8 @@ def extract(args, options) -> dict:
     p = beam.Pipeline(options=options)
     (p
      | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
-     | "ToRecords" >> beam.Map(lambda d: (d.id, d.to_json().encode("utf-8"),
-                                          (1, len(d.paragraphs), sum(map(len, d.paragraphs)))))
+     | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"),
+                                           (1, len(d.paragraphs), sum(map(len, d.paragraphs))))])
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", num_shards, "jsonl.gz", seed=0,
                                               stat_names=("documents", "paragraphs", "characters")))
     written, values = run_and_publish(f"extract {args.corpus}", p, args.output, num_shards)
@@ -174,7 +174,8 @@ def _mask_parameters(args, params: masking.MaskParams) -> dict:
 def make_pairs(args, options) -> dict:
     files, inputs = stage_input_files(args.input, manifest.DOCUMENTS, "documents-*.jsonl.gz")
     vocab = vocab_entry(args.vocab, not args.cased)
-    num_shards = args.num_shards or max(1, math.ceil(total_bytes(files) / (16 * MiB)))
+    # mask reads one pair file per worker: at least 8 files, so a re-mask spreads over 8 workers
+    num_shards = args.num_shards or max(8, math.ceil(total_bytes(files) / (16 * MiB)))
     shards.prepare_output(args.output, args.overwrite)
 
     p = beam.Pipeline(options=options)
@@ -182,7 +183,7 @@ def make_pairs(args, options) -> dict:
      | "ReadDocuments" >> transforms.ReadDocuments(files)
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
      | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs)
-     | "ToRecords" >> beam.Map(transforms.encode_pair)
+     | "ToRecords" >> beam.Map(transforms.encode_pairs)
      | "WritePairs" >> shards.WriteShards(args.output, "pairs", num_shards, "tfrecord", args.seed,
                                           stat_names=transforms.PAIR_STATS))
     written, values = run_and_publish("pairs", p, args.output, num_shards)
@@ -247,7 +248,6 @@ def prepare(args, options) -> dict:
     p = beam.Pipeline(options=options)
     (p
      | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
-     | "SpreadDocuments" >> beam.Reshuffle()
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
      | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs)
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,

@@ -1,70 +1,159 @@
-"""Deterministic, balanced sharded output: the same records give the same files on any runner and worker count.
+"""Deterministic, balanced sharded output in bounded memory: the same records give the same files on any
+runner and worker count, and no step holds the whole output.
 
-Beam's WriteToTFRecord(num_shards=N) deals records to shards in bundle order, so bytes change from run to run.
-Here every record carries a sort key; its shard and its place inside the shard follow from hashes of that key:
+Beam's WriteToTFRecord(num_shards=N) deals records to shards in bundle order (bytes change from run to run), and
+a GroupByKey(shard) would make Beam's local runner hold every record in memory. Instead this is a sort-based
+shuffle through files, keyed by a 128-bit hash of each record's key (seeded):
 
-    records (sort_key, payload, stats)
-      | hash the key into one of N * 1024 fine buckets; count the records of each bucket (a tiny combine)
-      | deal the fine buckets to shards, biggest first, each to the emptiest shard (a pure function of the
-        counts, so every worker computes the same plan; shards differ by at most one fine bucket: ~0.1%)
-      | GroupByKey(shard) -> sort by (hash, key) -> write one file per shard, N writers in parallel
+    batches of (key, payload, stats)
+      | SortRuns:   each bundle sorts its records by hash and writes them as a "run" (TFRecord frames) plus an
+                    index (hash, offset, size, stats per record), flushing every `run_bytes`; emits RunInfo
+      | CountHashes: a histogram of the top 16 hash bits over all runs (a tiny combine)
+      | WriteFiles: shard s takes the hash range [q_s, q_s+1) of the histogram's quantiles (shards differ by
+                    at most one histogram bucket), merges the matching slice of every run in hash order, and
+                    copies the frames into its file, N writers in parallel
 
-Files are written under `<dir>/.incomplete/` and moved into place by `publish` only after the whole pipeline
-succeeded, before the manifest (the commit marker) is written.
+Run files and shards are written under `<dir>/.incomplete/`; `publish` moves the shards into place only after
+the whole pipeline succeeded, before the manifest (the commit marker) is written.
 """
 from __future__ import annotations
 
+import gzip
+import hashlib
 import heapq
+import io
 import json
-from typing import Callable, Iterable, Sequence
+import uuid
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
 
 from pipeline import documents, tfrecord
-from pipeline.pairs import stable_hash
 
-FINE_BUCKETS_PER_SHARD = 1024
 INCOMPLETE = ".incomplete"
 STATS_SUFFIX = ".stats.json"
+HIST_BITS = 16                      # histogram of the top 16 bits of each hash: 65,536 buckets
+RUN_BYTES = 64 << 20                # a bundle flushes a sorted run every 64 MiB of payload
 
 # (sort key, payload bytes, per-record stats tuple of ints summed per shard)
 Record = tuple[str, bytes, tuple[int, ...]]
+_UNCOMPRESSED = CompressionTypes.UNCOMPRESSED
 
 
 def shard_name(prefix: str, index: int, num_shards: int, suffix: str) -> str:
     return f"{prefix}-{index:05d}-of-{num_shards:05d}{suffix}"
 
 
-def plan_shards(bucket_counts: dict[int, int], num_shards: int) -> dict[int, int]:
-    """fine bucket -> shard, dealing the biggest buckets first to the emptiest shard (ties: lowest index)."""
-    loads = [(0, s) for s in range(num_shards)]
-    plan = {}
-    for bucket, count in sorted(bucket_counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        load, shard = heapq.heappop(loads)
-        plan[bucket] = shard
-        heapq.heappush(loads, (load + count, shard))
-    return plan
+def key_hashes(seed: int, keys: Sequence[str]) -> np.ndarray:
+    """(n, 2) uint64: a seeded 128-bit hash of each key; records are placed and ordered by it."""
+    salt = str(seed).encode()
+    raw = b"".join(hashlib.blake2b(k.encode(), digest_size=16, key=salt[:64]).digest() for k in keys)
+    return np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
 
 
-def _write_tfrecord(f, payloads: Iterable[bytes]) -> None:
-    tfrecord.write_records(f, payloads)
+def shard_bounds(histogram: np.ndarray, num_shards: int) -> np.ndarray:
+    """(num_shards + 1,) histogram bucket edges: shard s holds buckets [b[s], b[s+1]), balanced by count."""
+    cumulative = np.cumsum(histogram)
+    total = int(cumulative[-1]) if len(cumulative) else 0
+    targets = (np.arange(1, num_shards) * total) / num_shards
+    inner = np.searchsorted(cumulative, targets, side="left")
+    # bucket i ends at cumulative[i]: cut after it when that lands closer to the target than cutting before
+    before = np.where(inner > 0, cumulative[np.maximum(inner - 1, 0)], 0)
+    inner = np.where(np.abs(cumulative[inner] - targets) < np.abs(before - targets), inner + 1, inner)
+    return np.concatenate(([0], inner, [len(histogram)])).astype(np.int64)
 
 
-def _write_jsonl_gz(f, payloads: Iterable[bytes]) -> None:
-    import gzip
+@dataclass(frozen=True)
+class RunInfo:
+    path: str
+    records: int
+    buckets: np.ndarray   # distinct histogram buckets in this run
+    counts: np.ndarray    # records per bucket
 
+
+def _index_dtype(num_stats: int) -> np.dtype:
+    return np.dtype([("h1", "<u8"), ("h2", "<u8"), ("offset", "<u8"), ("size", "<u4"),
+                     ("stats", "<i8", (num_stats,))])
+
+
+class _SortRuns(beam.DoFn):
+    """Buffers a bundle's records, writes them sorted by hash as run files of at most RUN_BYTES."""
+
+    def __init__(self, directory: str, seed: int, num_stats: int, run_bytes: int = RUN_BYTES):
+        self.directory, self.seed, self.num_stats, self.run_bytes = directory, seed, num_stats, run_bytes
+
+    def start_bundle(self):
+        self._records: list[Record] = []
+        self._bytes = 0
+
+    def process(self, batch: list[Record]):
+        self._records.extend(batch)
+        self._bytes += sum(len(r[1]) for r in batch)
+        if self._bytes >= self.run_bytes:
+            yield self._flush()
+
+    def finish_bundle(self):
+        if self._records:
+            yield GlobalWindows.windowed_value(self._flush())
+
+    def _flush(self) -> RunInfo:
+        records, self._records, self._bytes = self._records, [], 0
+        hashes = key_hashes(self.seed, [r[0] for r in records])
+        order = np.lexsort((hashes[:, 1], hashes[:, 0]))
+        frames = [tfrecord.frame(records[i][1]) for i in order]
+        index = np.zeros(len(records), _index_dtype(self.num_stats))
+        index["h1"], index["h2"] = hashes[order, 0], hashes[order, 1]
+        index["size"] = [len(f) for f in frames]
+        index["offset"] = np.concatenate(([0], np.cumsum(index["size"][:-1], dtype=np.uint64)))
+        if self.num_stats:
+            index["stats"] = np.array([records[i][2] for i in order], np.int64).reshape(len(records), -1)
+        path = FileSystems.join(self.directory, INCOMPLETE, "runs", uuid.uuid4().hex)
+        with FileSystems.create(path + ".run", compression_type=_UNCOMPRESSED) as f:
+            f.write(b"".join(frames))
+        buf = io.BytesIO()
+        np.save(buf, index)
+        with FileSystems.create(path + ".idx", compression_type=_UNCOMPRESSED) as f:
+            f.write(buf.getvalue())
+        buckets, counts = np.unique(index["h1"] >> np.uint64(64 - HIST_BITS), return_counts=True)
+        return RunInfo(path, len(records), buckets.astype(np.int64), counts.astype(np.int64))
+
+
+def _read_index(path: str) -> np.ndarray:
+    with FileSystems.open(path + ".idx", compression_type=_UNCOMPRESSED) as f:
+        return np.load(io.BytesIO(f.read()))
+
+
+def _run_slice(path: str, index: np.ndarray, start: int, stop: int) -> Iterator[tuple[int, int, bytes]]:
+    """(h1, h2, frame) of the run's records start..stop-1 (a contiguous hash range), read sequentially."""
+    with FileSystems.open(path + ".run", compression_type=_UNCOMPRESSED) as f:
+        f.seek(int(index["offset"][start]))
+        for h1, h2, size in zip(index["h1"][start:stop].tolist(), index["h2"][start:stop].tolist(),
+                                index["size"][start:stop].tolist()):
+            yield h1, h2, f.read(size)
+
+
+def _payloads(frames: Iterable[bytes]) -> Iterator[bytes]:
+    for frame in frames:
+        yield frame[12:-4]
+
+
+def _write_tfrecord(f, frames: Iterable[bytes]) -> None:
+    for frame in frames:   # frames are already framed and CRC'd by the run writer: copied as they are
+        f.write(frame)
+
+
+def _write_jsonl_gz(f, frames: Iterable[bytes]) -> None:
     with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, compresslevel=6) as gz:
-        for line in payloads:
+        for line in _payloads(frames):
             gz.write(line + b"\n")
 
 
-FORMATS: dict[str, tuple[str, Callable]] = {
-    "tfrecord": (".tfrecord", _write_tfrecord),
-    "jsonl.gz": (".jsonl.gz", _write_jsonl_gz),
-}
+FORMATS = {"tfrecord": (".tfrecord", _write_tfrecord), "jsonl.gz": (".jsonl.gz", _write_jsonl_gz)}
 
 
 class _WriteShard(beam.DoFn):
@@ -72,73 +161,69 @@ class _WriteShard(beam.DoFn):
         self.directory, self.prefix, self.num_shards, self.fmt = directory, prefix, num_shards, fmt
         self.stat_names = tuple(stat_names)
 
-    def process(self, element):
-        shard, records = element
-        records = sorted(records, key=lambda r: (r[0], r[1]))   # (hash, key): a stable, seeded order
+    def process(self, shard: int, runs: list[RunInfo], histogram: np.ndarray):
+        bounds = shard_bounds(histogram, self.num_shards)
+        shift = 64 - HIST_BITS
+        lo = np.uint64(int(bounds[shard]) << shift)
+        last = bounds[shard + 1] == (1 << HIST_BITS)   # the top range runs to 2**64, past any uint64 bound
+        hi = None if last else np.uint64(int(bounds[shard + 1]) << shift)
+        streams, totals, n = [], np.zeros(len(self.stat_names), np.int64), 0
+        for run in sorted(runs, key=lambda r: r.path):
+            index = _read_index(run.path)
+            start = int(np.searchsorted(index["h1"], lo, side="left"))
+            stop = len(index) if hi is None else int(np.searchsorted(index["h1"], hi, side="left"))
+            if stop > start:
+                totals += index["stats"][start:stop].sum(axis=0) if len(self.stat_names) else 0
+                n += stop - start
+                streams.append(_run_slice(run.path, index, start, stop))
         suffix, write = FORMATS[self.fmt]
         name = shard_name(self.prefix, shard, self.num_shards, suffix)
         path = FileSystems.join(self.directory, INCOMPLETE, name)
-        # UNCOMPRESSED: Beam would otherwise gzip a '.gz' name a second time
-        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:  # retries rewrite it
-            write(f, (payload for _, _, payload, _ in records))
-        totals = np.sum([r[3] for r in records], axis=0, dtype=np.int64) if records else \
-            np.zeros(len(self.stat_names), np.int64)
-        stats = {"shard": shard, "file": name, "records": len(records),
+        with FileSystems.create(path, compression_type=_UNCOMPRESSED) as f:   # a retry rewrites the same file
+            write(f, (frame for _, _, frame in heapq.merge(*streams)))
+        stats = {"shard": shard, "file": name, "records": n,
                  **{k: int(v) for k, v in zip(self.stat_names, totals)}}
-        with FileSystems.create(path + STATS_SUFFIX) as f:   # read back by the launcher to build the manifest
-            f.write(json.dumps(stats).encode())
-        beam.metrics.Metrics.counter("write", f"{self.prefix}_records").inc(len(records))
+        with FileSystems.create(path + STATS_SUFFIX, compression_type=_UNCOMPRESSED) as f:
+            f.write(json.dumps(stats).encode())   # read back by the launcher to build the manifest
+        beam.metrics.Metrics.counter("write", f"{self.prefix}_records").inc(n)
         yield stats
 
 
 class WriteShards(beam.PTransform):
-    """(sort_key, payload, stats) records -> `num_shards` files; outputs one stats dict per written shard."""
+    """Batches (lists) of (key, payload, stats) records -> `num_shards` files; outputs one stats dict per shard."""
 
     def __init__(self, directory: str, prefix: str, num_shards: int, fmt: str, seed: int,
-                 stat_names: Sequence[str] = ()):
+                 stat_names: Sequence[str] = (), run_bytes: int = RUN_BYTES):
         super().__init__()
         self.directory, self.prefix, self.num_shards, self.fmt, self.seed = \
             directory, prefix, num_shards, fmt, seed
-        self.stat_names = stat_names
+        self.stat_names, self.run_bytes = tuple(stat_names), run_bytes
 
-    def expand(self, records):
-        num_buckets = self.num_shards * FINE_BUCKETS_PER_SHARD
-        seed = self.seed
-
-        def hashed(record):
-            key, payload, stats = record
-            h = stable_hash("shard", seed, key)
-            return h % num_buckets, (h, key, payload, stats)
-
-        keyed = records | "HashKeys" >> beam.Map(hashed)
-        counts = (keyed
-                  | "BucketOnly" >> beam.Map(lambda kv: (kv[0], 1))
-                  | "CountBuckets" >> beam.CombinePerKey(sum)
-                  | "CollectCounts" >> beam.combiners.ToDict())
-        shard_to_records = keyed | "AssignShards" >> beam.ParDo(
-            _AssignShard(self.num_shards), beam.pvalue.AsSingleton(counts))
-        empty = (records.pipeline | "AllShards" >> beam.Create(range(self.num_shards))
-                 | "NoRecords" >> beam.Map(lambda s: (s, None)))
-        return ((shard_to_records, empty)
-                | "Merge" >> beam.Flatten()
-                | "GroupShards" >> beam.GroupByKey()
-                | "DropMarkers" >> beam.MapTuple(lambda s, rs: (s, [r for r in rs if r is not None]))
-                | "WriteFiles" >> beam.ParDo(_WriteShard(self.directory, self.prefix, self.num_shards, self.fmt,
-                                                        self.stat_names)))
+    def expand(self, batches):
+        runs = batches | "SortRuns" >> beam.ParDo(
+            _SortRuns(self.directory, self.seed, len(self.stat_names), self.run_bytes))
+        histogram = runs | "CountHashes" >> beam.CombineGlobally(_HistogramFn())
+        return (batches.pipeline
+                | "ShardIndexes" >> beam.Create(range(self.num_shards))
+                | "SpreadShards" >> beam.Reshuffle()
+                | "WriteFiles" >> beam.ParDo(
+                    _WriteShard(self.directory, self.prefix, self.num_shards, self.fmt, self.stat_names),
+                    beam.pvalue.AsList(runs), beam.pvalue.AsSingleton(histogram)))
 
 
-class _AssignShard(beam.DoFn):
-    """Looks up each record's shard in the plan, computed once per DoFn instance from the bucket counts."""
+class _HistogramFn(beam.CombineFn):
+    def create_accumulator(self):
+        return np.zeros(1 << HIST_BITS, np.int64)
 
-    def __init__(self, num_shards: int):
-        self.num_shards = num_shards
-        self._plan = None
+    def add_input(self, acc, run: RunInfo):
+        np.add.at(acc, run.buckets, run.counts)
+        return acc
 
-    def process(self, element, bucket_counts):
-        if self._plan is None:   # the counts side input is one global value: the plan never changes
-            self._plan = plan_shards(bucket_counts, self.num_shards)
-        bucket, record = element
-        yield self._plan[bucket], record
+    def merge_accumulators(self, accs):
+        return np.sum(list(accs), axis=0)
+
+    def extract_output(self, acc):
+        return acc
 
 
 def prepare_output(directory: str, overwrite: bool) -> None:
@@ -159,7 +244,7 @@ def written_stats(directory: str, num_shards: int) -> list[dict]:
     pattern = FileSystems.join(directory, INCOMPLETE, "*" + STATS_SUFFIX)
     stats = []
     for m in FileSystems.match([pattern])[0].metadata_list:
-        with FileSystems.open(m.path) as f:
+        with FileSystems.open(m.path, compression_type=_UNCOMPRESSED) as f:
             stats.append(json.loads(f.read()))
     if sorted(s["shard"] for s in stats) != list(range(num_shards)):
         raise RuntimeError(f"{directory}: expected {num_shards} written shards, found {len(stats)}")
@@ -176,5 +261,5 @@ def publish(directory: str, written: list[dict]) -> list[dict]:
 
 
 def read_documents_file(path: str) -> Iterable[documents.Document]:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with FileSystems.open(path, compression_type=_UNCOMPRESSED) as f:
         yield from documents.read_gzip_jsonl(f, name=path)

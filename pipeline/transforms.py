@@ -4,9 +4,13 @@ pure functions in corpora/ and pipeline/ (cleaning, splitting, pairing, masking,
     ExtractWikipedia | ExtractBooks | ExtractText    files       -> Document
     ReadDocuments                                    doc shards  -> Document
     Tokenize                                         Document    -> TokenizedDocument
-    MakePairs                                        TokenizedDocument -> PairInstance
-    ReadPairs                                        pair shards -> PairInstance
-    MaskPairs                                        PairInstance -> (sort key, google Example bytes, stats)
+    MakePairs                                        TokenizedDocument -> [PairInstance] (batches)
+    ReadPairs                                        pair files  -> [PairInstance]
+    MaskPairs                                        [PairInstance] -> [(sort key, google Example bytes, stats)]
+
+Data is reshuffled only where it is small (file names, pages of a dump): Beam's local runner holds a reshuffled
+collection in memory whole, so documents and instances stream through fused stages, and the final shuffle into
+shards goes through sorted run files (pipeline/shards.py).
 """
 from __future__ import annotations
 
@@ -108,8 +112,7 @@ class ReadDocuments(beam.PTransform):
         return (pipeline
                 | "ListShards" >> beam.Create(sorted(self.files))
                 | "SpreadShards" >> beam.Reshuffle()
-                | "ReadLines" >> beam.FlatMap(shards.read_documents_file)
-                | "SpreadDocuments" >> beam.Reshuffle())
+                | "ReadLines" >> beam.FlatMap(shards.read_documents_file))
 
 
 class _Tokenize(beam.DoFn):
@@ -147,6 +150,9 @@ class Tokenize(beam.PTransform):
         return docs | "SplitAndTokenize" >> beam.ParDo(_Tokenize(self.vocab_path, self.lowercase))
 
 
+BATCH = 512   # instances per element after pairing: Beam's per-element cost is paid once per batch
+
+
 class _PairBucket(beam.DoFn):
     def __init__(self, vocab_path: str, params: pairs.PairParams, seed: int):
         self.vocab_path, self.params, self.seed = vocab_path, params, seed
@@ -160,15 +166,17 @@ class _PairBucket(beam.DoFn):
     def process(self, element):
         _, docs = element
         self.buckets.inc()
-        for instance in pairs.pairs_for_pool(list(docs), self.params, self.word_starts, self.seed):
-            self.instances.inc()
-            self.random_next.inc(int(instance.is_random_next))
-            yield instance
+        instances = pairs.pairs_for_pool(list(docs), self.params, self.word_starts, self.seed)
+        self.instances.inc(len(instances))
+        self.random_next.inc(sum(i.is_random_next for i in instances))
+        for start in range(0, len(instances), BATCH):
+            yield instances[start:start + BATCH]
 
 
 class MakePairs(beam.PTransform):
-    """TokenizedDocuments -> NSP PairInstances. Documents are dealt to buckets of about `bucket_docs` by a seeded
-    hash of their id; random next segments come from the same bucket (google's pool is the whole corpus)."""
+    """TokenizedDocuments -> batches (lists) of NSP PairInstances. Documents are dealt to buckets of about
+    `bucket_docs` by a seeded hash of their id; random next segments come from the same bucket (google's pool
+    is the whole corpus, which a distributed job cannot hold in one place)."""
 
     def __init__(self, vocab_path: str, params: pairs.PairParams, seed: int, bucket_docs: int):
         super().__init__()
@@ -184,20 +192,30 @@ class MakePairs(beam.PTransform):
         return (docs
                 | "AssignBuckets" >> beam.Map(assign, beam.pvalue.AsSingleton(num_docs))
                 | "GroupBuckets" >> beam.GroupByKey()
-                | "PairDocuments" >> beam.ParDo(_PairBucket(self.vocab_path, self.params, seed))
-                | "SpreadPairs" >> beam.Reshuffle())
-
-
-def encode_pair(pair: pair_records.PairInstance) -> shards.Record:
-    """A pair as a shard record; stats: (instances, tokens, random_next)."""
-    return pair.key, pair_records.encode(pair), (1, len(pair.token_ids), int(pair.is_random_next))
+                | "PairDocuments" >> beam.ParDo(_PairBucket(self.vocab_path, self.params, seed)))
 
 
 PAIR_STATS = ("instances", "tokens", "random_next")
 
 
+def encode_pairs(batch: list[pair_records.PairInstance]) -> list[shards.Record]:
+    """Pairs as shard records; stats: (instances, tokens, random_next)."""
+    return [(p.key, pair_records.encode(p), (1, len(p.token_ids), int(p.is_random_next))) for p in batch]
+
+
+def _read_pair_file(path: str):
+    batch = []
+    for record in tfrecord.read_file(path):
+        batch.append(pair_records.decode(record))
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 class ReadPairs(beam.PTransform):
-    """Pair shards (TFRecord files written by `pairs`) -> PairInstances, CRC-checked."""
+    """Pair files (TFRecord, written by `pairs`) -> batches of PairInstances, CRC-checked; one reader per file."""
 
     def __init__(self, files: list[str]):
         super().__init__()
@@ -207,9 +225,10 @@ class ReadPairs(beam.PTransform):
         return (pipeline
                 | "ListPairFiles" >> beam.Create(sorted(self.files))
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadRecords" >> beam.FlatMap(tfrecord.read_file)
-                | "DecodePairs" >> beam.Map(pair_records.decode)
-                | "SpreadPairs" >> beam.Reshuffle())
+                | "ReadRecords" >> beam.FlatMap(_read_pair_file))
+
+
+MASK_STATS = ("instances", "tokens", "masked_tokens", "random_next")
 
 
 class _MaskBatch(beam.DoFn):
@@ -219,46 +238,22 @@ class _MaskBatch(beam.DoFn):
         self.masked = Metrics.counter("mask", "masked_tokens")
 
     def process(self, batch: list[pair_records.PairInstance]):
-        L, P = self.max_seq_length, self.params.max_predictions_per_seq
-        n = len(batch)
-        out = schema.Batch(
-            input_ids=np.zeros((n, L), np.int64), input_mask=np.zeros((n, L), np.int64),
-            segment_ids=np.zeros((n, L), np.int64), masked_lm_positions=np.zeros((n, P), np.int64),
-            masked_lm_ids=np.zeros((n, P), np.int64), masked_lm_weights=np.zeros((n, P), np.float32),
-            next_sentence_labels=np.zeros(n, np.int64))
-        masked_counts = np.zeros(n, np.int64)
-        for i, pair in enumerate(batch):
-            if len(pair.token_ids) > L:
-                raise ValueError(f"pair {pair.key} has {len(pair.token_ids)} tokens > max_seq_length {L}")
-            m = masking.mask_instance(pair, self.params, self.vocab, pairs.document_rng(self.seed, pair.key))
-            length, k = len(m.input_ids), len(m.positions)
-            out.input_ids[i, :length] = m.input_ids
-            out.input_mask[i, :length] = 1
-            out.segment_ids[i, :length] = pair.segment_ids
-            out.masked_lm_positions[i, :k] = m.positions
-            out.masked_lm_ids[i, :k] = m.labels
-            out.masked_lm_weights[i, :k] = 1.0
-            out.next_sentence_labels[i] = int(pair.is_random_next)
-            masked_counts[i] = k
-        self.instances.inc(n)
-        self.masked.inc(int(masked_counts.sum()))
-        lengths = out.input_mask.sum(axis=1)
-        for pair, record, length, k in zip(batch, schema.encode_batch(out), lengths, masked_counts):
-            yield pair.key, record, (1, int(length), int(k), int(pair.is_random_next))
-
-
-MASK_STATS = ("instances", "tokens", "masked_tokens", "random_next")
+        masked = masking.mask_batch(batch, self.params, self.vocab, self.seed, self.max_seq_length)
+        lengths = masked.input_mask.sum(axis=1).tolist()
+        counts = masked.masked_lm_weights.sum(axis=1).astype(np.int64).tolist()
+        self.instances.inc(len(batch))
+        self.masked.inc(sum(counts))
+        yield [(pair.key, record, (1, length, k, int(pair.is_random_next)))
+               for pair, record, length, k in zip(batch, schema.encode_batch(masked), lengths, counts)]
 
 
 class MaskPairs(beam.PTransform):
-    """PairInstances -> (key, google-schema Example bytes, stats); masking seeded per instance key."""
+    """Batches of PairInstances -> batches of (key, google-schema Example bytes, stats); seeded per key."""
 
     def __init__(self, params: masking.MaskParams, vocab: masking.VocabIds, seed: int, max_seq_length: int):
         super().__init__()
         self.params, self.vocab, self.seed, self.max_seq_length = params, vocab, seed, max_seq_length
 
-    def expand(self, pairs_pc):
-        return (pairs_pc
-                | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
-                | "MaskAndEncode" >> beam.ParDo(_MaskBatch(self.params, self.vocab, self.seed,
-                                                           self.max_seq_length)))
+    def expand(self, pair_batches):
+        return pair_batches | "MaskAndEncode" >> beam.ParDo(
+            _MaskBatch(self.params, self.vocab, self.seed, self.max_seq_length))

@@ -1,10 +1,11 @@
 """Masked-LM predictions: google's count rule, 80/10/10 within binomial tolerance, whole words, n-grams."""
 import numpy as np
 
-from pipeline import masking, pairs
+from pipeline import masking
 from pipeline.pair_records import PairInstance
 
 VOCAB = masking.VocabIds(mask_id=103, cls_id=101, sep_id=102, replacement_ranges=((999, 30522),))
+L = 128
 
 
 def make_pair(n_a=60, n_b=60, seed=0, continuation_every=3):
@@ -14,42 +15,70 @@ def make_pair(n_a=60, n_b=60, seed=0, continuation_every=3):
     starts = np.ones(len(ids), bool)
     starts[np.arange(len(ids)) % continuation_every == 2] = False   # every third piece continues a word
     starts[[0, n_a + 1, len(ids) - 1]] = True
-    return PairInstance(f"doc|0|{seed}", ids, n_a, False, starts)
+    return PairInstance(f"doc|0|{seed}", ids, n_a, bool(seed % 2), starts)
 
 
-def test_count_rule_and_labels_are_the_original_tokens():
-    for n in (3, 10, 40, 125):
-        pair = make_pair(n // 2 or 1, n - (n // 2 or 1))
-        m = masking.mask_instance(pair, masking.MaskParams(), VOCAB, np.random.default_rng(n))
-        want = min(20, max(1, int(round(len(pair.token_ids) * 0.15))))
-        assert len(m.positions) == want
-        assert np.all(np.diff(m.positions) > 0)
-        assert np.array_equal(m.labels, pair.token_ids[m.positions])
-        special = {0, pair.num_tokens_a + 1, len(pair.token_ids) - 1}
-        assert not special & set(m.positions.tolist())
-        unmasked = np.setdiff1d(np.arange(len(pair.token_ids)), m.positions)
-        assert np.array_equal(m.input_ids[unmasked], pair.token_ids[unmasked])
+def masked(pairs, params=masking.MaskParams(), seed=1):
+    return masking.mask_batch(pairs, params, VOCAB, seed, L)
+
+
+def test_layout_count_rule_and_labels_are_the_original_tokens():
+    pairs = [make_pair(max(1, n // 2), n - max(1, n // 2), seed=n) for n in (3, 10, 40, 125)]
+    b = masked(pairs)
+    for i, pair in enumerate(pairs):
+        n = len(pair.token_ids)
+        assert np.array_equal(b.input_mask[i], np.arange(L) < n)
+        assert np.array_equal(b.segment_ids[i][:n], pair.segment_ids) and not b.segment_ids[i][n:].any()
+        k = int(b.masked_lm_weights[i].sum())
+        assert k == min(20, max(1, int(round(n * 0.15))))
+        pos = b.masked_lm_positions[i][:k]
+        assert np.all(np.diff(pos) > 0) and not b.masked_lm_positions[i][k:].any()
+        assert np.array_equal(b.masked_lm_ids[i][:k], pair.token_ids[pos]) and not b.masked_lm_ids[i][k:].any()
+        assert not {0, pair.num_tokens_a + 1, n - 1} & set(pos.tolist())
+        unmasked = np.setdiff1d(np.arange(n), pos)
+        assert np.array_equal(b.input_ids[i][unmasked], pair.token_ids[unmasked])
+        assert b.next_sentence_labels[i] == int(pair.is_random_next)
+
+
+def test_an_instance_is_masked_the_same_in_any_batch():
+    pairs = [make_pair(seed=s) for s in range(20)]
+    whole = masked(pairs)
+    for params in (masking.MaskParams(), masking.MaskParams(whole_word_mask=True)):
+        whole = masked(pairs, params)
+        alone = masked(pairs[7:8], params)
+        assert np.array_equal(whole.input_ids[7], alone.input_ids[0])
+        assert np.array_equal(whole.masked_lm_positions[7], alone.masked_lm_positions[0])
+    assert not np.array_equal(masked(pairs[:1], seed=1).input_ids, masked(pairs[:1], seed=2).input_ids)
 
 
 def test_80_10_10_within_binomial_tolerance():
-    kinds = np.zeros(3)
-    for seed in range(3000):
-        pair = make_pair(seed=seed)
-        m = masking.mask_instance(pair, masking.MaskParams(), VOCAB, pairs.document_rng(1, pair.key, seed))
-        got, orig = m.input_ids[m.positions], m.labels
-        kinds += [(got == 103).sum(), ((got != 103) & (got != orig)).sum(), (got == orig).sum()]
+    b = masked([make_pair(seed=s) for s in range(3000)])
+    w = b.masked_lm_weights.astype(bool)
+    got = b.input_ids[np.arange(len(w))[:, None], b.masked_lm_positions][w]
+    orig = b.masked_lm_ids[w]
+    kinds = np.array([(got == 103).sum(), ((got != 103) & (got != orig)).sum(), (got == orig).sum()])
     n = kinds.sum()
-    share = kinds / n
-    for p, observed in zip((0.8, 0.1, 0.1), share):
-        # random replacements can hit the original id (1 in 29,523): negligible against 4 sigma
-        assert abs(observed - p) < 4 * np.sqrt(p * (1 - p) / n), (share, n)
+    for p, observed in zip((0.8, 0.1, 0.1), kinds / n):
+        # a random replacement can hit the original id (1 in 29,523): negligible against 4 sigma
+        assert abs(observed - p) < 4 * np.sqrt(p * (1 - p) / n), (kinds / n, n)
+    assert np.all((got == 103) | (got >= 999))
 
 
 def test_random_replacements_avoid_special_tokens():
-    ids = VOCAB.random_ids(np.random.default_rng(0), 100000)
-    assert ids.min() >= 999 and ids.max() < 30522
+    u = np.random.default_rng(0).random(100000)
+    ids = VOCAB.ids_from_uniform(u)
+    assert ids.min() >= 999 and ids.max() < 30522 and len(np.unique(ids)) > 25000
     split = masking.VocabIds(103, 101, 102, ((5, 10), (20, 22)))
-    assert set(split.random_ids(np.random.default_rng(0), 1000).tolist()) == {5, 6, 7, 8, 9, 20, 21}
+    assert set(split.ids_from_uniform(u[:1000]).tolist()) == {5, 6, 7, 8, 9, 20, 21}
+
+
+def test_uniforms_are_uniform_and_independent_per_seed():
+    seeds = masking.instance_seeds(12345, [f"k{i}" for i in range(2000)])
+    u = masking.uniforms(seeds, 0, np.arange(64))
+    assert u.shape == (2000, 64) and 0 <= u.min() and u.max() < 1
+    assert abs(u.mean() - 0.5) < 0.005 and abs(np.corrcoef(u[:, 0], u[:, 1])[0, 1]) < 0.05
+    hist, _ = np.histogram(u, bins=10, range=(0, 1))
+    assert hist.min() > 0.97 * u.size / 10
 
 
 def test_vocab_ids_from_google_vocab(uncased_vocab):
@@ -60,30 +89,30 @@ def test_vocab_ids_from_google_vocab(uncased_vocab):
 
 
 def test_whole_word_masking_masks_whole_words_with_one_decision_each():
-    params = masking.MaskParams(whole_word_mask=True)
-    for seed in range(200):
-        pair = make_pair(seed=seed)
-        m = masking.mask_instance(pair, params, VOCAB, np.random.default_rng(seed))
-        chosen = set(m.positions.tolist())
+    pairs = [make_pair(seed=s) for s in range(200)]
+    b = masked(pairs, masking.MaskParams(whole_word_mask=True))
+    for i, pair in enumerate(pairs):
+        k = int(b.masked_lm_weights[i].sum())
+        chosen = set(b.masked_lm_positions[i][:k].tolist())
+        assert 1 <= k <= 20
         special = {0, pair.num_tokens_a + 1, len(pair.token_ids) - 1}
         continues = lambda q: not pair.word_starts[q] and q - 1 not in special   # '##' piece inside a word
         for p in chosen:   # the whole word is in: its start and every continuation
             if continues(p):
                 assert p - 1 in chosen
                 # one 80/10/10 decision per word: a word is all [MASK] or has no [MASK]
-                assert (m.input_ids[p] == 103) == (m.input_ids[p - 1] == 103)
+                assert (b.input_ids[i][p] == 103) == (b.input_ids[i][p - 1] == 103)
             if p + 1 < len(pair.token_ids) and continues(p + 1):
                 assert p + 1 in chosen
-        assert len(m.positions) <= 20
 
 
 def test_ngram_masking_masks_spans_of_whole_words():
-    params = masking.MaskParams(ngram_max=3, max_predictions_per_seq=20)
+    pairs = [make_pair(seed=s, continuation_every=1000) for s in range(100)]   # every piece is a word
+    b = masked(pairs, masking.MaskParams(ngram_max=3))
     spans = []
-    for seed in range(100):
-        pair = make_pair(seed=seed, continuation_every=1000)   # every piece is a word
-        m = masking.mask_instance(pair, params, VOCAB, np.random.default_rng(seed))
-        runs = np.split(m.positions, np.flatnonzero(np.diff(m.positions) != 1) + 1)
-        spans.extend(len(r) for r in runs)
-        assert np.array_equal(m.labels, pair.token_ids[m.positions])
+    for i, pair in enumerate(pairs):
+        k = int(b.masked_lm_weights[i].sum())
+        pos = b.masked_lm_positions[i][:k]
+        spans.extend(len(r) for r in np.split(pos, np.flatnonzero(np.diff(pos) != 1) + 1))
+        assert np.array_equal(b.masked_lm_ids[i][:k], pair.token_ids[pos])
     assert max(spans) >= 3 and np.mean(spans) > 1.3
