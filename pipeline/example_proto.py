@@ -25,22 +25,35 @@ _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)   
 
 def varint_sizes(values: np.ndarray) -> np.ndarray:
     """Bytes each int64 value takes as a protobuf varint (1..10; negative values take 10)."""
-    return np.searchsorted(_THRESHOLDS, np.asarray(values).astype(np.int64).view(np.uint64), side="right") + 1
+    v = np.asarray(values).astype(np.int64, copy=False)
+    if v.size and v.min() >= 0:   # the usual case: small non-negative ids, a few comparisons
+        sizes = np.ones(v.shape, np.int64)
+        for k in range(1, max(1, (int(v.max()).bit_length() + 6) // 7)):
+            sizes += v >= (1 << (7 * k))
+        return sizes
+    return np.searchsorted(_THRESHOLDS, v.view(np.uint64), side="right") + 1
 
 
-def encode_varints(values: np.ndarray) -> bytes:
-    """Protobuf varints of int64 values, vectorised (negative values as 10-byte two's complement)."""
-    v = np.asarray(values).astype(np.int64).view(np.uint64).ravel()
+def encode_varints(values: np.ndarray, sizes: np.ndarray | None = None) -> bytes:
+    """Protobuf varints of int64 values, vectorised (negative values as 10-byte two's complement).
+
+    `sizes` (from varint_sizes) may be passed when the caller has it already.
+    """
+    v = np.asarray(values).astype(np.int64, copy=False).ravel()
     if v.size == 0:
         return b""
-    nbytes = np.searchsorted(_THRESHOLDS, v, side="right") + 1
+    nbytes = varint_sizes(v) if sizes is None else sizes.ravel()
     width = int(nbytes.max())
     if width == 1:
         return v.astype(np.uint8).tobytes()
-    groups = ((v[:, None] >> _SHIFTS[None, :width]) & np.uint64(0x7F)).astype(np.uint8)  # (n, width)
-    column = np.arange(width)[None, :]
-    groups |= (column < (nbytes[:, None] - 1)).astype(np.uint8) << 7   # continuation bits
-    return groups[column < nbytes[:, None]].tobytes()
+    u = v.view(np.uint64)
+    groups = np.empty((v.size, width), np.uint8)                       # (n, width): 7 bits a byte
+    for k in range(width):
+        column = (u >> np.uint64(7 * k)) & np.uint64(0x7F)
+        if k < width - 1:
+            column |= (nbytes > k + 1).astype(np.uint64) << np.uint64(7)   # continuation bit
+        groups[:, k] = column
+    return groups[np.arange(width)[None, :] < nbytes[:, None]].tobytes()
 
 
 def _varint(n: int) -> bytes:

@@ -13,6 +13,7 @@ Per record, exactly as google's create_pretraining_data.py writes it (zero padde
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,38 +57,52 @@ def _header(field: int, length: int) -> bytes:
     return example_proto._varint((field << 3) | 2) + example_proto._varint(length)
 
 
+@functools.lru_cache(maxsize=4096)
+def _feature_prefix(name: str, kind: int, payload_length: int) -> bytes:
+    """Everything of one map entry that precedes its packed payload; depends only on the payload's length."""
+    listed = 1 + len(example_proto._varint(payload_length)) + payload_length           # Int64List / FloatList
+    feature = 1 + len(example_proto._varint(listed)) + listed                          # Feature
+    key = _header(1, len(name)) + name.encode()
+    entry = len(key) + 1 + len(example_proto._varint(feature)) + feature               # map entry
+    return (_header(1, entry) + key + _header(2, feature) + _header(kind, listed) + _header(1, payload_length))
+
+
 def encode_batch(batch: Batch) -> list[bytes]:
-    """Serialises every row of a batch as one `tf.train.Example`; varints encoded for the batch at once."""
+    """Serialises every row of a batch as one `tf.train.Example`, features in google's order.
+
+    The packed varints of a feature are encoded for the whole batch at once; per row only the few header bytes,
+    which depend on the payload lengths alone and are cached, are looked up and joined.
+    """
     n = len(batch)
-    columns = []  # per feature: list of per-row Feature payloads (bytes)
+    pieces = []   # per feature: per row [prefix, payload]
+    total = np.zeros(n, np.int64)
     for name in FEATURES:
-        values = getattr(batch, name)
-        values = values.reshape(n, -1)
+        values = getattr(batch, name).reshape(n, -1)
         if values.dtype.kind == "f":
             raw = values.astype("<f4")
-            inner = [raw[i].tobytes() for i in range(n)]
+            width = raw.shape[1] * 4
+            data = raw.tobytes()
+            bounds = np.arange(n + 1) * width
             kind = 2
         else:
-            flat = values.astype(np.int64)
+            flat = values.astype(np.int64, copy=False)
             if flat.size and flat.min() < 0:
                 raise ValueError(f"{name}: negative values cannot be written")
-            ends = np.cumsum(example_proto.varint_sizes(flat).sum(axis=1))
-            data = example_proto.encode_varints(flat.ravel())
-            starts = np.concatenate(([0], ends[:-1]))
-            inner = [data[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
+            sizes = example_proto.varint_sizes(flat)
+            bounds = np.concatenate(([0], np.cumsum(sizes.sum(axis=1))))
+            data = example_proto.encode_varints(flat, sizes)
             kind = 3
-        name_field = _header(1, len(name)) + name.encode()
-        row_entries = []
-        for payload in inner:
-            listed = _header(1, len(payload)) + payload if payload else b""
-            feature = _header(kind, len(listed)) + listed
-            value = _header(2, len(feature)) + feature
-            row_entries.append(_header(1, len(name_field) + len(value)) + name_field + value)
-        columns.append(row_entries)
+        lengths = np.diff(bounds).tolist()
+        prefixes = [_feature_prefix(name, kind, k) for k in lengths]
+        b = bounds.tolist()
+        pieces.append([(prefix, data[b[i]:b[i + 1]]) for i, prefix in enumerate(prefixes)])
+        total += np.fromiter((len(p) for p in prefixes), np.int64, n) + np.array(lengths)
     records = []
-    for i in range(n):
-        features = b"".join(column[i] for column in columns)
-        records.append(_header(1, len(features)) + features)
+    for i, size in enumerate(total.tolist()):
+        parts = [_header(1, size)]
+        for column in pieces:
+            parts.extend(column[i])
+        records.append(b"".join(parts))
     return records
 
 

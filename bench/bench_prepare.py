@@ -1,0 +1,105 @@
+"""bertprep prepare vs google's create_pretraining_data.py on the same text: CPU, wall, peak RSS.
+
+Input: ../shared/corpora/books/ in google's format (one sentence per line by bertprep's splitter, a blank line
+between books), uncased vocab, max_seq_length 128, max_predictions_per_seq 20, dupe_factor 5.
+Also: the CPU of bare HF tokenization of the same lines (the floor), and bertprep on the input repeated 8x
+(with new document ids) to show memory does not grow with the input.
+
+    .venv/bin/python bench/bench_prepare.py [--skip-google] [--scale 8]
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import REPO, SHARED, measure, table  # noqa: E402
+
+VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
+PY = sys.executable
+BERTPREP = str(Path(PY).parent / "bertprep")
+
+
+def google_format(out: Path, copies: int = 1) -> Path:
+    """The shared books as one sentence per line, a blank line between books (copies with new text ids)."""
+    from corpora import books
+    from pipeline import sentences
+    from pipeline.documents import Document
+
+    blocks = []
+    for path in books.plan_reads([str(SHARED / "books")]):
+        paragraphs = [p for d in books.read_books(path, max_document_bytes=1 << 40) if isinstance(d, Document)
+                      for p in d.paragraphs]
+        blocks.append("\n".join(s for p in paragraphs for s in sentences.split_paragraph(p)))
+    files = []
+    out.mkdir(parents=True, exist_ok=True)
+    for c in range(copies):
+        path = out / f"books-{c}.txt"
+        path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+        files.append(path)
+    return out
+
+
+def hf_tokenize_cpu(directory: Path) -> tuple[float, int]:
+    code = f"""
+import time, glob, resource
+from pipeline import tokenization
+vocab = tokenization.read_vocab({str(VOCAB)!r})
+tok = tokenization.build_tokenizer(vocab, True)
+lines = [l for f in sorted(glob.glob({str(directory / '*.txt')!r})) for l in open(f, encoding='utf-8').read().split('\\n') if l.strip()]
+t = resource.getrusage(resource.RUSAGE_SELF)
+n = sum(len(x) for x in tokenization.tokenize_sentences(tok, lines))
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(u.ru_utime + u.ru_stime - t.ru_utime - t.ru_stime, n)
+"""
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout.split()
+    return float(out[0]), int(out[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip-google", action="store_true")
+    ap.add_argument("--scale", type=int, default=8, help="copies of the input for the memory-growth run (0: skip)")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        one = google_format(tmp / "x1")
+        mb = sum(f.stat().st_size for f in one.glob("*.txt")) / 1e6
+        hf_cpu, tokens = hf_tokenize_cpu(one)
+        rows.append([f"HF tokenizers, bare encode_batch (floor)", f"{mb:.1f}", hf_cpu, "", "", ""])
+        common = ["--vocab", str(VOCAB), "--max-seq-length", "128", "--max-predictions-per-seq", "20",
+                  "--dupe-factor", "5", "--masked-lm-prob", "0.15", "--seed", "12345"]
+        runs = {}
+        for preset in ("local-1", "local"):
+            m = measure([BERTPREP, "prepare", "text", "--input", str(one / "*.txt"), *common, "--num-shards", "4",
+                         "--output", str(tmp / f"out-{preset}"), "--preset", preset])
+            runs[preset] = m
+            rows.append([f"bertprep prepare --preset {preset}", f"{mb:.1f}", m.cpu, m.wall, m.peak_rss_mb, ""])
+        if not args.skip_google:
+            g = measure([PY, "-m", "bert.create_pretraining_data", f"--input_file={one / 'books-0.txt'}",
+                         f"--output_file={tmp / 'google.tfrecord'}", f"--vocab_file={VOCAB}", "--do_lower_case=True",
+                         "--max_seq_length=128", "--max_predictions_per_seq=20", "--masked_lm_prob=0.15",
+                         "--random_seed=12345", "--dupe_factor=5"], env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+            rows.append(["google create_pretraining_data.py", f"{mb:.1f}", g.cpu, g.wall, g.peak_rss_mb, ""])
+            for preset, m in runs.items():
+                rows[-1 - (2 - list(runs).index(preset))][5] = f"{g.cpu / m.cpu:.1f}x less CPU"
+        if args.scale:
+            big = google_format(tmp / f"x{args.scale}", copies=args.scale)
+            m = measure([BERTPREP, "prepare", "text", "--input", str(big / "*.txt"), *common, "--num-shards", "4",
+                         "--output", str(tmp / "out-big"), "--preset", "local-1"])
+            base = runs["local-1"].peak_rss_mb
+            rows.append([f"bertprep prepare --preset local-1, input x{args.scale}", f"{mb * args.scale:.1f}",
+                         m.cpu, m.wall, m.peak_rss_mb, f"RSS {100 * (m.peak_rss_mb / base - 1):+.0f}% vs x1"])
+    print(f"input: ../shared/corpora/books in google's format, {tokens:,} WordPieces; L=128 P=20 dupe=5\n")
+    print(table(["job", "MB", "CPU s", "wall s", "peak RSS MB", "note"], rows))
+    local1 = runs["local-1"].cpu
+    print(f"\nbertprep (local-1) CPU / bare HF tokenization CPU = {local1 / hf_cpu:.2f} (floor to aim at: <= 1.5)")
+
+
+if __name__ == "__main__":
+    main()
