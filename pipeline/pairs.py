@@ -19,6 +19,7 @@ job cannot hold; a bucket of thousands of documents is statistically the same fo
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 from dataclasses import dataclass
 from typing import Sequence
@@ -78,76 +79,114 @@ def bucket_of(doc_id: str, seed: int, num_buckets: int) -> int:
     return stable_hash("bucket", seed, doc_id) % max(1, num_buckets)
 
 
+def truncation_counts(la: int, lb: int, max_num_tokens: int) -> tuple[int, int]:
+    """How many tokens google's truncate_seq_pair removes from A and from B.
+
+    It removes one token at a time from the longer side (from B on a tie) until the pair fits: first the
+    difference, then alternately B, A, B, ... - so the counts have a closed form.
+    """
+    excess = la + lb - max_num_tokens
+    if excess <= 0:
+        return 0, 0
+    first = min(excess, abs(la - lb))
+    rest = excess - first
+    cut_a = (first if la > lb else 0) + rest // 2
+    return cut_a, excess - cut_a
+
+
 def truncate_seq_pair(tokens_a: np.ndarray, tokens_b: np.ndarray, max_num_tokens: int,
                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """google's truncate_seq_pair: trim the longer side one token at a time, front or back at random.
 
-    Which side loses each token depends on lengths only, so the counts are computed directly; the front/back
-    choice of each removal is a fair coin, so the number taken from the front is binomial.
+    Which side loses each token depends on lengths only (`truncation_counts`); each removal is from the front
+    or the back by a fair coin, so the number taken from the front is binomial.
     """
-    la, lb = len(tokens_a), len(tokens_b)
-    cut_a = cut_b = 0
-    while la + lb > max_num_tokens:      # at most a few hundred iterations of integer arithmetic
-        if la > lb:
-            la, cut_a = la - 1, cut_a + 1
-        else:
-            lb, cut_b = lb - 1, cut_b + 1
+    cut_a, cut_b = truncation_counts(len(tokens_a), len(tokens_b), max_num_tokens)
     front_a = int(rng.binomial(cut_a, 0.5)) if cut_a else 0
     front_b = int(rng.binomial(cut_b, 0.5)) if cut_b else 0
     return (tokens_a[front_a:len(tokens_a) - (cut_a - front_a)],
             tokens_b[front_b:len(tokens_b) - (cut_b - front_b)])
 
 
+class _Uniforms:
+    """Uniform [0, 1) draws from a seeded generator, fetched 256 at a time (scalar numpy calls cost ~1 us)."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng, self.buffer, self.i = rng, [], 0
+
+    def next(self) -> float:
+        if self.i == len(self.buffer):
+            self.buffer, self.i = self.rng.random(256).tolist(), 0
+        self.i += 1
+        return self.buffer[self.i - 1]
+
+    def randint(self, low: int, high: int) -> int:
+        """Uniform integer in [low, high], both included (Python's random.randint)."""
+        return low + int(self.next() * (high - low + 1))
+
+
 def create_instances_from_document(
         pool: Sequence[TokenizedDocument], document_index: int, dupe: int, params: PairParams,
-        word_starts: np.ndarray, rng: np.random.Generator) -> list[PairInstance]:
-    """All NSP instances of one pass (`dupe`) over pool[document_index]; random segments come from `pool`."""
-    document = pool[document_index]
+        word_starts: np.ndarray, rng: np.random.Generator,
+        ends: Sequence[list[int]] | None = None) -> list[PairInstance]:
+    """All NSP instances of one pass (`dupe`) over pool[document_index]; random segments come from `pool`.
+
+    `ends` (each document's sentence ends as a list) may be passed when pairing many documents of one pool.
+    """
+    if ends is None:
+        ends = [d.ends.tolist() for d in pool]
+    document, doc_ends = pool[document_index], ends[document_index]
+    num_sentences = len(doc_ends)
+    u = _Uniforms(rng)
     max_num_tokens = params.max_seq_length - 3
     target_seq_length = max_num_tokens
-    if rng.random() < params.short_seq_prob:
-        target_seq_length = int(rng.integers(2, max_num_tokens + 1))
+    if u.next() < params.short_seq_prob:
+        target_seq_length = u.randint(2, max_num_tokens)
 
     instances = []
-    chunk_start, current_length, i = 0, 0, 0     # the chunk is sentences chunk_start..i
-    while i < document.num_sentences:
-        current_length += document.sentence_length(i)
-        if i == document.num_sentences - 1 or current_length >= target_seq_length:
-            chunk_len = i + 1 - chunk_start
-            a_end = int(rng.integers(1, chunk_len)) if chunk_len >= 2 else 1
-            tokens_a = document.span(chunk_start, chunk_start + a_end)
-            if chunk_len == 1 or rng.random() < 0.5:
-                is_random_next = True
-                target_b_length = target_seq_length - len(tokens_a)
-                for _ in range(10):  # google tries 10 times to find another document
-                    random_index = int(rng.integers(0, len(pool)))
-                    if random_index != document_index:
-                        break
-                other = pool[random_index]
-                random_start = int(rng.integers(0, other.num_sentences))
-                j = random_start
-                b_length = 0
-                while j < other.num_sentences:
-                    b_length += other.sentence_length(j)
-                    j += 1
-                    if b_length >= target_b_length:
-                        break
-                tokens_b = other.span(random_start, j)
-                i -= chunk_len - a_end     # put the unused segments back
-            else:
-                is_random_next = False
-                tokens_b = document.span(chunk_start + a_end, i + 1)
-            tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-            if len(tokens_a) >= 1 and len(tokens_b) >= 1:   # google asserts this; a 1-document pool can break it
-                token_ids = np.concatenate(([params.cls_id], tokens_a, [params.sep_id], tokens_b,
-                                            [params.sep_id])).astype(np.int32)
-                starts = word_starts[token_ids]
-                starts[[0, len(tokens_a) + 1, len(token_ids) - 1]] = True
-                instances.append(PairInstance(
-                    key=f"{document.id}|{dupe}|{len(instances)}", token_ids=token_ids,
-                    num_tokens_a=len(tokens_a), is_random_next=is_random_next, word_starts=starts))
-            chunk_start, current_length = i + 1, 0
-        i += 1
+    cls, sep = np.array([params.cls_id], np.int32), np.array([params.sep_id], np.int32)
+    chunk_start = 0                 # the chunk is sentences chunk_start..i
+    while chunk_start < num_sentences:
+        # the first sentence at which the chunk reaches the target, or the document's last one
+        start_token = doc_ends[chunk_start - 1] if chunk_start else 0
+        i = min(bisect.bisect_left(doc_ends, start_token + target_seq_length, lo=chunk_start), num_sentences - 1)
+        chunk_len = i + 1 - chunk_start
+        a_end = u.randint(1, chunk_len - 1) if chunk_len >= 2 else 1
+        a_stop = doc_ends[chunk_start + a_end - 1]
+        tokens_a = document.tokens[start_token:a_stop]
+        if chunk_len == 1 or u.next() < 0.5:
+            is_random_next = True
+            target_b_length = target_seq_length - len(tokens_a)
+            for _ in range(10):  # google tries 10 times to find another document
+                random_index = u.randint(0, len(pool) - 1)
+                if random_index != document_index:
+                    break
+            other_ends = ends[random_index]
+            random_start = u.randint(0, len(other_ends) - 1)
+            b_start = other_ends[random_start - 1] if random_start else 0
+            # sentences from random_start until B reaches its target, or the document ends
+            j = min(bisect.bisect_left(other_ends, b_start + target_b_length, lo=random_start),
+                    len(other_ends) - 1)
+            tokens_b = pool[random_index].tokens[b_start:other_ends[j]]
+            next_start = chunk_start + a_end          # put the unused segments back
+        else:
+            is_random_next = False
+            tokens_b = document.tokens[a_stop:doc_ends[i]]
+            next_start = i + 1
+        cut_a, cut_b = truncation_counts(len(tokens_a), len(tokens_b), max_num_tokens)
+        if cut_a or cut_b:
+            front_a = int(rng.binomial(cut_a, 0.5)) if cut_a else 0
+            front_b = int(rng.binomial(cut_b, 0.5)) if cut_b else 0
+            tokens_a = tokens_a[front_a:len(tokens_a) - (cut_a - front_a)]
+            tokens_b = tokens_b[front_b:len(tokens_b) - (cut_b - front_b)]
+        if len(tokens_a) >= 1 and len(tokens_b) >= 1:   # google asserts this; a 1-document pool can break it
+            token_ids = np.concatenate((cls, tokens_a, sep, tokens_b, sep))
+            starts = word_starts[token_ids]
+            starts[0] = starts[len(tokens_a) + 1] = starts[-1] = True
+            instances.append(PairInstance(
+                key=f"{document.id}|{dupe}|{len(instances)}", token_ids=token_ids,
+                num_tokens_a=len(tokens_a), is_random_next=is_random_next, word_starts=starts))
+        chunk_start = next_start
     return instances
 
 
@@ -155,9 +194,10 @@ def pairs_for_pool(pool: Sequence[TokenizedDocument], params: PairParams, word_s
                    seed: int) -> list[PairInstance]:
     """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order."""
     pool = sorted(pool, key=lambda d: d.id)
+    ends = [d.ends.tolist() for d in pool]
     out = []
     for index, doc in enumerate(pool):
         for dupe in range(params.dupe_factor):
             out.extend(create_instances_from_document(
-                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe)))
+                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), ends))
     return out

@@ -96,3 +96,19 @@ def test_rng_and_buckets_are_stable_across_processes():
     buckets = [pairs.bucket_of(f"doc{i}", 12345, 10) for i in range(10000)]
     counts = np.bincount(buckets, minlength=10)
     assert counts.min() > 900 and counts.max() < 1100
+
+
+def test_truncation_counts_equal_googles_loop():
+    def google(la, lb, max_num_tokens):   # the trimming order of google's truncate_seq_pair
+        ca = cb = 0
+        while la + lb > max_num_tokens:
+            if la > lb:
+                la, ca = la - 1, ca + 1
+            else:
+                lb, cb = lb - 1, cb + 1
+        return ca, cb
+
+    for la in range(0, 40):
+        for lb in range(0, 40):
+            for m in (1, 5, 20, 37, 80):
+                assert pairs.truncation_counts(la, lb, m) == google(la, lb, m), (la, lb, m)
