@@ -42,50 +42,68 @@ def inspect_documents(directory: str, m: dict, examples: int) -> None:
           f"  (manifest: {m['counts'].get('documents')})")
 
 
-def inspect_records(directory: str, m: dict, examples: int, vocab: list[str] | None) -> None:
-    is_shards = m["format"] == manifest.SHARDS
-    lengths, masked, random_next = [], [], []
+def shard_statistics(paths: list[str], shape: schema.Shape, mask_id: int, examples: int = 0) -> dict:
+    """Measured statistics of masked-LM shards (ours or google's): every record is read and CRC-checked."""
+    lengths, masked, random_next, shown = [], [], [], []
     kinds = np.zeros(3, np.int64)   # masked positions: [MASK], random, kept
-    mask_id = m["vocab"]["ids"]["mask_id"]
-    shape = schema.Shape(m.get("max_seq_length", 0), m.get("max_predictions_per_seq", 0))
-    shown = []
-    for path in manifest.data_files(directory, m):
+    for path in paths:
         for record in tfrecord.read_file(path):
-            if is_shards:
-                r = schema.decode(record, shape)
-                n, k = int(r["input_mask"].sum()), int(r["masked_lm_weights"].sum())
-                pos, ids = r["masked_lm_positions"][:k], r["masked_lm_ids"][:k]
-                got = r["input_ids"][pos]
-                kinds += [(got == mask_id).sum(), ((got != mask_id) & (got != ids)).sum(), (got == ids).sum()]
-                lengths.append(n)
-                masked.append(k)
-                random_next.append(int(r["next_sentence_labels"][0]))
-                if len(shown) < examples:
-                    shown.append((r["input_ids"][:n], pos, ids, int(r["next_sentence_labels"][0])))
-            else:
+            r = schema.decode(record, shape)
+            n, k = int(r["input_mask"].sum()), int(r["masked_lm_weights"].sum())
+            pos, ids = r["masked_lm_positions"][:k], r["masked_lm_ids"][:k]
+            got = r["input_ids"][pos]
+            kinds += [(got == mask_id).sum(), ((got != mask_id) & (got != ids)).sum(), (got == ids).sum()]
+            lengths.append(n)
+            masked.append(k)
+            random_next.append(int(r["next_sentence_labels"][0]))
+            if len(shown) < examples:
+                shown.append((r["input_ids"][:n], pos, ids, int(r["next_sentence_labels"][0])))
+    lengths = np.array(lengths)
+    return {"instances": len(lengths), "lengths": lengths,
+            "mean_length": float(lengths.mean()) if len(lengths) else 0.0,
+            "random_next_fraction": float(np.mean(random_next)) if random_next else 0.0,
+            "mean_masked": float(np.mean(masked)) if masked else 0.0,
+            "masked_kinds": kinds / max(1, kinds.sum()), "examples": shown}
+
+
+def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
+    total = stats["instances"]
+    print(f"\n  instances {total:,}  (manifest: {m['counts'].get('instances')})"
+          + ("" if total == m["counts"].get("instances") else "  <-- DIFFERS"))
+    if not total:
+        return
+    lengths = stats["lengths"]
+    print(f"  documents {m['counts'].get('documents')}   random next {stats['random_next_fraction']:.3f}   "
+          f"mean length {stats['mean_length']:.1f}   tokens {lengths.sum():,}")
+    if "mean_masked" in stats:
+        share = stats["masked_kinds"]
+        print(f"  masked per instance {stats['mean_masked']:.2f}   of masked: [MASK] {share[0]:.3f}  "
+              f"random {share[1]:.3f}  kept {share[2]:.3f}")
+    print("  real length histogram:\n" + _histogram(lengths, int(m.get("max_seq_length", lengths.max()))))
+    for ids, pos, labels, is_random in stats["examples"]:
+        print(f"\n  next_sentence_label={is_random}: {_decode(vocab, ids)}")
+        if len(pos):
+            print("    masked: " + ", ".join(f"{p}={_decode(vocab, [l])}" for p, l in zip(pos, labels)))
+
+
+def inspect_records(directory: str, m: dict, examples: int, vocab: list[str] | None) -> None:
+    paths = manifest.data_files(directory, m)
+    if m["format"] == manifest.SHARDS:
+        shape = schema.Shape(m["max_seq_length"], m["max_predictions_per_seq"])
+        stats = shard_statistics(paths, shape, m["vocab"]["ids"]["mask_id"], examples)
+    else:
+        lengths, random_next, shown = [], [], []
+        for path in paths:
+            for record in tfrecord.read_file(path):
                 pair = pair_records.decode(record)
                 lengths.append(len(pair.token_ids))
                 random_next.append(int(pair.is_random_next))
                 if len(shown) < examples:
                     shown.append((pair.token_ids, [], [], int(pair.is_random_next)))
-    lengths = np.array(lengths)
-    total = len(lengths)
-    print(f"\n  instances {total:,}  (manifest: {m['counts'].get('instances')})"
-          + ("" if total == m["counts"].get("instances") else "  <-- DIFFERS"))
-    if not total:
-        return
-    print(f"  documents {m['counts'].get('documents')}   random next {np.mean(random_next):.3f}   "
-          f"mean length {lengths.mean():.1f}   tokens {lengths.sum():,}")
-    if is_shards:
-        masked = np.array(masked)
-        share = kinds / max(1, kinds.sum())
-        print(f"  masked per instance {masked.mean():.2f}   of masked: [MASK] {share[0]:.3f}  random {share[1]:.3f}"
-              f"  kept {share[2]:.3f}")
-    print("  real length histogram:\n" + _histogram(lengths, int(m.get("max_seq_length", lengths.max()))))
-    for ids, pos, labels, is_random in shown:
-        print(f"\n  next_sentence_label={is_random}: {_decode(vocab, ids)}")
-        if len(pos):
-            print(f"    masked: " + ", ".join(f"{p}={_decode(vocab, [l])}" for p, l in zip(pos, labels)))
+        stats = {"instances": len(lengths), "lengths": np.array(lengths),
+                 "mean_length": float(np.mean(lengths)) if lengths else 0.0,
+                 "random_next_fraction": float(np.mean(random_next)) if random_next else 0.0, "examples": shown}
+    _print_stats(m, stats, vocab)
 
 
 def main(args) -> int:

@@ -1,0 +1,646 @@
+"""Wikipedia: MediaWiki XML export dumps -> `Document`s of prose paragraphs, as the BERT paper used them.
+
+Pipeline order, each step a free function the Beam wrapper calls:
+
+    plan_reads(paths)        -> [ReadRange]                 one work item per range of bz2 streams
+    read_pages(read)         -> Count("pages"), Page, ...   streams one range, never a whole dump in memory
+    page_to_document(page)   -> Count(reason) | Count("articles"), Document
+    clean_wikitext(text)     -> [paragraph]                 pure; the whole of the text cleaning
+
+Counters reconcile: pages == articles + redirects + non_article_namespace + disambiguation + parse_error
++ empty_after_cleaning; a damaged dump raises `BadDumpError`, or counts "bad_file" with skip_bad_files.
+
+Parallelism inside one dump: a Wikimedia `*-multistream.xml.bz2` is a chain of independent bz2 streams (the
+header, then 100 pages per stream, then the closing tag) and its `*-multistream-index.txt.bz2` lists
+`offset:page_id:title`, offset being the byte where the stream holding that page starts. `plan_reads` cuts the
+file at every `streams_per_read`-th stream, so each range decompresses on its own. Without an index a file is
+one range. `make_multistream` builds such a dump from any export, for tests and benchmarks.
+"""
+from __future__ import annotations
+
+import bz2
+import logging
+import os
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+from xml.sax.saxutils import escape, unescape
+
+import mwparserfromhell
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text, Wikilink
+
+from pipeline.documents import Count, Document
+
+SOURCE = "wikipedia"
+
+# Reading sizes: compressed bytes per read(), the cap on decompressed bytes per decompress() call (bz2 can
+# expand a block many times over, so this cap, not the read size, bounds memory) and bytes per parser feed.
+_READ_BYTES = 1 << 20
+_MAX_DECOMPRESSED = 4 << 20
+_XML_FEED_BYTES = 64 << 10
+
+
+class BadDumpError(ValueError):
+    """A dump file is damaged (corrupt or truncated bz2, malformed or truncated XML, a bad index offset)."""
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    """One Beam work item: a byte range of one dump file, made of whole bz2 streams."""
+    path: str
+    start: int = 0          # byte offset in the (compressed) file
+    end: int | None = None  # exclusive; None = to the end
+
+
+@dataclass(frozen=True)
+class Page:
+    page_id: int
+    namespace: int
+    title: str
+    text: str               # wikitext of the last revision in the page ("" when the export omits it)
+    redirect: bool
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Planning: split dumps into ranges of bz2 streams.
+
+def index_beside(path: str) -> str | None:
+    """`X.xml.bz2` -> `X-index.txt.bz2` when that file exists (Wikimedia's multistream naming), else None."""
+    if not path.endswith(".xml.bz2"):
+        return None
+    candidate = path[: -len(".xml.bz2")] + "-index.txt.bz2"
+    return candidate if FileSystems.exists(candidate) else None
+
+
+_INDEX_OFFSET = re.compile(rb"^(\d+):", re.M)
+
+
+def read_index_offsets(index_path: str) -> list[int]:
+    """The sorted distinct stream offsets of a multistream index (`offset:page_id:title` lines, bz2 or plain)."""
+    offsets: set[int] = set()
+    tail = b""
+    with FileSystems.open(index_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        blocks = _decompressed_blocks(f, index_path, 0, None) if index_path.endswith(".bz2") else \
+            _raw_blocks(f, index_path, 0, None)
+        for data, _ in blocks:
+            data = tail + data
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            # A real index has ~24M lines but only 1/100th as many distinct offsets: a C-level findall per
+            # block keeps planning to seconds.
+            offsets.update(_INDEX_OFFSET.findall(data, 0, cut))
+    if tail.strip():
+        offsets.update(_INDEX_OFFSET.findall(tail + b"\n"))
+    return sorted(int(o) for o in offsets)
+
+
+def plan_reads(paths: list[str], index_path: str | None = None, streams_per_read: int = 10) -> list[ReadRange]:
+    """One `ReadRange` per `streams_per_read` bz2 streams of each multistream dump; one per file otherwise.
+
+    `paths` are expanded file paths. The index is `index_path` (only with a single path) or found beside each
+    dump. The first range starts at byte 0 so that it carries the header stream, and the last runs to the end
+    of the file so that it carries the closing `</mediawiki>` stream.
+    """
+    if index_path is not None:
+        paths = [path for path in paths if path != index_path]
+        if len(paths) != 1:
+            raise ValueError(f"an explicit index fits one dump, got {len(paths)} paths")
+    if streams_per_read < 1:
+        raise ValueError(f"streams_per_read must be >= 1, got {streams_per_read}")
+    index_of = {path: index_path or index_beside(path) for path in paths}
+    reads = []
+    for path in paths:
+        if path in index_of.values():  # a glob such as *multistream*.bz2 matches the index too
+            continue
+        index = index_of[path]
+        if index is None:
+            reads.append(ReadRange(path))
+            continue
+        if not path.endswith(".bz2"):
+            raise ValueError(f"{path}: a multistream index needs a .bz2 dump")
+        cuts = read_index_offsets(index)[streams_per_read::streams_per_read]
+        reads.extend(ReadRange(path, start, end) for start, end in zip([0] + cuts, cuts + [None]))
+    return reads
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading: bytes -> decompressed blocks -> <page> elements -> Page.
+
+def _raw_blocks(f, path: str, start: int, end: int | None) -> Iterator[tuple[bytes, int]]:
+    """(bytes, offset of those bytes in the file) for the range [start, end) of an open file."""
+    if start:
+        f.seek(start)
+    pos = start
+    while end is None or pos < end:
+        data = f.read(_READ_BYTES if end is None else min(_READ_BYTES, end - pos))
+        if not data:
+            break
+        yield data, pos
+        pos += len(data)
+
+
+def _decompressed_blocks(f, path: str, start: int, end: int | None) -> Iterator[tuple[bytes, int]]:
+    """(decompressed bytes, offset of the bz2 stream they came from) for a range of whole bz2 streams.
+
+    Decompressing by hand rather than through a bz2 file object is what gives stream offsets for error
+    messages and lets a range end exactly at a stream boundary; a range that ends inside a stream is truncated.
+    """
+    decomp, stream_start = None, start
+    for data, offset in _raw_blocks(f, path, start, end):
+        fed_end = offset + len(data)
+        while data or (decomp is not None and not decomp.needs_input):
+            if decomp is None:
+                decomp, stream_start = bz2.BZ2Decompressor(), fed_end - len(data)
+            try:
+                out = decomp.decompress(data, _MAX_DECOMPRESSED)
+            except (OSError, EOFError) as e:
+                raise BadDumpError(f"{path}: corrupt bz2 data in the stream starting at byte {stream_start} "
+                                   f"(reading bytes {offset}..{fed_end}): {e}") from None
+            data = b""
+            if out:
+                yield out, stream_start
+            if decomp.eof:
+                data, decomp = decomp.unused_data, None  # the next stream may start in the same read
+    if decomp is not None:
+        where = "the end of the file" if end is None else f"the range end at byte {end}"
+        raise BadDumpError(f"{path}: bz2 stream starting at byte {stream_start} is truncated at {where}")
+
+
+def _local(tag: str) -> str:
+    return tag.rpartition("}")[2]  # exports put every element in the export-0.N XML namespace
+
+
+def read_pages(read: ReadRange, skip_bad_files: bool = False) -> Iterator[Page | Count]:
+    """Streams the <page>s of one range: Count("pages") then the Page, for every page of any namespace.
+
+    A damaged range raises `BadDumpError` naming the file and byte offset; with `skip_bad_files` it yields
+    Count("bad_file") instead and stops that range (pages before the damage have been yielded already).
+    """
+    try:
+        yield from _read_pages(read)
+    except BadDumpError as e:
+        if not skip_bad_files:
+            raise
+        logging.warning("skipping the rest of a damaged dump range: %s", e)
+        yield Count("bad_file")
+
+
+def _read_pages(read: ReadRange) -> Iterator[Page | Count]:
+    path = read.path
+    # Ranges after the first lack the <mediawiki> start tag and ranges before the last lack its end tag: a
+    # synthetic wrapper makes each one a well-formed document on its own.
+    parser = ET.XMLPullParser(events=("start", "end"))
+    if read.start > 0:
+        parser.feed(b"<mediawiki>")
+    depth, root, text, where = 0, None, "", read.start
+    namespaces: dict[str, int] = {}  # from <siteinfo>, only for exports that predate <ns>
+    for event, elem, where in _xml_events(parser, read):
+        if event == "start":
+            depth += 1
+            root = elem if root is None else root
+            continue
+        depth -= 1
+        name = _local(elem.tag)
+        if name == "revision":
+            # Full-history dumps hold many revisions per page: keep the last text, free the rest.
+            for child in elem:
+                if _local(child.tag) == "text":
+                    text = child.text or ""
+            elem.clear()
+        elif name == "page":
+            page = _page_from_element(elem, text, namespaces, path, where)
+            text = ""
+            root.clear()  # drops the finished page from the tree: memory stays one page deep
+            yield Count("pages")
+            yield page
+        elif name == "siteinfo":
+            namespaces = {(ns.text or "").strip().lower(): int(ns.get("key", 0))
+                          for section in elem if _local(section.tag) == "namespaces"
+                          for ns in section if (ns.text or "").strip()}
+            root.clear()
+    if depth != 0 and not (depth == 1 and read.end is not None):
+        raise BadDumpError(f"{path}: XML is truncated: {depth} element(s) still open at the end of the range "
+                           f"starting at byte {read.start} (last data from the stream at byte {where})")
+    try:
+        if depth == 1:  # a range before the last: close the <mediawiki> its data leaves open
+            parser.feed(b"</mediawiki>")
+        parser.close()
+        list(parser.read_events())
+    except ET.ParseError as e:
+        raise BadDumpError(f"{path}: malformed XML at the end of the range starting at byte {read.start}: {e}") \
+            from None
+
+
+def _xml_events(parser: ET.XMLPullParser, read: ReadRange) -> Iterator[tuple[str, ET.Element, int]]:
+    """(event, element, offset of the stream the data came from) for the data of one range."""
+    path, got_data = read.path, False
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        blocks = (_decompressed_blocks if path.endswith(".bz2") else _raw_blocks)(f, path, read.start, read.end)
+        for data, where in blocks:
+            got_data = True
+            # Fed in small slices: the parser builds every element of a slice before any can be cleared.
+            for i in range(0, len(data), _XML_FEED_BYTES):
+                try:  # the pull parser reports a syntax error from read_events(), not from feed()
+                    parser.feed(data[i:i + _XML_FEED_BYTES])
+                    events = list(parser.read_events())
+                except ET.ParseError as e:
+                    raise BadDumpError(f"{path}: malformed XML at line {e.position[0]}, column {e.position[1]} "
+                                       f"of the range starting at byte {read.start} (data from the stream at "
+                                       f"byte {where}): {e}") from None
+                for event, elem in events:
+                    yield event, elem, where
+    if read.start > 0 and not got_data:
+        raise BadDumpError(f"{path}: no data at byte {read.start} (an index offset beyond the end of the file?)")
+
+
+def _page_from_element(elem, text: str, namespaces: dict[str, int], path: str, where: int) -> Page:
+    fields, redirect = {}, False
+    for child in elem:
+        name = _local(child.tag)
+        if name in ("title", "ns", "id") and name not in fields:
+            fields[name] = (child.text or "").strip()
+        elif name == "redirect":
+            redirect = True
+    title = fields.get("title", "")
+    try:
+        page_id = int(fields["id"])
+        if "ns" in fields:
+            namespace = int(fields["ns"])
+        else:  # exports before schema 0.6 have no <ns>: the title prefix says it
+            prefix, colon, _ = title.partition(":")
+            namespace = namespaces.get(prefix.strip().lower(), 0) if colon else 0
+    except (KeyError, ValueError):
+        raise BadDumpError(f"{path}: <page> {title!r} lacks a numeric <id> or <ns> "
+                           f"(data from byte {where})") from None
+    elem.clear()
+    return Page(page_id=page_id, namespace=namespace, title=title, text=text, redirect=redirect)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pages -> documents.
+
+_REDIRECT_TEXT = re.compile(r"\s*#redirect\b", re.I)  # old exports mark redirects only in the text
+_TEMPLATE_NAME = re.compile(r"\{\{\s*(?:template\s*:\s*)?([^{}|<>\n]+?)\s*(?:\||\}\})", re.I)
+
+# Template:Disambiguation, its redirects and its specialised variants. Hatnotes that merely point to a
+# disambiguation page ({{about}}, {{redirect}}, {{other uses}}) and {{disambiguation needed}} are not here.
+DISAMBIGUATION_TEMPLATES = frozenset({
+    "disambiguation", "disambig", "disamb", "dab", "dbig", "dis", "disambiguation page", "disambig-cleanup",
+    "disambiguation cleanup", "dab cleanup", "hndis", "hndis-cleanup", "human name disambiguation",
+    "human name disambiguation cleanup", "geodis", "place name disambiguation", "numberdis",
+    "number disambiguation", "letter-numbercombdisambig", "letter-number combination disambiguation",
+    "mil-unit-dis", "military unit disambiguation", "hospitaldis", "hospital disambiguation", "schooldis",
+    "school disambiguation", "roaddis", "road disambiguation", "species latin name disambiguation",
+    "genus disambiguation", "taxonomy disambiguation", "call sign disambiguation",
+    "chinese title disambiguation", "church disambiguation", "caselaw disambiguation",
+})
+
+
+def is_disambiguation(title: str, text: str) -> bool:
+    """True for a disambiguation page: a title ending "(disambiguation)", a disambiguation template or
+    the __DISAMBIG__ switch."""
+    if title.rstrip().lower().endswith("(disambiguation)") or "__DISAMBIG__" in text:
+        return True
+    return any(" ".join(m.group(1).replace("_", " ").lower().split()) in DISAMBIGUATION_TEMPLATES
+               for m in _TEMPLATE_NAME.finditer(text))
+
+
+def page_to_document(page: Page, skip_disambiguation: bool = True) -> Iterator[Document | Count]:
+    """For each page exactly one of: Count("articles") and its Document, or Count(<why it was dropped>)."""
+    if page.namespace != 0:
+        yield Count("non_article_namespace")
+        return
+    if page.redirect or _REDIRECT_TEXT.match(page.text):
+        yield Count("redirects")
+        return
+    if skip_disambiguation and is_disambiguation(page.title, page.text):
+        yield Count("disambiguation")
+        return
+    try:
+        paragraphs = clean_wikitext(page.text)
+    except Exception:  # noqa: BLE001 - one unparsable page must cost that page only, never the rest of the file
+        logging.warning("wikitext of page %d (%r) could not be cleaned", page.page_id, page.title, exc_info=True)
+        yield Count("parse_error")
+        return
+    if not paragraphs:
+        yield Count("empty_after_cleaning")
+        return
+    yield Count("articles")
+    yield Document(id=f"{SOURCE}:{page.page_id}", source=SOURCE, title=page.title, paragraphs=paragraphs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cleaning: wikitext -> paragraphs of prose.
+#
+# Two passes. First, regexes and a brace matcher cut what can never hold prose (comments, <ref>s and other
+# extension tags, templates): they are most of an article's bytes, and cutting them before mwparserfromhell
+# runs spares it the markup it parses slowest and worst (the whole cleaning runs ~2.5x faster than a bare
+# parse().strip_code(); bench/bench_wikipedia.py). Second, mwparserfromhell parses the rest and one walk over
+# its tree keeps the text (see clean_wikitext).
+
+# Extension tags whose content is never prose (formulas, code, media, reference lists) or is only shown when
+# the page is transcluded (includeonly). Cut with their content before templates, since formulas and code are
+# full of braces and pipes.
+_DROPPED_EXTENSION_TAGS = ("ref", "references", "math", "chem", "ce", "score", "timeline", "graph",
+                           "syntaxhighlight", "source", "pre", "gallery", "imagemap", "mapframe", "maplink",
+                           "templatedata", "templatestyles", "inputbox", "categorytree", "hiero", "charinsert",
+                           "indicator", "includeonly", "section")
+_TAG_NAMES = "|".join(_DROPPED_EXTENSION_TAGS)
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+_NOWIKI = re.compile(r"<nowiki\s*>(.*?)</nowiki\s*>|<nowiki\s*/>", re.S | re.I)
+_EXTENSION_PAIR = re.compile(rf"<({_TAG_NAMES})(?:\s[^<>]*)?(?<!/)>.*?</\1\s*>", re.S | re.I)
+_EXTENSION_SINGLE = re.compile(rf"</?(?:{_TAG_NAMES})(?:\s[^<>]*)?/?>", re.I)  # self-closing or unpaired
+_BRACES = re.compile(r"\{\{|\}\}")
+_INDENTED_TABLE = re.compile(r"^[ \t]*:+[ \t]*(?=\{\|)", re.M)  # ":{|" is a table pushed right, not a list
+_MAGIC_WORDS = re.compile(
+    r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|HIDDENCAT|"
+    r"EXPECTUNUSEDCATEGORY|NOCONTENTCONVERT|NOCC|NOTITLECONVERT|NOTC|INDEX|NOINDEX|STATICREDIRECT|DISAMBIG|"
+    r"NOGLOBAL|EXPECTED_UNCONNECTED_PAGE|ARCHIVEDTALK|NOTALK)__", re.I)
+
+# Inside <nowiki> markup is text: entity-escape it so neither pass reads it as markup; the walk decodes it.
+_NOWIKI_ESCAPES = {c: f"&#{ord(c)};" for c in "&<>[]{}|'=*#:;_~-"}
+_NOWIKI_TABLE = str.maketrans(_NOWIKI_ESCAPES)
+
+# Link prefixes: files (their captions go too), categories, and interlanguage links, which are language
+# codes ([[de:Foo]]). A 2-3 letter prefix is taken for a language unless it is one of enwiki's short
+# non-language prefixes; a leading colon ([[:de:Foo]], [[:File:X]]) makes any of these an ordinary link.
+_FILE_PREFIXES = frozenset({"file", "image", "media", "category"})
+_LANGUAGE_PREFIX = re.compile(r"(?:[a-z]{2,3}(?:-[a-z]{1,12})*|simple)$")  # de, zh-min-nan, be-x-old
+_NOT_LANGUAGES = frozenset({"wp", "mw", "voy", "wmf", "mos", "doi", "rfc", "iso"})
+
+# HTML tags dropped with their content: tables and lists (the paper kept only text passages), headings,
+# and the extension tags again in case a template cut unbalanced them. All other tags (b, i, u, s, span,
+# sup, sub, small, big, code, abbr, font, em, strong, cite, q, poem, blockquote, div, center, p, ...) keep
+# their inner text.
+_DROPPED_TAGS = frozenset({"table", "tr", "td", "th", "caption", "thead", "tbody", "tfoot", "ul", "ol", "li",
+                           "dl", "dt", "dd", "h1", "h2", "h3", "h4", "h5", "h6", "hr", *_DROPPED_EXTENSION_TAGS})
+# Tags that stand as blocks of their own in rendered HTML: they end the paragraph before them.
+_BLOCK_TAGS = frozenset({"table", "ul", "ol", "dl", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "p", "div",
+                         "blockquote", "center", "poem", "pre", "gallery", "references", "syntaxhighlight"})
+_LIST_MARK = "\x00"    # written by the walk where a list item starts; its whole line is dropped afterwards
+_PARAGRAPH_BREAK = "\n\n"
+
+_STYLE_QUOTES = re.compile(r"'{2,}")  # ''italic'' and '''bold''' marks (parsed with skip_style_tags)
+_INVISIBLE = re.compile("[\u00ad\u200b\u2060\ufeff]")  # soft hyphen, zero-width space, word joiner, BOM
+# Line starts of table rows the parser did not take for a table (not a bare "!": "!!!" is a band's name).
+_TABLE_RESIDUE = ("{|", "|", "! ")
+_HEADING_LINE = re.compile(r"=+[^=].*=+$")
+_WORD = re.compile(r"\w")
+_PARENTHETICAL = re.compile(r"\s*\([^()]*\)\s*$")
+_SPACES = re.compile(r"\s+")
+
+
+def clean_wikitext(text: str) -> list[str]:
+    """Wikitext -> paragraphs of prose, each one line of single-spaced text.
+
+    Kept: running text; the display text of wikilinks ([[A|b]] -> b, [[A]] -> A, [[A]]s -> As) and of
+    bracketed external links ([http://x label] -> label); bold and italic text without its quote marks; the
+    inner text of HTML tags not listed below, and <nowiki> content as plain text; HTML entities decoded
+    (&amp; -> &), with &nbsp; and every other Unicode space turned into a plain space.
+    Dropped: section headings with their title; list items (lines starting with * # ; :) and HTML lists;
+    wiki and HTML tables with everything in them; every template and parser function ({{...}}); <ref>s and
+    the other extension tags listed in _DROPPED_EXTENSION_TAGS (math, gallery, code, timelines, ...);
+    File/Image/Media links with their captions; category and interlanguage links; bare URLs and [url] links
+    with no label; HTML comments; behaviour switches (__TOC__ ...); <br> becomes a space.
+    Paragraphs are blocks of lines between blank lines; headings, lists and block-level tags (tables, <div>,
+    <blockquote>, <p>, ...) also end a paragraph. A paragraph with no letter or digit left is dropped.
+    """
+    text = _pre_strip(text)
+    out: list[str] = []
+    _render(mwparserfromhell.parse(text, skip_style_tags=True), out)
+    return _paragraphs("".join(out))
+
+
+def _pre_strip(text: str) -> str:
+    """Cuts comments, extension tags and templates with regexes and a brace matcher (see above)."""
+    text = text.replace(_LIST_MARK, "")
+    if "<!--" in text:
+        text = _COMMENT.sub("", text)
+    if "<" in text:
+        if "nowiki" in text.lower():
+            text = _NOWIKI.sub(lambda m: (m.group(1) or "").translate(_NOWIKI_TABLE), text)
+        text = _EXTENSION_PAIR.sub(_block_or_inline, text)
+        text = _EXTENSION_SINGLE.sub("", text)
+    text = _drop_templates(text)
+    if "__" in text:
+        text = _MAGIC_WORDS.sub("", text)
+    if "{|" in text:
+        text = _INDENTED_TABLE.sub("", text)
+    return text
+
+
+def _block_or_inline(m: re.Match) -> str:
+    # A dropped <gallery> between two lines of text must still separate them; a dropped <ref> must not.
+    return _PARAGRAPH_BREAK if m.group(1).lower() in _BLOCK_TAGS else ""
+
+
+def _drop_templates(text: str) -> str:
+    """Removes every {{...}} (nesting included) and every unpaired "{{" or "}}".
+
+    MediaWiki shows an unpaired "{{" as text; here it goes, since it is residue either way. Pairs nest or
+    are disjoint, so the outermost ones cover the rest.
+    """
+    if "{{" not in text and "}}" not in text:
+        return text
+    opens: list[int] = []
+    cuts: list[tuple[int, int]] = []   # outermost matched spans, and unpaired tokens, in order of end
+    for m in _BRACES.finditer(text):
+        if m.group() == "{{":
+            opens.append(m.start())
+        elif opens:
+            start = opens.pop()
+            while cuts and cuts[-1][0] >= start:   # spans nested in this one
+                cuts.pop()
+            cuts.append((start, m.end()))
+        else:
+            cuts.append((m.start(), m.end()))
+    cuts.extend((start, start + 2) for start in opens)  # never closed: cut the two characters only
+    # An unclosed "{{" is never inside a matched span (the stack would have matched it), so no cuts overlap.
+    cuts.sort()
+    pieces, pos = [], 0
+    for start, end in cuts:
+        pieces.append(text[pos:start])
+        pos = end
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
+def _render(code, out: list[str]) -> None:
+    """Appends the visible prose of a parsed Wikicode to `out` (one walk, no strip_code)."""
+    for node in code.nodes:
+        kind = type(node)
+        if kind is Text:
+            out.append(node.value)
+        elif kind is Wikilink:
+            _render_wikilink(node, out)
+        elif kind is Tag:
+            _render_tag(node, out)
+        elif kind is HTMLEntity:
+            try:
+                out.append(node.normalize())
+            except ValueError:  # a code point chr() refuses
+                pass
+        elif kind is ExternalLink:
+            if node.brackets and node.title is not None:
+                _render(node.title, out)
+        elif kind is Heading:
+            out.append(_PARAGRAPH_BREAK)
+        # Template, Argument and Comment nodes (normally cut before parsing) carry no prose: dropped.
+
+
+def _render_wikilink(node: Wikilink, out: list[str]) -> None:
+    title = str(node.title).strip()
+    prefix, colon, _ = title.partition(":")
+    if colon and prefix:  # no leading colon: a file, category or language prefix makes it no link
+        prefix = prefix.strip().lower().replace("_", " ")
+        if prefix in _FILE_PREFIXES or (_LANGUAGE_PREFIX.match(prefix) and prefix not in _NOT_LANGUAGES):
+            return
+    if node.text is not None:
+        shown: list[str] = []
+        _render(node.text, shown)
+        if "".join(shown).strip():
+            out.extend(shown)
+            return
+        # "[[Foo (bar)|]]", the pipe trick (normally expanded on save), shows "Foo"
+        title = _PARENTHETICAL.sub("", title)
+    if "&" in title:  # entities in a title show decoded
+        _render(mwparserfromhell.parse(title.lstrip(":"), skip_style_tags=True), out)
+    else:
+        out.append(title.lstrip(":"))
+
+
+def _render_tag(node: Tag, out: list[str]) -> None:
+    markup = node.wiki_markup
+    if markup is not None:
+        if markup in ("*", "#", ";", ":"):
+            out.append(_LIST_MARK)
+        elif markup in ("{|", "----"):
+            out.append(_PARAGRAPH_BREAK)
+        elif node.contents is not None:  # ''/''' only when a caller parses with style tags
+            _render(node.contents, out)
+        return
+    name = str(node.tag).strip().lower()
+    if name == "br":
+        out.append(" ")
+    elif name in _DROPPED_TAGS:
+        if name in _BLOCK_TAGS:
+            out.append(_PARAGRAPH_BREAK)
+    elif node.contents is not None and not node.self_closing:
+        block = name in _BLOCK_TAGS
+        if block:
+            out.append(_PARAGRAPH_BREAK)
+        _render(node.contents, out)
+        if block:
+            out.append(_PARAGRAPH_BREAK)
+
+
+def _paragraphs(text: str) -> list[str]:
+    """Rendered text -> paragraphs: drops list lines and table residue, joins lines, collapses spaces."""
+    text = _STYLE_QUOTES.sub("", text)
+    text = _INVISIBLE.sub("", text)
+    paragraphs, lines = [], []
+    for line in text.split("\n") + [""]:   # the final "" ends the last paragraph
+        line = line.strip()
+        if line and not (line[0] == _LIST_MARK or line.startswith(_TABLE_RESIDUE) or _HEADING_LINE.match(line)):
+            lines.append(line)
+        elif lines:  # a blank line, a list item, a table row or a heading ends the paragraph
+            paragraph = _SPACES.sub(" ", " ".join(lines).replace(_LIST_MARK, "")).strip()
+            if _WORD.search(paragraph):
+                paragraphs.append(paragraph)
+            lines = []
+    return paragraphs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building multistream dumps (tests and benchmarks).
+
+_MINIMAL_HEADER = (b'<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">\n'
+                   b"  <siteinfo>\n    <sitename>bertprep</sitename>\n  </siteinfo>\n")
+
+
+def make_multistream(pages_xml_path_or_pages: str | os.PathLike | Iterable[Page], out_dump: str,
+                     out_index: str, pages_per_stream: int = 100) -> list[int]:
+    """Writes a Wikimedia-style multistream dump and its bz2 index; returns the page streams' byte offsets.
+
+    The input is an export file (.xml or .xml.bz2; its header and <page> elements are copied byte for byte)
+    or an iterable of `Page`s (written with a minimal header). Stream 0 holds the header, then one stream per
+    `pages_per_stream` pages, then one holding `</mediawiki>`, as Wikimedia lays them out. Local paths only.
+    """
+    if isinstance(pages_xml_path_or_pages, (str, os.PathLike)):
+        header, pages = _split_export(os.fspath(pages_xml_path_or_pages))
+    else:
+        header, pages = _MINIMAL_HEADER, (_page_xml(p) for p in pages_xml_path_or_pages)
+    offsets: list[int] = []
+    with open(out_dump, "wb") as dump, bz2.open(out_index, "wt", encoding="utf-8") as index:
+        dump.write(bz2.compress(header))
+        batch: list[bytes] = []
+
+        def flush() -> None:
+            offset = dump.tell()
+            offsets.append(offset)
+            for page in batch:
+                page_id = _PAGE_ID.search(page).group(1).decode()
+                title = unescape(_PAGE_TITLE.search(page).group(1).decode("utf-8"), {"&quot;": '"'})
+                index.write(f"{offset}:{page_id}:{title}\n")
+            dump.write(bz2.compress(b"".join(batch)))
+            batch.clear()
+
+        for page in pages:
+            batch.append(page)
+            if len(batch) == pages_per_stream:
+                flush()
+        if batch:
+            flush()
+        dump.write(bz2.compress(b"</mediawiki>\n"))
+    return offsets
+
+
+_PAGE_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
+_PAGE_TITLE = re.compile(rb"<title>(.*?)</title>", re.S)
+
+
+def _split_export(path: str) -> tuple[bytes, Iterator[bytes]]:
+    """(header bytes, iterator of `<page>...</page>` bytes, each re-indented on its own line) of an export.
+
+    Plain string search is safe: inside wikitext "<page>" is always escaped as "&lt;page&gt;".
+    """
+    f = open(path, "rb")
+    reader = _decompressed_blocks if path.endswith(".bz2") else _raw_blocks
+    blocks = (data for data, _ in reader(f, path, 0, None))
+    buf = b""
+    while (first := buf.find(b"<page>")) < 0:
+        more = next(blocks, None)
+        if more is None:
+            f.close()
+            raise BadDumpError(f"{path}: no <page> element")
+        buf += more
+
+    def pages() -> Iterator[bytes]:
+        data, pos = buf, first
+        with f:
+            while True:
+                start = data.find(b"<page>", pos)
+                end = data.find(b"</page>", start) if start >= 0 else -1
+                if end >= 0:
+                    yield b"  " + data[start:end + len(b"</page>")] + b"\n"
+                    pos = end + len(b"</page>")
+                    continue
+                more = next(blocks, None)
+                if more is None:
+                    if start >= 0:
+                        raise BadDumpError(f"{path}: the last <page> is truncated")
+                    return
+                data, pos = data[pos:] + more, 0
+
+    return buf[:first].rstrip(b" \t"), pages()
+
+
+def _page_xml(page: Page) -> bytes:
+    redirect = f'    <redirect title="" />\n' if page.redirect else ""
+    return (f"  <page>\n    <title>{escape(page.title)}</title>\n    <ns>{page.namespace}</ns>\n"
+            f"    <id>{page.page_id}</id>\n{redirect}    <revision>\n"
+            f"      <text xml:space=\"preserve\">{escape(page.text)}</text>\n    </revision>\n  </page>\n"
+            ).encode("utf-8")
