@@ -1,0 +1,61 @@
+"""`bertprep plot RUN_DIR`: a training run's loss and accuracy curves (from RUN_DIR/log.jsonl) as a PNG."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def read_log(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, "log.jsonl")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{run_dir}: no log.jsonl (not a `bertprep train` output directory?)")
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot(records: list[dict], out_path: str, title: str = "") -> None:
+    """Three panels (loss, MLM accuracy, NSP accuracy), train lines and eval markers, against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    # A resumed run appends; keep the last record per (split, step) so re-done steps are drawn once.
+    latest = {(r["split"], r["step"]): r for r in records}
+    train = sorted((r for (split, _), r in latest.items() if split == "train"), key=lambda r: r["step"])
+    evals = sorted((r for (split, _), r in latest.items() if split == "eval"), key=lambda r: r["step"])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    panels = [("loss", [("loss", "train loss"), ("mlm_loss", "train MLM loss"), ("nsp_loss", "train NSP loss")],
+               [("mlm_loss", "eval MLM loss")]),
+              ("MLM accuracy", [("mlm_accuracy", "train")], [("mlm_accuracy", "eval")]),
+              ("NSP accuracy", [("nsp_accuracy", "train")], [("nsp_accuracy", "eval")])]
+    for ax, (name, train_keys, eval_keys) in zip(axes, panels):
+        for key, label in train_keys:
+            ax.plot([r["step"] for r in train], [r[key] for r in train], label=label)
+        for key, label in eval_keys:
+            if evals:
+                ax.plot([r["step"] for r in evals], [r[key] for r in evals], "o--", label=label)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bertprep plot", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", help="a `bertprep train` --output directory")
+    parser.add_argument("--out", help="PNG path (default: RUN_DIR/curves.png)")
+    args = parser.parse_args(argv)
+    records = read_log(args.run_dir)
+    if not records:
+        parser.error(f"{args.run_dir}/log.jsonl is empty")
+    out = args.out or os.path.join(args.run_dir, "curves.png")
+    plot(records, out, title=os.path.basename(os.path.normpath(args.run_dir)))
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,274 @@
+"""The trainer on tiny shards: exact resume, learning, checkpoints, logs, LAMB, the schedule, export-hf and plot."""
+import glob
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from model import export_hf, plot, train
+from model.bert import Bert
+from model.config import BertConfig
+from pipeline import schema, tfrecord
+
+L, P, VOCAB = 24, 5, 99
+TINY = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37,
+                  max_position_embeddings=32, dropout=0.1)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and a shared CI machine then does not stall OpenMP barriers."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def write_shards(directory, sizes, vocab=VOCAB, seed=0, skewed=False):
+    """Masked-LM shards with a bertprep manifest. `skewed`: masked tokens are 80% id 10, 20% id 11 (learnable)."""
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    entries = []
+    for k, n in enumerate(sizes):
+        lengths = rng.integers(8, L + 1, n)
+        mask = (np.arange(L)[None] < lengths[:, None]).astype(np.int64)
+        positions = np.zeros((n, P), np.int64)
+        for i in range(n):
+            positions[i] = np.sort(rng.choice(np.arange(1, lengths[i]), P, replace=False))
+        ids = rng.integers(0, vocab, (n, P))
+        if skewed:
+            ids = np.where(rng.random((n, P)) < 0.8, 10, 11)
+        batch = schema.Batch(
+            input_ids=rng.integers(5, vocab, (n, L)) * mask, input_mask=mask,
+            segment_ids=((np.arange(L)[None] >= lengths[:, None] // 2) & (mask > 0)).astype(np.int64),
+            masked_lm_positions=positions, masked_lm_ids=ids, masked_lm_weights=np.ones((n, P), np.float32),
+            next_sentence_labels=rng.integers(0, 2, n))
+        name = f"shard-{k:05d}-of-{len(sizes):05d}.tfrecord"
+        with open(os.path.join(directory, name), "wb") as f:
+            tfrecord.write_records(f, schema.encode_batch(batch))
+        entries.append({"file": name, "records": n})
+    with open(os.path.join(directory, "manifest.json"), "w") as f:
+        json.dump({"format": "bertprep.shards/1", "vocab": {"size": vocab}, "max_seq_length": L,
+                   "max_predictions_per_seq": P, "files": entries}, f)
+    return os.path.join(directory, "*.tfrecord")
+
+
+@pytest.fixture(scope="module")
+def tiny_json(tmp_path_factory):
+    path = tmp_path_factory.mktemp("config") / "tiny.json"
+    path.write_text(TINY.to_json())
+    return str(path)
+
+
+def args_for(data, output, model, *extra):
+    return train.parse_args(["--data", data, "--model", model, "--output", str(output), "--batch-size", "4",
+                             "--lr", "1e-3", "--warmup-steps", "3", "--log-every", "1", "--checkpoint-every", "0",
+                             "--seed", "7", *extra])
+
+
+def train_losses(result):
+    return [(r["step"], r["loss"]) for r in result["history"] if r["split"] == "train"]
+
+
+@pytest.mark.parametrize("num_workers, accum", [(0, 1), (2, 2)])
+def test_resume_continues_bitwise(tmp_path, tiny_json, num_workers, accum):
+    # Uneven files and 11 batches an epoch: the 27 steps cross epochs and a worker running dry.
+    data = write_shards(tmp_path / "data", [13, 4, 10, 7, 11])
+    eval_data = write_shards(tmp_path / "eval", [6], seed=1)
+    extra = ["--steps", "27", "--num-workers", str(num_workers), "--grad-accum", str(accum)]
+    full = train.train(args_for(data, tmp_path / "full", tiny_json, *extra))
+    # The interrupted run also evaluates: that must not disturb the training RNG or data order either.
+    with_eval = [*extra, "--eval-every", "5", "--eval-data", eval_data, "--eval-batches", "2"]
+    first = train.train(args_for(data, tmp_path / "cut", tiny_json, *with_eval, "--stop-after", "7"))
+    assert first["step"] == 7 and os.path.basename(first["checkpoint"]) == "step-00000007.pt"
+    rest = train.train(args_for(data, tmp_path / "cut", tiny_json, *with_eval, "--resume"))
+
+    assert train_losses(first) == train_losses(full)[:7]
+    assert train_losses(rest) == train_losses(full)[7:27]  # the next 20 losses, bitwise
+    assert len(train_losses(rest)) == 20
+    a = torch.load(full["checkpoint"], weights_only=False)["model"]
+    b = torch.load(rest["checkpoint"], weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    evals = [r["step"] for r in first["history"] + rest["history"] if r["split"] == "eval"]
+    assert evals == [0, 5, 10, 15, 20, 25, 27]
+
+
+def test_training_learns_and_logs_from_step_zero(tmp_path, tiny_json):
+    data = write_shards(tmp_path / "data", [40, 40, 40], skewed=True)
+    result = train.train(args_for(data, tmp_path / "run", tiny_json, "--steps", "40", "--num-workers", "0",
+                                  "--eval-every", "20", "--eval-batches", "5", "--log-every", "10"))
+    train_log = [r for r in result["history"] if r["split"] == "train"]
+    eval_log = [r for r in result["history"] if r["split"] == "eval"]
+    assert [r["step"] for r in train_log] == [0, 10, 20, 30, 39]  # step 0: before any update
+    assert [r["step"] for r in eval_log] == [0, 20, 40]  # held out: the last file
+    assert train_log[0]["lr"] == 0.0 and train_log[1]["lr"] == pytest.approx(1e-3 * (1 - 10 / 40))
+    assert eval_log[-1]["mlm_accuracy"] > eval_log[0]["mlm_accuracy"] + 0.3  # 80% of the targets are one id
+    assert eval_log[-1]["mlm_loss"] < eval_log[0]["mlm_loss"] - 1.0
+    for key in ("loss", "mlm_accuracy", "nsp_accuracy", "lr", "sequences_per_s", "tokens_per_s", "eta_s"):
+        assert key in train_log[-1]
+    on_disk = [json.loads(line) for line in open(tmp_path / "run" / "log.jsonl")]
+    assert on_disk == result["history"]
+    assert BertConfig.from_json(open(tmp_path / "run" / "config.json").read()) == TINY
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(tmp_path / "run" / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/mlm_accuracy")] == [0, 10, 20, 30, 39]
+    assert "eval/mlm_loss" in events.Tags()["scalars"]
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory, tiny_json):
+    root = tmp_path_factory.mktemp("short")
+    data = write_shards(root / "data", [20, 20])
+    train.train(args_for(data, root / "run", tiny_json, "--steps", "6", "--num-workers", "0", "--optimizer",
+                         "lamb", "--checkpoint-every", "2", "--keep-checkpoints", "2"))
+    return root / "run"
+
+
+def test_checkpoints_are_atomic_and_pruned(short_run):
+    names = sorted(os.listdir(short_run / "checkpoints"))
+    assert names == ["step-00000004.pt", "step-00000006.pt"]  # step 2 pruned; no temp files left
+    ckpt = torch.load(short_run / "checkpoints" / names[-1], weights_only=False)
+    assert ckpt["step"] == 6 and BertConfig.from_json(ckpt["config"]) == TINY
+    assert set(ckpt["ranks"][0]) == {"rng", "loader"} and set(ckpt["ranks"][0]["rng"]) >= {"python", "numpy", "torch"}
+    assert ckpt["scheduler"]["last_epoch"] == 6 and ckpt["optimizer"]["state"]
+
+
+def test_export_hf_loads_without_missing_keys_and_matches(short_run, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "hf"
+    assert export_hf.main([str(short_run), str(out)]) == 0
+    hf, info = transformers.BertForPreTraining.from_pretrained(str(out), output_loading_info=True)
+    assert all(not v for v in info.values()), info  # no missing, unexpected or mismatched keys
+    ours = Bert(TINY)
+    ours.load_state_dict(torch.load(train.latest_checkpoint(str(short_run)), weights_only=False)["model"])
+    ours.eval(), hf.eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (2, L), generator=g)
+    mask = torch.ones(2, L, dtype=torch.long)
+    mask[1, 15:] = 0
+    segments = (torch.arange(L) >= 10).long().expand(2, -1) * mask
+    positions = torch.tensor([[1, 4, 9, 12, 20], [2, 3, 5, 7, 11]])
+    with torch.no_grad():
+        a = ours(ids, segments, mask, positions)
+        b = hf(input_ids=ids, attention_mask=mask, token_type_ids=segments)
+    gathered = torch.gather(b.prediction_logits, 1, positions[:, :, None].expand(-1, -1, VOCAB))
+    torch.testing.assert_close(a["mlm_logits"], gathered, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a["nsp_logits"], b.seq_relationship_logits, rtol=0, atol=1e-5)
+
+
+def test_plot_writes_png(short_run):
+    assert plot.main([str(short_run)]) == 0
+    with open(short_run / "curves.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mismatched_vocab_is_a_clear_error(tmp_path, tiny_json, capsys):
+    data = write_shards(tmp_path / "data", [8], vocab=50)
+    code = train.main(["--data", data, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "1"])
+    assert code == 2
+    assert "vocab of 50 ids, the model has vocab_size 99" in capsys.readouterr().err
+    # A preset takes the data's vocab instead.
+    result = train.train(args_for(data, tmp_path / "preset", "tiny", "--steps", "1", "--num-workers", "0"))
+    assert json.loads(open(tmp_path / "preset" / "config.json").read())["vocab_size"] == 50
+    assert result["step"] == 1
+
+
+def test_corrupt_shard_is_reported_with_file_and_record(tmp_path, tiny_json, capsys):
+    data = write_shards(tmp_path / "data", [10, 10])
+    path = sorted(glob.glob(data))[0]
+    raw = bytearray(open(path, "rb").read())
+    raw[len(raw) // 2] ^= 0x01
+    open(path, "wb").write(bytes(raw))
+    argv = ["--data", data, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "20",
+            "--batch-size", "4", "--num-workers", "2"]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert re.search(r"CorruptRecordError: \S+/shard-00000-of-00002.tfrecord: record \d+: .*CRC mismatch", err), err
+
+
+def test_existing_run_needs_resume_or_overwrite(tmp_path, tiny_json, capsys):
+    data = write_shards(tmp_path / "data", [8])
+    argv = ["--data", data, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "2",
+            "--batch-size", "4", "--log-every", "1", "--num-workers", "0"]
+    assert train.main(argv) == 0
+    assert train.main(argv) == 2
+    assert "already holds a run: pass --resume to continue it or --overwrite" in capsys.readouterr().err
+    assert train.main(argv + ["--overwrite", "--steps", "1"]) == 0
+    assert [json.loads(line)["step"] for line in open(tmp_path / "run" / "log.jsonl")] == [0]
+    assert os.listdir(tmp_path / "run" / "checkpoints") == ["step-00000001.pt"]
+
+
+def test_lamb_moves_each_tensor_by_lr_times_its_norm():
+    torch.manual_seed(0)
+    big, small = torch.nn.Parameter(torch.randn(8, 8) * 3), torch.nn.Parameter(torch.randn(5) * 0.01)
+    opt = train.Lamb([big, small], lr=0.1, weight_decay=0.0)
+    before = [big.detach().clone(), small.detach().clone()]
+    big.grad, small.grad = torch.randn(8, 8) * 1e3, torch.randn(5) * 1e-3  # wildly different gradient scales
+    opt.step()
+    for p, p0 in zip((big, small), before):  # the trust ratio at work: each moves by lr * its own norm
+        assert (p.detach() - p0).norm().item() == pytest.approx(0.1 * p0.norm().item(), rel=1e-4)
+
+
+def test_schedule_warms_up_then_decays_like_google():
+    values = [train.lr_multiplier(s, 10, 100) for s in (0, 5, 10, 50, 100)]
+    assert values == [0.0, 0.5, 0.9, 0.5, 0.0]
+    assert train.lr_multiplier(0, 0, 100) == 1.0
+
+
+def _run_rank(rank, world, port, argv):
+    """One DDP rank in a forked child, with the environment torchrun gives its workers."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    try:
+        code = train.main(argv)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        code = 1
+    os._exit(code)  # no pytest teardown in the child
+
+
+def test_ddp_two_ranks_resume_bitwise(tmp_path, tiny_json):
+    """2 CPU ranks (gloo) as torchrun would start them: disjoint data, per-rank states, exact resume.
+
+    The ranks are forked from this process rather than launched by torchrun, which would import torch afresh in
+    three processes per run; the trainer sees the same RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* variables.
+    """
+    import multiprocessing
+    import socket
+
+    import torch._dynamo  # noqa: F401 - optimizers import it lazily (seconds); once here, not in every rank
+
+    data = write_shards(tmp_path / "data", [9, 8, 7, 10])
+
+    def run_ddp(output, *extra):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        argv = ["--data", data, "--model", tiny_json, "--output", str(output), "--steps", "8", "--batch-size", "4",
+                "--grad-accum", "2", "--lr", "1e-3", "--log-every", "1", "--num-workers", "0",
+                "--checkpoint-every", "0", "--seed", "3", "--device", "cpu", *extra]
+        ctx = multiprocessing.get_context("fork")
+        ranks = [ctx.Process(target=_run_rank, args=(r, 2, port, argv)) for r in range(2)]
+        for p in ranks:
+            p.start()
+        for p in ranks:
+            p.join(timeout=120)
+        assert [p.exitcode for p in ranks] == [0, 0]
+        return [json.loads(line) for line in open(output / "log.jsonl")]
+
+    full = run_ddp(tmp_path / "full")
+    run_ddp(tmp_path / "cut", "--stop-after", "3")
+    ckpt = torch.load(tmp_path / "cut" / "checkpoints" / "step-00000003.pt", weights_only=False)
+    assert len(ckpt["ranks"]) == 2 and ckpt["ranks"][0]["loader"]["world_size"] == 2
+    assert not torch.equal(ckpt["ranks"][0]["rng"]["torch"], ckpt["ranks"][1]["rng"]["torch"])  # own dropout
+    resumed = run_ddp(tmp_path / "cut", "--resume")
+    assert len(full) == 8
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in full]  # 3 steps, then the next 5, bitwise
