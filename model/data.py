@@ -22,10 +22,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from pipeline import example_proto, schema, tfrecord
+from pipeline import example_proto, manifest, schema, tfrecord
 
-MANIFEST = "manifest.json"            # pipeline.manifest.NAME (not imported: that module imports apache_beam)
-SHARDS_FORMAT = "bertprep.shards/1"   # pipeline.manifest.SHARDS
+MANIFEST, SHARDS_FORMAT = manifest.NAME, manifest.SHARDS
 
 
 class ShardSpecError(ValueError):

@@ -19,11 +19,16 @@ import hashlib
 import json
 from typing import Any
 
-from apache_beam.io.filesystems import FileSystems
-
 NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
 VERSION = "0.1.0"
+
+
+def _filesystems():
+    """Beam's FileSystems, imported on use: the trainer imports this module's constants without Beam."""
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
 
 
 class ManifestError(ValueError):
@@ -31,6 +36,7 @@ class ManifestError(ValueError):
 
 
 def path_in(directory: str) -> str:
+    FileSystems = _filesystems()
     return FileSystems.join(directory, NAME)
 
 
@@ -39,6 +45,7 @@ def dumps(manifest: dict[str, Any]) -> bytes:
 
 
 def write(directory: str, manifest: dict[str, Any]) -> None:
+    FileSystems = _filesystems()
     manifest = {"created_by": f"bertprep {VERSION}", **manifest}
     with FileSystems.create(path_in(directory)) as f:
         f.write(dumps(manifest))
@@ -46,6 +53,7 @@ def write(directory: str, manifest: dict[str, Any]) -> None:
 
 def read(directory: str) -> dict[str, Any]:
     """The manifest of a bertprep output directory; ManifestError if it has none (incomplete output)."""
+    FileSystems = _filesystems()
     path = path_in(directory)
     if not FileSystems.exists(path):
         raise ManifestError(f"{directory}: no {NAME}: not a complete bertprep output "
@@ -59,6 +67,7 @@ def read(directory: str) -> dict[str, Any]:
 
 
 def sha256_of(directory: str) -> str:
+    FileSystems = _filesystems()
     with FileSystems.open(path_in(directory)) as f:
         return hashlib.sha256(f.read()).hexdigest()
 
@@ -70,4 +79,5 @@ def expect_format(manifest: dict[str, Any], fmt: str, directory: str) -> None:
 
 def data_files(directory: str, manifest: dict[str, Any]) -> list[str]:
     """Full paths of the data files a manifest lists, in shard order."""
+    FileSystems = _filesystems()
     return [FileSystems.join(directory, entry["file"]) for entry in manifest["files"]]
