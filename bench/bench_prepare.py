@@ -60,6 +60,37 @@ print(u.ru_utime + u.ru_stime - t.ru_utime - t.ru_stime, n)
     return float(out[0]), int(out[1])
 
 
+def compare_statistics(ours_dir: Path, google_file: Path) -> list[list]:
+    import json
+
+    import numpy as np
+
+    from pipeline import inspection, schema
+
+    m = json.loads((ours_dir / "manifest.json").read_text())
+    shape = schema.Shape(128, 20)
+    ours = inspection.shard_statistics([str(ours_dir / f["file"]) for f in m["files"]], shape, 103)
+    google = inspection.shard_statistics([str(google_file)], shape, 103)
+    docs = m["counts"]["documents"]
+    rows = []
+
+    def row(name, g, o):
+        rows.append([name, f"{g:.4f}", f"{o:.4f}", f"{100 * (o - g) / g:+.2f}%" if g else "n/a"])
+
+    row("instances per document", google["instances"] / docs, ours["instances"] / docs)
+    row("random-next fraction", google["random_next_fraction"], ours["random_next_fraction"])
+    row("mean real length", google["mean_length"], ours["mean_length"])
+    row("mean masked tokens per instance", google["mean_masked"], ours["mean_masked"])
+    for i, kind in enumerate(("[MASK]", "random", "kept")):
+        row(f"fraction of masked that are {kind}", google["masked_kinds"][i], ours["masked_kinds"][i])
+    edges = [0, 32, 64, 96, 120, 128, 129]
+    hg = np.histogram(google["lengths"], edges)[0] / google["instances"]
+    ho = np.histogram(ours["lengths"], edges)[0] / ours["instances"]
+    for lo, hi, g, o in zip(edges[:-1], edges[1:], hg, ho):
+        row(f"share of lengths {lo}-{hi - 1}", g, o)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-google", action="store_true")
@@ -88,6 +119,7 @@ def main() -> None:
             rows.append(["google create_pretraining_data.py", f"{mb:.1f}", g.cpu, g.wall, g.peak_rss_mb, ""])
             for preset, m in runs.items():
                 rows[-1 - (2 - list(runs).index(preset))][5] = f"{g.cpu / m.cpu:.1f}x less CPU"
+            stats = compare_statistics(tmp / "out-local-1", tmp / "google.tfrecord")
         if args.scale:
             big = google_format(tmp / f"x{args.scale}", copies=args.scale)
             m = measure([BERTPREP, "prepare", "text", "--input", str(big / "*.txt"), *common, "--num-shards", "4",
@@ -99,6 +131,9 @@ def main() -> None:
     print(table(["job", "MB", "CPU s", "wall s", "peak RSS MB", "note"], rows))
     local1 = runs["local-1"].cpu
     print(f"\nbertprep (local-1) CPU / bare HF tokenization CPU = {local1 / hf_cpu:.2f} (floor to aim at: <= 1.5)")
+    if not args.skip_google:
+        print("\nstatistics, same input, vocab and parameters (goal: within 2% relative)\n")
+        print(table(["statistic", "google", "bertprep", "relative diff"], stats))
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@ directories (CRC-checked), so its figures are measured, not copied from the mani
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
+from apache_beam.io.filesystems import FileSystems
 
-from pipeline import manifest, pair_records, schema, shards, tfrecord, tokenization
+from pipeline import example_proto, manifest, masking, pair_records, schema, shards, tfrecord, tokenization
 
 
 def _histogram(lengths: np.ndarray, top: int) -> str:
@@ -67,9 +69,8 @@ def shard_statistics(paths: list[str], shape: schema.Shape, mask_id: int, exampl
 
 
 def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
-    total = stats["instances"]
-    print(f"\n  instances {total:,}  (manifest: {m['counts'].get('instances')})"
-          + ("" if total == m["counts"].get("instances") else "  <-- DIFFERS"))
+    total, listed = stats["instances"], m["counts"].get("instances")
+    print(f"\n  instances {total:,}  (manifest: {listed})" + ("" if listed in (None, total) else "  <-- DIFFERS"))
     if not total:
         return
     lengths = stats["lengths"]
@@ -106,8 +107,43 @@ def inspect_records(directory: str, m: dict, examples: int, vocab: list[str] | N
     _print_stats(m, stats, vocab)
 
 
+_DATA_FILES = ((manifest.SHARDS, "shard-*.tfrecord"), (manifest.PAIRS, "pairs-*.tfrecord"),
+               (manifest.DOCUMENTS, "documents-*.jsonl.gz"))
+
+
+def _stand_in_manifest(directory: str, vocab_path: str | None) -> dict:
+    """For --allow-incomplete: the data files present, the shard shape from the first record, no counts."""
+    for fmt, pattern in _DATA_FILES:
+        found = sorted(x.path for x in FileSystems.match([FileSystems.join(directory, pattern)])[0].metadata_list)
+        if found:
+            break
+    else:
+        raise manifest.ManifestError(f"{directory} has no {manifest.NAME} and no shard-*, pairs-* or documents-* "
+                                     "files to read (an interrupted run's partial files under .incomplete/ are "
+                                     "never read)")
+    m = {"format": fmt, "stage": None, "created_by": f"no {manifest.NAME}: --allow-incomplete", "counts": {},
+         "files": [{"file": os.path.basename(f)} for f in found]}
+    if fmt == manifest.SHARDS:
+        first = example_proto.decode_example(next(tfrecord.read_file(found[0])))
+        m["max_seq_length"], m["max_predictions_per_seq"] = (len(first["input_ids"]),
+                                                             len(first["masked_lm_positions"]))
+    if fmt != manifest.DOCUMENTS:   # without a vocab, [MASK] is taken to be 103 (google's vocabs)
+        ids = masking.VocabIds.from_vocab(tokenization.read_vocab(vocab_path)).to_json() if vocab_path else \
+            {"mask_id": 103}
+        m["vocab"] = {"path": vocab_path, "ids": ids}
+    return m
+
+
 def main(args) -> int:
-    m = manifest.read(args.directory)
+    if FileSystems.exists(manifest.path_in(args.directory)):
+        m = manifest.read(args.directory)
+    elif args.allow_incomplete:
+        m = _stand_in_manifest(args.directory, args.vocab)
+    else:
+        raise manifest.ManifestError(
+            f"{args.directory} has no {manifest.NAME}: it is not a complete bertprep output (the stage writing it "
+            "did not finish, or this is not a bertprep directory). Re-run that stage with --overwrite, or pass "
+            "--allow-incomplete to inspect its data files anyway.")
     print(f"{args.directory}: {m['format']} written by `{m.get('stage')}` ({m.get('created_by')}), "
           f"{len(m['files'])} file(s)")
     print("  parameters " + json.dumps(m.get("parameters", {}), sort_keys=True))
@@ -115,7 +151,7 @@ def main(args) -> int:
     if m["format"] != manifest.DOCUMENTS:
         path = args.vocab or m["vocab"]["path"]
         try:
-            vocab = tokenization.read_vocab(path)
+            vocab = tokenization.read_vocab(path) if path else None
         except (OSError, IOError):
             print(f"  (vocab {path} not readable: showing ids)")
         inspect_records(args.directory, m, args.examples, vocab)

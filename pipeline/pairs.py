@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -191,13 +191,17 @@ def create_instances_from_document(
 
 
 def pairs_for_pool(pool: Sequence[TokenizedDocument], params: PairParams, word_starts: np.ndarray,
-                   seed: int) -> list[PairInstance]:
-    """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order."""
+                   seed: int) -> Iterator[PairInstance]:
+    """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order.
+
+    A generator: a bucket's instances are many times its tokens, so they stream on instead of piling up.
+    """
     pool = sorted(pool, key=lambda d: d.id)
+    ids = [d.id for d in pool]
+    if len(set(ids)) != len(ids):   # sorting could not give a stable order, and keys would collide
+        raise ValueError(f"duplicate document ids in one bucket, e.g. {sorted(i for i in ids if ids.count(i) > 1)[0]!r}")
     ends = [d.ends.tolist() for d in pool]
-    out = []
     for index, doc in enumerate(pool):
         for dupe in range(params.dupe_factor):
-            out.extend(create_instances_from_document(
-                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), ends))
-    return out
+            yield from create_instances_from_document(
+                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), ends)

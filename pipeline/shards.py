@@ -23,6 +23,8 @@ import hashlib
 import heapq
 import io
 import json
+import os
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
@@ -38,7 +40,7 @@ from pipeline import documents, tfrecord
 INCOMPLETE = ".incomplete"
 STATS_SUFFIX = ".stats.json"
 HIST_BITS = 16                      # histogram of the top 16 bits of each hash: 65,536 buckets
-RUN_BYTES = 64 << 20                # a bundle flushes a sorted run every 64 MiB of payload
+RUN_BYTES = 32 << 20                # a bundle flushes a sorted run every 32 MiB of payload
 
 # (sort key, payload bytes, per-record stats tuple of ints summed per shard)
 Record = tuple[str, bytes, tuple[int, ...]]
@@ -181,6 +183,8 @@ class _WriteShard(beam.DoFn):
         path = FileSystems.join(self.directory, INCOMPLETE, name)
         with FileSystems.create(path, compression_type=_UNCOMPRESSED) as f:   # a retry rewrites the same file
             write(f, (frame for _, _, frame in heapq.merge(*streams)))
+        # test-only hook: tests/test_faults.py holds each writer here (seconds) so that a kill lands mid-write
+        time.sleep(float(os.environ.get("BERTPREP_TEST_SLOW_WRITE", 0)))
         stats = {"shard": shard, "file": name, "records": n,
                  **{k: int(v) for k, v in zip(self.stat_names, totals)}}
         with FileSystems.create(path + STATS_SUFFIX, compression_type=_UNCOMPRESSED) as f:

@@ -167,11 +167,19 @@ class _PairBucket(beam.DoFn):
     def process(self, element):
         _, docs = element
         self.buckets.inc()
-        instances = pairs.pairs_for_pool(list(docs), self.params, self.word_starts, self.seed)
-        self.instances.inc(len(instances))
-        self.random_next.inc(sum(i.is_random_next for i in instances))
-        for start in range(0, len(instances), BATCH):
-            yield instances[start:start + BATCH]
+        batch = []
+        for instance in pairs.pairs_for_pool(list(docs), self.params, self.word_starts, self.seed):
+            batch.append(instance)
+            if len(batch) == BATCH:
+                yield self._counted(batch)
+                batch = []
+        if batch:
+            yield self._counted(batch)
+
+    def _counted(self, batch):
+        self.instances.inc(len(batch))
+        self.random_next.inc(sum(i.is_random_next for i in batch))
+        return batch
 
 
 class MakePairs(beam.PTransform):

@@ -30,7 +30,7 @@ def contains(haystack: np.ndarray, needle: np.ndarray) -> bool:
 def test_instances_have_google_layout_and_come_from_the_text(pool):
     docs, word_starts = pool
     params = pairs.PairParams(max_seq_length=64, dupe_factor=2)
-    instances = pairs.pairs_for_pool(docs, params, word_starts, seed=7)
+    instances = list(pairs.pairs_for_pool(docs, params, word_starts, seed=7))
     assert len(instances) > 200
     by_id = {d.id: d for d in docs}
     for inst in instances:
@@ -52,17 +52,17 @@ def test_instances_have_google_layout_and_come_from_the_text(pool):
 def test_same_seed_same_instances_any_pool_order(pool):
     docs, word_starts = pool
     params = pairs.PairParams(max_seq_length=128, dupe_factor=2)
-    first = pairs.pairs_for_pool(docs, params, word_starts, seed=1)
-    again = pairs.pairs_for_pool(list(reversed(docs)), params, word_starts, seed=1)
-    other = pairs.pairs_for_pool(docs, params, word_starts, seed=2)
+    first = list(pairs.pairs_for_pool(docs, params, word_starts, seed=1))
+    again = list(pairs.pairs_for_pool(list(reversed(docs)), params, word_starts, seed=1))
+    other = list(pairs.pairs_for_pool(docs, params, word_starts, seed=2))
     assert first == again
     assert [i.key for i in first] != [i.key for i in other] or first != other
 
 
 def test_short_seq_prob_makes_short_targets(pool):
     docs, word_starts = pool
-    long_only = pairs.pairs_for_pool(docs, pairs.PairParams(short_seq_prob=0.0), word_starts, seed=3)
-    short = pairs.pairs_for_pool(docs, pairs.PairParams(short_seq_prob=1.0), word_starts, seed=3)
+    long_only = list(pairs.pairs_for_pool(docs, pairs.PairParams(short_seq_prob=0.0), word_starts, seed=3))
+    short = list(pairs.pairs_for_pool(docs, pairs.PairParams(short_seq_prob=1.0), word_starts, seed=3))
     mean = lambda xs: np.mean([len(i.token_ids) for i in xs])
     assert mean(long_only) > 120 and mean(short) < 90
     assert len(short) > 1.5 * len(long_only)
@@ -84,7 +84,7 @@ def test_truncate_seq_pair_trims_the_longer_side_from_both_ends():
 
 def test_word_starts_mark_continuations(pool, uncased_vocab):
     docs, word_starts = pool
-    inst = pairs.pairs_for_pool(docs[:2], pairs.PairParams(dupe_factor=1), word_starts, seed=5)[0]
+    inst = list(pairs.pairs_for_pool(docs[:2], pairs.PairParams(dupe_factor=1), word_starts, seed=5))[0]
     for token, start in zip(inst.token_ids, inst.word_starts):
         assert start == (not uncased_vocab[token].startswith("##"))
 
@@ -112,3 +112,37 @@ def test_truncation_counts_equal_googles_loop():
         for lb in range(0, 40):
             for m in (1, 5, 20, 37, 80):
                 assert pairs.truncation_counts(la, lb, m) == google(la, lb, m), (la, lb, m)
+
+
+def test_statistics_match_googles_create_instances_from_document(pool, uncased_vocab):
+    """Same tokenized documents through google's own function (bert-tensorflow) and ours: instance counts,
+    random-next fraction and lengths agree. google draws the target length once per document pass, so the
+    books are cut into many documents: with a handful, the comparison would be between lotteries, not rules."""
+    import random
+
+    g = pytest.importorskip("bert.create_pretraining_data")
+    if not g.FLAGS.is_parsed():
+        g.FLAGS(["bertprep-test"])
+    books, word_starts = pool
+    # many documents (40-sentence pieces of the books), so the per-document target draws average out
+    sentences = [(b.id, b.tokens[s:e]) for b in books for s, e in zip(np.r_[0, b.ends[:-1]], b.ends)]
+    docs = [pairs.TokenizedDocument.from_sentences(f"{sentences[i][0]}#{i}", [t for _, t in sentences[i:i + 40]])
+            for i in range(0, len(sentences), 40)]
+    google_docs = [[[uncased_vocab[t] for t in d.tokens[s:e]] for s, e in zip(np.r_[0, d.ends[:-1]], d.ends)]
+                   for d in docs]
+    for short_seq_prob in (0.0, 0.5):
+        ours, theirs = [], []
+        for seed in range(3):
+            rng = random.Random(seed)
+            for _ in range(5):
+                for i in range(len(google_docs)):
+                    theirs += g.create_instances_from_document(google_docs, i, 128, short_seq_prob, 0.15, 20,
+                                                               uncased_vocab, rng)
+            ours += pairs.pairs_for_pool(docs, pairs.PairParams(short_seq_prob=short_seq_prob), word_starts, seed)
+        n_ours, n_theirs = len(ours), len(theirs)
+        assert abs(n_ours / n_theirs - 1) < 0.03, (short_seq_prob, n_ours, n_theirs)
+        frac = lambda xs: np.mean(xs)
+        assert abs(frac([i.is_random_next for i in ours]) - frac([i.is_random_next for i in theirs])) < 0.03
+        length_ours = np.mean([len(i.token_ids) for i in ours])
+        length_theirs = np.mean([len(i.tokens) for i in theirs])
+        assert abs(length_ours / length_theirs - 1) < 0.03, (short_seq_prob, length_ours, length_theirs)
