@@ -1,0 +1,227 @@
+"""`bertprep vocab`: learn a WordPiece vocab.txt in google's format from extracted documents.
+
+    bertprep vocab --input out/documents --output vocab.txt [--vocab-size 30522] [--cased] [--unused 0]
+                   [--sample-docs N --seed 12345] [--min-frequency 2] [--limit-alphabet 1000]
+
+Steps, each a function below:
+  1. `select_documents`: the documents of --input (a directory written by `extract`, or globs of
+     documents-*.jsonl.gz), all of them or, with --sample-docs N, the N whose sha256(seed, id) is smallest:
+     the same sample whatever the sharding or order of the input (two passes; only the N ids are held).
+  2. `count_words`: each paragraph through build_tokenizer's own normalizer and pre-tokenizer (lowercase and
+     accents stripped unless --cased), so the vocab is learned on exactly the words the tokenizer will see.
+  3. `choose_alphabet`: the --limit-alphabet most frequent characters (ties by code point); words holding any
+     other character are left out, since google's WordPiece makes such a word [UNK] whole anyway.
+  4. `train`: tokenizers' WordPieceTrainer (count-based merges, '##' continuations). Every kept character
+     gets its '##' form too, as in google's vocabs, except punctuation and CJK ideographs, which the
+     pre-tokenizer always cuts off alone. Determinism: the trainer breaks ties in merge counts by symbol id,
+     and it numbers new '##c' symbols in hash-map order, which changes from process to process; handing it
+     the sorted '##c' symbols up front fixes every id, so equal input gives an identical vocab.txt.
+  5. `layout`: google's order of special tokens with N [unused] slots: [PAD], [unused0..min(N,99)-1], [UNK],
+     [CLS], [SEP], [MASK], [unusedK..N-1]. --unused 994 gives bert-base-uncased's exact layout ([UNK]=100,
+     [CLS]=101, [SEP]=102, [MASK]=103). The default is 0 ([PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4): every
+     row of the embedding is trained, and a later fine-tune can grow the vocab instead of renaming slots.
+     --vocab-size counts everything in the file, slots included.
+
+Writes --output (one token per line, UTF-8) and --output + ".json": sha256 and size of the file, casing,
+special token ids, every parameter, and counts (documents seen and used, paragraphs, words, word types, words
+left out for rare characters).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import heapq
+import json
+import sys
+from typing import Iterable, Iterator
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import manifest, tokenization
+from pipeline.documents import FILE_PATTERN, Document, read_gzip_jsonl
+
+GOOGLE_UNUSED_BEFORE_UNK = 99  # google puts [unused0..98] between [PAD] and [UNK]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bertprep vocab", description=__doc__.split("\n\n")[0])
+    p.add_argument("--input", required=True,
+                   help="an `extract` output directory, or GLOB[,GLOB...] of documents-*.jsonl.gz")
+    p.add_argument("--output", required=True, help="vocab.txt to write (local path or gs://...); also OUTPUT.json")
+    p.add_argument("--vocab-size", type=int, default=30522, help="lines of vocab.txt, special and unused included")
+    p.add_argument("--cased", action="store_true", help="keep case and accents (default: lowercase, strip accents)")
+    p.add_argument("--unused", type=int, default=0,
+                   help="[unusedN] placeholder slots, at google's positions (994 = bert-base-uncased's layout)")
+    p.add_argument("--sample-docs", type=int, default=0, help="learn from this many documents (0: all)")
+    p.add_argument("--seed", type=int, default=12345, help="picks the --sample-docs sample")
+    p.add_argument("--min-frequency", type=int, default=2, help="merges need a pair seen this often")
+    p.add_argument("--limit-alphabet", type=int, default=1000, help="most frequent characters kept")
+    p.add_argument("-v", "--verbose", action="store_true", help="(accepted for symmetry with the other commands)")
+    args = p.parse_args(argv)
+    if args.vocab_size < len(tokenization.SPECIAL_TOKENS) + args.unused + 1:
+        p.error(f"--vocab-size {args.vocab_size} leaves no room beside {args.unused} unused and the special tokens")
+    for name in ("unused", "sample_docs", "min_frequency"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0")
+    if args.limit_alphabet < 1:
+        p.error("--limit-alphabet must be >= 1")
+    return args
+
+
+def input_files(spec: str) -> list[str]:
+    """Document files of an `extract` directory (from its manifest) or of globs, in a stable order."""
+    from pipeline.run import stage_input_files
+
+    files, _ = stage_input_files(spec, manifest.DOCUMENTS, FILE_PATTERN)
+    return files
+
+
+def read_documents(files: list[str]) -> Iterator[Document]:
+    for path in files:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:  # gzip is ours to read
+            yield from read_gzip_jsonl(f, path)
+
+
+def sample_key(seed: int, doc_id: str) -> int:
+    """A document's place in the seeded random order: independent of where and when it is read."""
+    return int.from_bytes(hashlib.sha256(f"{seed}\0{doc_id}".encode()).digest()[:8], "big")
+
+
+def select_documents(files: list[str], sample_docs: int, seed: int, counts: collections.Counter) -> Iterator[Document]:
+    """All documents, or those whose ids are among the `sample_docs` smallest sample keys (all copies of an id)."""
+    if sample_docs <= 0:
+        for doc in read_documents(files):
+            counts["documents_seen"] += 1
+            yield doc
+        return
+    smallest: list[tuple[int, str]] = []  # the sample so far, as a max-heap of (-key, id)
+    in_sample: set[str] = set()
+    for doc in read_documents(files):
+        counts["documents_seen"] += 1
+        if doc.id in in_sample:  # a repeated id has the same key: it is in the sample already, or never
+            continue
+        item = (-sample_key(seed, doc.id), doc.id)
+        if len(smallest) < sample_docs:
+            heapq.heappush(smallest, item)
+        elif item > smallest[0]:
+            in_sample.discard(heapq.heapreplace(smallest, item)[1])
+        else:
+            continue
+        in_sample.add(doc.id)
+    chosen = {doc_id for _, doc_id in smallest}
+    yield from (doc for doc in read_documents(files) if doc.id in chosen)
+
+
+def count_words(documents: Iterable[Document], lowercase: bool, counts: collections.Counter) -> collections.Counter:
+    """Word -> occurrences, words as build_tokenizer's normalizer and pre-tokenizer produce them."""
+    normalizer, pre_tokenizer = tokenization.bert_normalizer(lowercase), tokenization.bert_pre_tokenizer()
+    words: collections.Counter = collections.Counter()
+    for doc in documents:
+        counts["documents"] += 1
+        for paragraph in doc.paragraphs:
+            counts["paragraphs"] += 1
+            words.update(w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(paragraph)))
+    counts["words"] = sum(words.values())
+    counts["word_types"] = len(words)
+    return words
+
+
+def choose_alphabet(words: collections.Counter, limit: int, counts: collections.Counter) -> list[str]:
+    """The `limit` most frequent characters, sorted; drops from `words` every word with another character."""
+    chars: collections.Counter = collections.Counter()
+    for word, n in words.items():
+        for c in word:
+            chars[c] += n
+    alphabet = sorted(sorted(chars, key=lambda c: (-chars[c], c))[:limit])
+    keep = set(alphabet)
+    counts["words_with_rare_characters"] += 0  # present in the metadata even when none
+    for word in [w for w in words if not keep.issuperset(w)]:
+        counts["words_with_rare_characters"] += words.pop(word)
+    counts["alphabet"] = len(alphabet)
+    return alphabet
+
+
+def train(words: collections.Counter, alphabet: list[str], size: int, min_frequency: int) -> list[str]:
+    """WordPiece tokens learned from `words` (special tokens first, as SPECIAL_TOKENS): `size` of them, or
+    fewer when the merges run out."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    continuations = ["##" + c for c in alphabet if not tokenization.stands_alone(c)]
+    fixed = list(tokenization.SPECIAL_TOKENS) + continuations
+    if size < len(fixed) + len(alphabet):
+        raise ValueError(f"a vocab of {size} trained tokens cannot hold the {len(alphabet)} characters, their "
+                         f"{len(continuations)} '##' forms and the special tokens: raise --vocab-size or lower "
+                         "--limit-alphabet")
+    tok = Tokenizer(models.WordPiece(unk_token=tokenization.UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="removed")  # the words are normalized already
+    trainer = trainers.WordPieceTrainer(vocab_size=size, min_frequency=min_frequency, show_progress=False,
+                                        special_tokens=fixed, continuing_subword_prefix="##")
+
+    def repeated_words() -> Iterator[str]:
+        for word in sorted(words):
+            n = words[word]
+            while n > 0:
+                k = min(n, 4096)
+                yield " ".join([word] * k)
+                n -= k
+
+    tok.train_from_iterator(repeated_words(), trainer)
+    vocab = tok.get_vocab()
+    return sorted(vocab, key=vocab.__getitem__)
+
+
+def layout(trained: list[str], unused: int) -> list[str]:
+    """google's order: [PAD], [unused0..], [UNK], [CLS], [SEP], [MASK], [unused..], then the learned tokens."""
+    pad, unk, cls, sep, mask = tokenization.SPECIAL_TOKENS
+    assert trained[:5] == [pad, unk, cls, sep, mask]
+    before = min(unused, GOOGLE_UNUSED_BEFORE_UNK)
+    slots = [f"[unused{i}]" for i in range(unused)]
+    return [pad] + slots[:before] + [unk, cls, sep, mask] + slots[before:] + trained[5:]
+
+
+def check(vocab: list[str]) -> None:
+    """What google's load_vocab needs to read the file back with ids = line numbers."""
+    if len(set(vocab)) != len(vocab):
+        raise ValueError("vocab has repeated tokens")
+    bad = [t for t in vocab if not t or t != t.strip() or "\n" in t or "\r" in t]
+    if bad:
+        raise ValueError(f"vocab tokens google's reader would change: {bad[:5]!r}")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    counts: collections.Counter = collections.Counter()
+    documents = select_documents(input_files(args.input), args.sample_docs, args.seed, counts)
+    words = count_words(documents, lowercase=not args.cased, counts=counts)
+    if not words:
+        print("bertprep vocab: no words in the input documents", file=sys.stderr)
+        return 1
+    alphabet = choose_alphabet(words, args.limit_alphabet, counts)
+    vocab = layout(train(words, alphabet, args.vocab_size - args.unused, args.min_frequency), args.unused)
+    check(vocab)
+
+    data = ("\n".join(vocab) + "\n").encode("utf-8")
+    with FileSystems.create(args.output, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(data)
+    info = {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(vocab),
+        "cased": args.cased,
+        "lowercase": not args.cased,
+        "strip_accents": not args.cased,
+        "special_tokens": {t: vocab.index(t) for t in tokenization.SPECIAL_TOKENS},
+        "unused": args.unused,
+        "parameters": {"input": args.input, "vocab_size": args.vocab_size, "sample_docs": args.sample_docs,
+                       "seed": args.seed, "min_frequency": args.min_frequency,
+                       "limit_alphabet": args.limit_alphabet},
+        "counts": dict(sorted(counts.items())),
+        "created_by": f"bertprep {manifest.VERSION}",
+    }
+    with FileSystems.create(args.output + ".json", compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write((json.dumps(info, indent=2, ensure_ascii=False) + "\n").encode())
+    short = "" if len(vocab) == args.vocab_size else f" (asked for {args.vocab_size}: the merges ran out)"
+    print(f"wrote {args.output}: {len(vocab)} tokens{short} from {counts['documents']} documents, "
+          f"{counts['words']} words")
+    return 0
