@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0   # the CPU build; must come before anything that pulls torch
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[train,test,dataflow]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -38,7 +38,17 @@ def _add_output(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output set in --output")
     p.add_argument("--preset", default="local", help="Beam option preset from beam_options/ (local, local-1, "
                                                      "...) or a file of Beam flags; explicit Beam flags win")
+    p.add_argument("--gcs-bucket", default=None,
+                   help="dataflow preset: gs://BUCKET[/prefix] for temp_location and staging_location")
+    p.add_argument("--retries", type=int, default=0,
+                   help="run the whole pipeline again up to N times if it fails (local runners do not retry a "
+                        "failed bundle; Dataflow does)")
     p.add_argument("-v", "--verbose", action="store_true", help="Beam's and bertprep's INFO logging")
+
+
+def _add_allow_incomplete(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help=f"read {what} anyway (no manifest.json: its stage did not finish or it was copied in part)")
 
 
 def _add_corpus(p: argparse.ArgumentParser, with_kind: bool = True) -> None:
@@ -88,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pairs", help=COMMANDS["pairs"])
     p.add_argument("--input", required=True, help="document directories or GLOBs of documents-*.jsonl.gz")
+    _add_allow_incomplete(p, "the documents-*.jsonl.gz of a directory without manifest")
     _add_pairs(p)
     p.add_argument("--num-shards", type=int, default=0, help="pair files to write (0: one per 16 MiB in)")
     _add_output(p)
@@ -95,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("mask", help=COMMANDS["mask"])
     p.add_argument("--input", required=True, help="a pairs directory (with its manifest.json)")
     p.add_argument("--vocab", default=None, help="optional: refuse unless the pairs were made with this vocab")
+    _add_allow_incomplete(p, "the pairs-*.tfrecord of a directory without manifest (then give --vocab and "
+                             "--max-seq-length)")
+    p.add_argument("--max-seq-length", type=int, default=None,
+                   help="with --allow-incomplete: the pairs' max_seq_length (otherwise from their manifest)")
     _add_mask(p)
     p.add_argument("--num-shards", type=int, default=0, help="TFRecord shards (0: as many as pair files)")
     _add_output(p)
@@ -110,14 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory")
     p.add_argument("--examples", type=int, default=3, help="decoded examples to print")
     p.add_argument("--vocab", default=None, help="vocab to decode with (default: the manifest's)")
+    _add_allow_incomplete(p, "the data files of a directory without manifest")
 
     p = sub.add_parser("verify", help=COMMANDS["verify"])
     p.add_argument("directory")
     p.add_argument("--max-seq-length", type=int, default=0, help="for shards without a manifest (google's)")
     p.add_argument("--max-predictions-per-seq", type=int, default=0, help="for shards without a manifest")
     p.add_argument("--vocab-size", type=int, default=0, help="for shards without a manifest: check ids below it")
-    p.add_argument("--cls-id", type=int, default=101)
-    p.add_argument("--sep-id", type=int, default=102)
+    p.add_argument("--vocab", default=None, help="for shards without a manifest: their vocab (size, [CLS], [SEP])")
+    p.add_argument("--cls-id", type=int, default=101, help="without a manifest or --vocab (google's vocabs: 101)")
+    p.add_argument("--sep-id", type=int, default=102, help="without a manifest or --vocab (google's vocabs: 102)")
     p.add_argument("--pattern", default="*.tfrecord", help="files to read when there is no manifest")
 
     for name in ("vocab", "train", "export-hf", "plot"):
@@ -145,7 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_logging("-v" in argv)
         if argv[0] == "vocab":
             from pipeline import vocab
-            return vocab.main(argv[1:])
+            from pipeline.manifest import ManifestError
+            try:
+                return vocab.main(argv[1:])
+            except ManifestError as e:
+                raise SystemExit(f"bertprep vocab: {e}") from None
         if argv[0] == "train":
             from model import train
             return train.main(argv[1:])
@@ -161,9 +182,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
     _quiet_logging(getattr(args, "verbose", False))
 
-    if args.command == "inspect":
-        from pipeline import inspection
-        return inspection.main(args)
     if args.command == "verify":
         from pipeline import verify
         return verify.main(args)
@@ -171,10 +189,28 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline import demo
         return demo.main(args)
 
-    from pipeline import options, run
-    opts = options.pipeline_options(args.preset, beam_args)
-    stage = {"extract": run.extract, "pairs": run.make_pairs, "mask": run.mask, "prepare": run.prepare}
-    stage[args.command](args, opts)
+    from pipeline.manifest import ManifestError
+    try:
+        if args.command == "inspect":
+            from pipeline import inspection
+            return inspection.main(args)
+        from pipeline import options, run
+        opts = options.pipeline_options(args.preset, beam_args, gcs_bucket=args.gcs_bucket)
+        stage = {"extract": run.extract, "pairs": run.make_pairs, "mask": run.mask, "prepare": run.prepare}
+        if options.is_dry_run(opts) and args.overwrite:
+            parser.error("--overwrite with --dry_run would delete the old output for a job that never runs")
+        if options.is_dataflow(opts) and not options.is_dry_run(opts):
+            keys = ("input", "output") + (("vocab",) if args.command in ("pairs", "prepare") else ())
+            local = [f"--{k}" for k in keys if any("://" not in s for s in getattr(args, k).split(","))]
+            if local:
+                parser.error(f"Dataflow workers cannot read local paths: give gs:// paths for {', '.join(local)}")
+        try:
+            stage[args.command](args, opts)
+        except run.DryRun as e:   # translated and staged for Dataflow, nothing ran: nothing was written
+            print(e, file=sys.stderr)
+            return 0
+    except ManifestError as e:   # a missing or mismatched input: the message says what to do, no traceback
+        raise SystemExit(f"bertprep {args.command}: {e}") from None
     print(f"wrote {args.output}/manifest.json", file=sys.stderr)
     return 0
 

@@ -2,19 +2,53 @@
 
 Every pipeline command takes `--preset NAME` (default `local`); any flag bertprep does not know goes to Beam's
 PipelineOptions after the preset's, so `--direct_num_workers=1` or `--runner=DataflowRunner` win over it.
+The flags are assembled in one order, later flags winning (Beam's parser keeps the last value of a flag):
+
+    preset flags  <  --gcs-bucket's temp_location/staging_location  <  the user's own Beam flags
+
+A preset value that starts with `@repo/` names a file of the bertprep checkout (the directory that holds
+beam_options/), e.g. `--setup_file=@repo/pyproject.toml`, so a preset works from any working directory.
+See beam_options/README.md for the presets and the exact command for each runner.
 """
 from __future__ import annotations
 
 import os
+import re
 from importlib import resources
+from pathlib import Path
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions, PortableOptions,
+                                                  StandardOptions, TestOptions)
 
 DEFAULT_PRESET = "local"
+REPO_PREFIX = "@repo/"
+# Flags naming a worker image with bertprep installed (the second is Beam's older name for the first).
+IMAGE_FLAGS = ("--sdk_container_image", "--worker_harness_container_image")
+# GCS bucket names: 3-63 characters (up to 222 with dots) of lowercase letters, digits, '-', '_' and '.'.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
 
 
 def preset_names() -> list[str]:
     return sorted(p.name[:-4] for p in resources.files("beam_options").iterdir() if p.name.endswith(".txt"))
+
+
+def repo_root() -> Path:
+    """The directory holding beam_options/: the checkout for an editable install, site-packages otherwise."""
+    return Path(str(resources.files("beam_options"))).parent
+
+
+def _resolve_repo_path(flag: str) -> str:
+    """`--name=@repo/rel/path` -> `--name=/abs/checkout/rel/path`; the file must exist. (Preset files write
+    `--name=value` as one token.)"""
+    name, sep, value = flag.partition("=")
+    if not sep or not value.startswith(REPO_PREFIX):
+        return flag
+    path = repo_root() / value[len(REPO_PREFIX):]
+    if not path.exists():
+        raise SystemExit(f"{name}={value}: {path} does not exist. bertprep is not installed from a checkout "
+                         "(pip install -e .); run from one, or build the worker image (Dockerfile) and pass "
+                         "--sdk_container_image=IMAGE instead (see beam_options/README.md)")
+    return f"{name}={path}"
 
 
 def preset_flags(name: str) -> list[str]:
@@ -35,6 +69,68 @@ def preset_flags(name: str) -> list[str]:
     return flags
 
 
-def pipeline_options(preset: str, beam_args: list[str]) -> PipelineOptions:
-    """PipelineOptions from the preset, then the user's own Beam flags (later flags win)."""
-    return PipelineOptions(preset_flags(preset) + list(beam_args))
+def gcs_bucket_flags(gcs_bucket: str) -> list[str]:
+    """`BUCKET` or `gs://BUCKET[/prefix]` -> Beam's temp_location and staging_location under it."""
+    root = gcs_bucket.strip().rstrip("/")
+    if "://" in root and not root.startswith("gs://"):
+        raise SystemExit(f"--gcs-bucket {gcs_bucket!r}: expected BUCKET or gs://BUCKET[/prefix]")
+    root = root.removeprefix("gs://")
+    bucket = root.split("/", 1)[0]
+    if not _BUCKET.fullmatch(bucket):
+        raise SystemExit(f"--gcs-bucket {gcs_bucket!r}: {bucket!r} is not a GCS bucket name")
+    return [f"--temp_location=gs://{root}/tmp", f"--staging_location=gs://{root}/staging"]
+
+
+def _runner_name(options: PipelineOptions) -> str:
+    """'DataflowRunner', 'dataflow' and 'apache_beam....DataflowRunner' all -> 'dataflow'."""
+    runner = options.view_as(StandardOptions).runner or ""
+    if not isinstance(runner, str):
+        runner = type(runner).__name__
+    name = runner.rsplit(".", 1)[-1].lower()
+    return name[:-len("runner")] if name.endswith("runner") else name
+
+
+def is_dataflow(options: PipelineOptions) -> bool:
+    return _runner_name(options) in ("dataflow", "testdataflow")
+
+
+def is_dry_run(options: PipelineOptions) -> bool:
+    """True for a Dataflow `--dry_run=True`: the job is translated and staged but never submitted, so nothing
+    runs and there is no output to publish."""
+    return bool(options.view_as(TestOptions).dry_run) and is_dataflow(options)
+
+
+def _check(options: PipelineOptions) -> None:
+    """Mistakes Beam would report late, online, or not at all."""
+    dry_run = options.view_as(TestOptions).dry_run
+    if isinstance(dry_run, str) and dry_run.strip().lower() in ("false", "0", "no"):
+        # Beam's --dry_run takes any string and tests its truth: "False" would still be a dry run.
+        raise SystemExit(f"--dry_run={dry_run} would still be a dry run to Beam; leave the flag out instead")
+    if dry_run and not is_dataflow(options):
+        # Other runners ignore --dry_run: the job would really run and write its output.
+        raise SystemExit(f"--dry_run is only honoured by DataflowRunner, not {_runner_name(options)!r}")
+    if is_dataflow(options) and not options.view_as(GoogleCloudOptions).temp_location:
+        raise SystemExit("Dataflow needs a GCS location for temporary and staged files: pass "
+                         "--gcs-bucket=gs://BUCKET[/prefix] (or --temp_location=gs://BUCKET/tmp)")
+    if _runner_name(options) == "portable" and not options.view_as(PortableOptions).job_endpoint:
+        raise SystemExit("the portable preset needs the job server to submit to: --job_endpoint=HOST:PORT "
+                         "(e.g. localhost:8099 for Beam's Flink or Spark job server; 'embed' runs in-process)")
+
+
+def pipeline_options(preset: str, beam_args: list[str], gcs_bucket: str | None = None) -> PipelineOptions:
+    """PipelineOptions from the preset, then `--gcs-bucket`'s locations, then the user's own Beam flags.
+
+    A user's `--sdk_container_image` drops the preset's `--setup_file`: the image (Dockerfile) already holds
+    bertprep, and staging the package as well would make every worker pip-install it again at start-up.
+    """
+    beam_args = list(beam_args)
+    user_flag_names = {a.split("=", 1)[0] for a in beam_args if a.startswith("--")}
+    flags = preset_flags(preset)
+    if user_flag_names.intersection(IMAGE_FLAGS) and "--setup_file" not in user_flag_names:
+        flags = [f for f in flags if f.split("=", 1)[0] != "--setup_file"]
+    flags = [_resolve_repo_path(f) for f in flags]
+    if gcs_bucket:
+        flags += gcs_bucket_flags(gcs_bucket)
+    options = PipelineOptions(flags + beam_args)
+    _check(options)
+    return options

@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 
 from pipeline import manifest, masking, pairs, shards, tokenization, transforms
+from pipeline.options import is_dry_run
 
 MiB = 1 << 20
 
@@ -53,14 +54,20 @@ def total_bytes(paths: list[str]) -> int:
     return n
 
 
-def stage_input_files(spec: str, fmt: str, pattern: str) -> tuple[list[str], list[dict]]:
+def stage_input_files(spec: str, fmt: str, pattern: str,
+                      allow_incomplete: bool = False) -> tuple[list[str], list[dict]]:
     """Files of an earlier stage's output: a directory (its manifest's files) or globs of files.
 
-    Returns the files and, for each directory, {"path", "manifest_sha256"} to record as provenance.
+    A directory without manifest.json is refused (its stage did not finish) unless `allow_incomplete`: then its
+    `pattern` files are read. Returns the files and, for each directory, {"path", "manifest_sha256"} (or
+    {"path", "incomplete": true}) to record as provenance.
     """
     files, inputs = [], []
     for part in [s.strip() for s in spec.split(",") if s.strip()]:
-        if FileSystems.exists(manifest.path_in(part)) or os.path.isdir(part):
+        if os.path.isdir(part) and not FileSystems.exists(manifest.path_in(part)):
+            files.extend(incomplete_files(part, pattern, allow_incomplete))
+            inputs.append({"path": part, "incomplete": True})
+        elif FileSystems.exists(manifest.path_in(part)) or os.path.isdir(part):
             m = manifest.read(part)
             manifest.expect_format(m, fmt, part)
             files.extend(manifest.data_files(part, m))
@@ -69,6 +76,21 @@ def stage_input_files(spec: str, fmt: str, pattern: str) -> tuple[list[str], lis
             files.extend(expand_inputs(part))
             inputs.append({"path": part})
     return files, inputs
+
+
+def incomplete_files(directory: str, pattern: str, allow_incomplete: bool) -> list[str]:
+    """The `pattern` files of a directory that has no manifest.json, if the user allowed reading it."""
+    if not allow_incomplete:
+        raise manifest.ManifestError(
+            f"{directory} has no {manifest.NAME}: it is not a complete bertprep output (the stage writing it did "
+            "not finish, or this is not a bertprep directory). Re-run that stage with --overwrite, or pass "
+            f"--allow-incomplete to read its {pattern} files anyway.")
+    found = sorted(m.path for m in FileSystems.match([FileSystems.join(directory, pattern)])[0].metadata_list)
+    if not found:
+        raise manifest.ManifestError(f"{directory} has no {manifest.NAME} and no {pattern} files to read (an "
+                                     "interrupted run's partial files under .incomplete/ are never read): re-run "
+                                     "the stage that writes it")
+    return found
 
 
 def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
@@ -96,11 +118,37 @@ def print_counters(title: str, values: dict[str, int], seconds: float) -> None:
         print(f"  {k:<{width}}  {v:>12,}", file=sys.stderr)
 
 
-def run_and_publish(title: str, p: beam.Pipeline, output: str, num_shards: int) -> tuple[list[dict], dict]:
-    """Runs the pipeline, publishes its shards; returns (file entries with stats, counters)."""
+class DryRun(Exception):
+    """A Dataflow `--dry_run=True`: the job was translated and staged but never submitted, so nothing ran and
+    there is nothing to publish."""
+
+
+def run_and_publish(title: str, p: beam.Pipeline, output: str, num_shards: int,
+                    retries: int = 0) -> tuple[list[dict], dict]:
+    """Runs the pipeline (again, up to `retries` times, if it fails), publishes its shards; returns (file entries
+    with stats, counters).
+
+    Beam's local FnApiRunner does not retry a failed bundle (Dataflow retries each one 4 times), so a transient
+    failure fails the whole run; a retry runs the whole pipeline again. That is safe: nothing is published before
+    the run succeeds, and the files under .incomplete/ are removed and rewritten with the same bytes.
+    """
     start = time.time()
-    result = p.run()
-    result.wait_until_finish()
+    for attempt in range(retries + 1):
+        try:
+            result = p.run()
+            result.wait_until_finish()
+            break
+        except Exception as e:
+            if attempt == retries:
+                raise
+            print(f"{title}: attempt {attempt + 1} of {retries + 1} failed ({type(e).__name__}: "
+                  f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); running the pipeline again",
+                  file=sys.stderr)
+            incomplete = FileSystems.join(output, shards.INCOMPLETE)
+            if FileSystems.exists(incomplete):
+                FileSystems.delete([incomplete])
+    if is_dry_run(p.options):
+        raise DryRun(f"{title}: dry run: the Dataflow job was translated and staged, not submitted")
     values = counters(result)
     written = shards.written_stats(output, num_shards)
     files = shards.publish(output, written)
@@ -137,7 +185,7 @@ def extract(args, options) -> dict:
                                            (1, len(d.paragraphs), sum(map(len, d.paragraphs))))])
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", num_shards, "jsonl.gz", seed=0,
                                               stat_names=("documents", "paragraphs", "characters")))
-    written, values = run_and_publish(f"extract {args.corpus}", p, args.output, num_shards)
+    written, values = run_and_publish(f"extract {args.corpus}", p, args.output, num_shards, args.retries)
     m = {"format": manifest.DOCUMENTS, "stage": "extract",
          "parameters": {"corpus": args.corpus, "skip_disambiguation": not args.keep_disambiguation,
                         "max_document_bytes": args.max_document_bytes, "num_shards": num_shards},
@@ -172,7 +220,8 @@ def _mask_parameters(args, params: masking.MaskParams) -> dict:
 
 
 def make_pairs(args, options) -> dict:
-    files, inputs = stage_input_files(args.input, manifest.DOCUMENTS, "documents-*.jsonl.gz")
+    files, inputs = stage_input_files(args.input, manifest.DOCUMENTS, "documents-*.jsonl.gz",
+                                      args.allow_incomplete)
     vocab = vocab_entry(args.vocab, not args.cased)
     # mask reads one pair file per worker: at least 8 files, so a re-mask spreads over 8 workers
     num_shards = args.num_shards or max(8, math.ceil(total_bytes(files) / (16 * MiB)))
@@ -186,7 +235,7 @@ def make_pairs(args, options) -> dict:
      | "ToRecords" >> beam.Map(transforms.encode_pairs)
      | "WritePairs" >> shards.WriteShards(args.output, "pairs", num_shards, "tfrecord", args.seed,
                                           stat_names=transforms.PAIR_STATS))
-    written, values = run_and_publish("pairs", p, args.output, num_shards)
+    written, values = run_and_publish("pairs", p, args.output, num_shards, args.retries)
     counts = sum_stats(written, transforms.PAIR_STATS)
     m = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "vocab": vocab,
          "max_seq_length": args.max_seq_length,
@@ -212,16 +261,27 @@ def _shards_manifest(stage, args, params, vocab, max_seq_length, documents, writ
 
 
 def mask(args, options) -> dict:
-    pairs_manifest = manifest.read(args.input)
-    manifest.expect_format(pairs_manifest, manifest.PAIRS, args.input)
-    vocab = pairs_manifest["vocab"]
-    if args.vocab and tokenization.vocab_sha256(args.vocab) != vocab["sha256"]:
-        raise SystemExit(f"--vocab {args.vocab} is not the vocabulary {args.input} was made with "
-                         f"({vocab['path']}, sha256 {vocab['sha256'][:12]}...)")
-    files = manifest.data_files(args.input, pairs_manifest)
+    if FileSystems.exists(manifest.path_in(args.input)):
+        pairs_manifest = manifest.read(args.input)
+        manifest.expect_format(pairs_manifest, manifest.PAIRS, args.input)
+        vocab = pairs_manifest["vocab"]
+        if args.vocab and tokenization.vocab_sha256(args.vocab) != vocab["sha256"]:
+            raise SystemExit(f"--vocab {args.vocab} is not the vocabulary {args.input} was made with "
+                             f"({vocab['path']}, sha256 {vocab['sha256'][:12]}...)")
+        files = manifest.data_files(args.input, pairs_manifest)
+        L = pairs_manifest["max_seq_length"]
+        documents, pair_parameters = pairs_manifest["counts"]["documents"], pairs_manifest["parameters"]
+        source = {"path": args.input, "manifest_sha256": manifest.sha256_of(args.input)}
+    else:   # --allow-incomplete: no manifest to give the vocab ids and the length the pairs were made with
+        files = incomplete_files(args.input, "pairs-*.tfrecord", args.allow_incomplete)
+        if not (args.vocab and args.max_seq_length):
+            raise SystemExit(f"{args.input} has no {manifest.NAME} to say which vocab and max_seq_length its pairs "
+                             "were made with: with --allow-incomplete also pass --vocab and --max-seq-length")
+        vocab = vocab_entry(args.vocab, lowercase=None)
+        L, documents, pair_parameters = args.max_seq_length, None, None
+        source = {"path": args.input, "incomplete": True}
     num_shards = args.num_shards or len(files)
     params = _mask_params(args)
-    L = pairs_manifest["max_seq_length"]
     shards.prepare_output(args.output, args.overwrite)
 
     p = beam.Pipeline(options=options)
@@ -230,10 +290,9 @@ def mask(args, options) -> dict:
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
      | "WriteShards" >> shards.WriteShards(args.output, "shard", num_shards, "tfrecord", args.seed,
                                            stat_names=transforms.MASK_STATS))
-    written, values = run_and_publish("mask", p, args.output, num_shards)
-    m = _shards_manifest("mask", args, params, vocab, L, pairs_manifest["counts"]["documents"], written, values,
-                         [{"path": args.input, "manifest_sha256": manifest.sha256_of(args.input)}],
-                         {"pairs": pairs_manifest["parameters"]})
+    written, values = run_and_publish("mask", p, args.output, num_shards, args.retries)
+    m = _shards_manifest("mask", args, params, vocab, L, documents, written, values, [source],
+                         {"pairs": pair_parameters})
     manifest.write(args.output, m)
     return m
 
@@ -254,7 +313,7 @@ def prepare(args, options) -> dict:
                                            args.max_seq_length)
      | "WriteShards" >> shards.WriteShards(args.output, "shard", num_shards, "tfrecord", args.seed,
                                            stat_names=transforms.MASK_STATS))
-    written, values = run_and_publish(f"prepare {args.corpus}", p, args.output, num_shards)
+    written, values = run_and_publish(f"prepare {args.corpus}", p, args.output, num_shards, args.retries)
     m = _shards_manifest("prepare", args, params, vocab, args.max_seq_length,
                          values.get("tokenize/documents", 0), written, values,
                          [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)})

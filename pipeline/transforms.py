@@ -15,6 +15,7 @@ shards goes through sorted run files (pipeline/shards.py).
 from __future__ import annotations
 
 import math
+import os
 from typing import Callable, Iterable
 
 import apache_beam as beam
@@ -125,6 +126,8 @@ class _Tokenize(beam.DoFn):
         self.empty = Metrics.counter("tokenize", "empty_documents")
 
     def setup(self):   # once per worker: the tokenizer is never pickled with the pipeline
+        # Beam runs one worker per core; HF's own thread pool on top would only oversubscribe the cores
+        os.environ.setdefault("RAYON_NUM_THREADS", "1")
         self.tokenizer = tokenization.build_tokenizer(tokenization.read_vocab(self.vocab_path), self.lowercase)
 
     def process(self, doc: Document):

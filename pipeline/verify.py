@@ -138,9 +138,16 @@ def main(args) -> int:
         if not files:
             print(f"{directory}: no files match {args.pattern}", file=sys.stderr)
             return 1
+        vocab_size, cls_id, sep_id = args.vocab_size or 1 << 31, args.cls_id, args.sep_id
+        if args.vocab:   # the ids of this vocab, not google's defaults
+            from pipeline import masking, tokenization
+
+            words = tokenization.read_vocab(args.vocab)
+            ids = masking.VocabIds.from_vocab(words)
+            vocab_size, cls_id, sep_id = len(words), ids.cls_id, ids.sep_id
         counts = verify_files(files, "shards", problems,
                               schema.Shape(args.max_seq_length, args.max_predictions_per_seq),
-                              args.vocab_size or 1 << 31, args.cls_id, args.sep_id)
+                              vocab_size, cls_id, sep_id)
         print(f"{directory}: {len(files)} file(s), {sum(counts):,} records (no manifest: google-style shards)")
     else:
         m = manifest.read(directory)

@@ -1,0 +1,276 @@
+"""Fault injection: what a user sees when a run is killed, re-run into a used directory, fed a damaged shard, or hit
+by a transient error, and that no reader (mask, pairs, inspect, verify, the trainer) takes incomplete output.
+
+The output protocol under test (pipeline/shards.py): data and run files are written under DIR/.incomplete/, the
+shards are published by rename after the pipeline succeeded, and manifest.json, the commit marker, comes last.
+Flipped-byte and truncated-shard detection by `bertprep verify` is tested in test_end_to_end.py
+(test_verify_passes_clean_output_and_names_damage); here the trainer's reader gets the same damage.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import cli, tokenization
+from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
+
+pytestmark = pytest.mark.slow
+ONE = ["--preset", "local-1"]
+PREPARE = ["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB),
+           "--dupe-factor", "1"]
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file under a directory (hidden ones too) -> its bytes."""
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    """An uninterrupted run: the bytes every recovered run must reproduce."""
+    out = tmp_path_factory.mktemp("clean") / "shards"
+    assert cli.main([*PREPARE, "--num-shards", "4", "--output", str(out), *ONE]) == 0
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _refusal(argv: list[str]) -> str:
+    """The message of a command that must refuse (SystemExit carrying a message, as the console shows it)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert isinstance(e.value.code, str), f"exit without a message: {e.value.code!r}"
+    return e.value.code
+
+
+# ---- a. a run killed in the middle of writing ------------------------------------------------------------------
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the Beam worker processes through /proc")
+def test_killed_run_leaves_no_usable_output_and_overwrite_recovers(clean, tmp_path, capsys):
+    out = tmp_path / "killed"
+    # The default `local` preset (worker processes); each shard writer then waits in BERTPREP_TEST_SLOW_WRITE
+    # after writing its file, so the kill lands with shards half written under .incomplete/.
+    env = {**os.environ, "BERTPREP_TEST_SLOW_WRITE": "120"}
+    log = tmp_path / "launcher.log"
+    with open(log, "wb") as f:
+        launcher = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *PREPARE, "--num-shards", "4",
+                                     "--output", str(out), "--preset", "local", "--direct_num_workers=2"],
+                                    cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
+    workers: list[int] = []
+    try:
+        deadline = time.time() + 90
+        while not list((out / ".incomplete").glob("shard-*.tfrecord")):
+            assert launcher.poll() is None, log.read_text()[-3000:]
+            assert time.time() < deadline, "no shard file appeared under .incomplete/ in 90 s"
+            time.sleep(0.05)
+        workers = _descendants(launcher.pid)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        # The Beam workers lose their launcher and exit, even mid-bundle: nothing writes into the directory later.
+        deadline = time.time() + 30
+        while any(_alive(w) for w in workers) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(w) for w in workers), "Beam worker processes outlived the killed launcher"
+    finally:
+        for pid in [launcher.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+    # What is left: partial files under .incomplete/ only; no manifest, no published shard.
+    assert not (out / "manifest.json").exists()
+    assert sorted(p.name for p in out.iterdir()) == [".incomplete"]
+    assert list((out / ".incomplete").glob("shard-*.tfrecord"))
+    assert len(list((out / ".incomplete").glob("*.stats.json"))) < 4   # some writer never finished
+
+    capsys.readouterr()
+    assert cli.main(["verify", str(out)]) == 1
+    assert f"{out}: no manifest.json: incomplete output" in capsys.readouterr().err
+    refused = f"{out} has no manifest.json: it is not a complete bertprep output"
+    message = _refusal(["mask", "--input", str(out), "--output", str(tmp_path / "m"), *ONE])
+    assert message.startswith(f"bertprep mask: {refused}") and "--allow-incomplete" in message
+    assert _refusal(["inspect", str(out)]).startswith(f"bertprep inspect: {refused}")
+    # a killed `extract` looks the same to `pairs`
+    assert _refusal(["pairs", "--input", str(out), "--vocab", str(UNCASED_VOCAB), "--output",
+                     str(tmp_path / "p"), *ONE]).startswith(f"bertprep pairs: {refused}")
+    # --allow-incomplete never reads the partial files under .incomplete/
+    assert "no pairs-*.tfrecord files to read" in _refusal(
+        ["mask", "--input", str(out), "--allow-incomplete", "--vocab", str(UNCASED_VOCAB), "--max-seq-length",
+         "128", "--output", str(tmp_path / "m"), *ONE])
+    assert "no shard-*, pairs-* or documents-* files" in _refusal(["inspect", str(out), "--allow-incomplete"])
+    # the leftover .incomplete/ makes the directory "used"
+    assert "--overwrite" in _refusal([*PREPARE, "--num-shards", "4", "--output", str(out), *ONE])
+
+    # The console shows the message alone, exit status 1, no traceback.
+    shown = subprocess.run([sys.executable, "-m", "pipeline.cli", "inspect", str(out)], cwd=REPO,
+                           capture_output=True, text=True)
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr
+    assert shown.stderr.strip().startswith(f"bertprep inspect: {refused}")
+
+    # The trainer's reader: no shard in the directory itself; the partial ones have no manifest beside them.
+    pytest.importorskip("torch")
+    from model import data
+    with pytest.raises(data.ShardSpecError, match="matches no files"):
+        data.open_shards(str(out))
+    with pytest.raises(data.ShardSpecError, match="no manifest.json.*--allow-incomplete"):
+        data.open_shards(str(out / ".incomplete" / "shard-*.tfrecord"))
+
+    # Recovery: --overwrite removes the leftovers; the result is byte for byte the uninterrupted run's.
+    assert cli.main([*PREPARE, "--num-shards", "4", "--output", str(out), "--overwrite", *ONE]) == 0
+    assert snapshot(out) == snapshot(clean)
+
+
+# ---- b. a re-run into a used directory ------------------------------------------------------------------------
+
+def test_rerun_into_used_directory_needs_overwrite_which_replaces_the_whole_set(clean, tmp_path, capsys):
+    out = tmp_path / "used"
+    shutil.copytree(clean, out)
+    before = snapshot(out)
+    message = _refusal([*PREPARE, "--num-shards", "2", "--output", str(out), *ONE])
+    assert message.startswith(f"{out} already holds 5 file(s)") and "Pass --overwrite to replace them" in message
+    assert snapshot(out) == before   # refused before anything was written or removed
+
+    assert cli.main([*PREPARE, "--num-shards", "2", "--output", str(out), "--overwrite", *ONE]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json", "shard-00000-of-00002.tfrecord", "shard-00001-of-00002.tfrecord"]
+    assert cli.main(["verify", str(out)]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["instances"] == json.loads((clean / "manifest.json").read_text())["counts"]["instances"]
+
+
+# ---- c, d. a damaged shard reaches the trainer's reader --------------------------------------------------------
+
+def _read_all(directory: Path):
+    """One pass of the trainer's reader over a directory (files in order, every record decoded)."""
+    from model import data
+
+    shards = data.open_shards(str(directory))
+    dataset = data.ShardDataset(shards.files, shards.shape, batch_size=16, shuffle=False, drop_last=False)
+    return sum(len(batch["next_sentence_labels"]) for batch in dataset)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_trainer_reader_stops_at_a_damaged_shard_naming_file_and_record(clean, tmp_path, damage):
+    pytest.importorskip("torch")
+    from pipeline.tfrecord import CorruptRecordError
+
+    out = tmp_path / damage
+    shutil.copytree(clean, out)
+    assert _read_all(out) == json.loads((out / "manifest.json").read_text())["counts"]["instances"]
+    shard = out / "shard-00001-of-00004.tfrecord"
+    raw = bytearray(shard.read_bytes())
+    if damage == "flip":
+        raw[len(raw) // 2] ^= 0x01
+        expected = r"shard-00001-of-00004.tfrecord: record \d+: (data|length) CRC mismatch"
+    else:
+        raw = raw[:-100]
+        expected = r"shard-00001-of-00004.tfrecord: record \d+: file ends inside a record \(truncated\)"
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(CorruptRecordError, match=expected):
+        _read_all(out)
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,   # "DID NOT RAISE" only; any other failure shows
+                   reason="gap (model/data.py): the reader does not compare the records it reads with the "
+                          "manifest's per-file counts, so a shard cut at a record boundary goes unseen")
+def test_trainer_reader_notices_a_shard_cut_at_a_record_boundary(clean, tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "cut"
+    shutil.copytree(clean, out)
+    shard = out / "shard-00001-of-00004.tfrecord"
+    raw = shard.read_bytes()
+    from pipeline import tfrecord
+    last = len(tfrecord.frame(list(tfrecord.read_file(str(shard)))[-1]))
+    shard.write_bytes(raw[:-last])   # exactly one whole record less: every CRC still checks
+    assert cli.main(["verify", str(out)]) == 1   # verify counts records against the manifest
+    with pytest.raises((ValueError, OSError), match="shard-00001-of-00004.tfrecord"):
+        _read_all(out)
+
+
+# ---- e. a transient failure inside a DoFn ----------------------------------------------------------------------
+
+def test_transient_dofn_failure_fails_the_run_and_retries_recover_the_same_bytes(clean, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """Beam's FnApiRunner (presets local, local-1) does not retry a failed bundle: BundleManager.process_bundle
+    raises RuntimeError(result.error) and the job fails. `--retries N` runs the whole pipeline again."""
+    marker = tmp_path / "failed-once"
+    real = tokenization.tokenize_sentences
+
+    def flaky(tokenizer, sentences):   # fails on one chosen document, the first time only
+        if not marker.exists() and any("Alice" in s for s in sentences):
+            marker.write_text("failed")
+            raise ConnectionResetError("injected transient fault")
+        return real(tokenizer, sentences)
+
+    # local-1 runs the DoFns in this process, so the patched module function is the one _Tokenize calls
+    monkeypatch.setattr(tokenization, "tokenize_sentences", flaky)
+    out = tmp_path / "flaky"
+    with pytest.raises(ConnectionResetError, match=r"injected transient fault \[while running 'Tokenize/"):
+        cli.main([*PREPARE, "--num-shards", "4", "--output", str(out), *ONE])   # the in-process runner re-raises it
+    assert marker.exists() and not (out / "manifest.json").exists()
+
+    marker.unlink()
+    capsys.readouterr()
+    assert cli.main([*PREPARE, "--num-shards", "4", "--output", str(out), "--overwrite", "--retries", "1",
+                     *ONE]) == 0
+    assert marker.exists()   # the fault did fire in the first attempt
+    err = capsys.readouterr().err
+    assert ("prepare books: attempt 1 of 2 failed (ConnectionResetError: injected transient fault [while running "
+            "'Tokenize/SplitAndTokenize']); running the pipeline again") in err
+    # complete, the same bytes as a clean run, and the counters are the successful attempt's alone
+    assert snapshot(out) == snapshot(clean)
+
+
+# ---- --allow-incomplete reads the data files of a directory without manifest ----------------------------------
+
+def test_allow_incomplete_reads_the_files_present_and_gives_the_same_shards(clean, tmp_path):
+    docs, pairs, masked = tmp_path / "docs", tmp_path / "pairs", tmp_path / "masked"
+    assert cli.main(["extract", "books", "--input", str(SAMPLES / "books"), "--output", str(docs), *ONE]) == 0
+    (docs / "manifest.json").unlink()
+    pairs_argv = ["pairs", "--input", str(docs), "--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1", "--output",
+                  str(pairs), *ONE]
+    assert "--allow-incomplete" in _refusal(pairs_argv)
+    assert cli.main([*pairs_argv, "--allow-incomplete"]) == 0
+    assert json.loads((pairs / "manifest.json").read_text())["inputs"] == [{"path": str(docs), "incomplete": True}]
+
+    (pairs / "manifest.json").unlink()
+    mask_argv = ["mask", "--input", str(pairs), "--num-shards", "4", "--output", str(masked), *ONE]
+    assert "--allow-incomplete" in _refusal(mask_argv)
+    assert "also pass --vocab and --max-seq-length" in _refusal([*mask_argv, "--allow-incomplete"])
+    assert cli.main([*mask_argv, "--allow-incomplete", "--vocab", str(UNCASED_VOCAB), "--max-seq-length",
+                     "128"]) == 0
+    # prepare == extract | pairs | mask, with or without the manifests in between
+    for f in sorted(clean.glob("shard-*.tfrecord")):
+        assert f.read_bytes() == (masked / f.name).read_bytes()
+    assert cli.main(["verify", str(masked)]) == 0
+
+    (masked / "manifest.json").unlink()
+    assert "--allow-incomplete" in _refusal(["inspect", str(masked)])
+    assert cli.main(["inspect", str(masked), "--allow-incomplete", "--examples", "0"]) == 0

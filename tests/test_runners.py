@@ -1,0 +1,239 @@
+"""The runners bertprep has presets for, checked offline, plus the preset rules of pipeline/options.py.
+
+- dataflow: every Beam command is built with the `dataflow` preset and `--dry_run=True`: Beam translates the
+  job for Dataflow and stages it (the workers' sdist is built from pyproject.toml) without submitting it. The
+  translated job must hold every stage label.
+- portable: `prepare` through Beam's portable job API (`--job_endpoint=embed`, LOOPBACK workers) gives the
+  same bytes as the `local-1` preset.
+"""
+import json
+from pathlib import Path
+
+import pytest
+from apache_beam.options.pipeline_options import (GoogleCloudOptions, PortableOptions, SetupOptions,
+                                                  StandardOptions, WorkerOptions)
+
+from pipeline import cli, options, run
+from tests.conftest import SAMPLES, UNCASED_VOCAB
+
+BUCKET = "gs://bertprep-test-bucket"
+DRY_RUN = ["--preset", "dataflow", "--gcs-bucket", BUCKET, "--project=bertprep-test", "--region=us-central1",
+           "--dry_run=True"]
+ONE = ["--preset", "local-1"]
+
+
+# ---------------------------------------------------------------------------------------------- options.py
+
+def test_presets_are_listed_and_parsed():
+    assert {"local", "local-1", "dataflow", "portable"} <= set(options.preset_names())
+    assert options.preset_flags("local-1")[:3] == ["--runner=FnApiRunner", "--direct_running_mode=in_memory",
+                                                  "--direct_num_workers=1"]
+    for name in options.preset_names():   # comments and blank lines are gone, every token is a flag
+        flags = options.preset_flags(name)
+        assert flags and all(f.startswith("--") and "#" not in f for f in flags), name
+
+
+def test_unknown_preset_names_the_known_ones():
+    with pytest.raises(SystemExit, match=r"unknown --preset 'nope'.*dataflow, local, local-1, portable"):
+        options.preset_flags("nope")
+
+
+def test_preset_file_path_with_comments(tmp_path):
+    f = tmp_path / "mine.txt"
+    f.write_text("# my runner\n--runner=FnApiRunner  --direct_num_workers=3  # three\n\n"
+                 "--direct_running_mode=multi_processing\n")
+    assert options.preset_flags(str(f)) == ["--runner=FnApiRunner", "--direct_num_workers=3",
+                                            "--direct_running_mode=multi_processing"]
+    opts = options.pipeline_options(str(f), [])
+    assert opts.get_all_options()["direct_num_workers"] == 3
+
+
+def test_user_flags_win_over_the_preset():
+    opts = options.pipeline_options("local", ["--direct_num_workers=2", "--direct_running_mode=in_memory"])
+    got = opts.get_all_options()
+    assert (got["runner"], got["direct_num_workers"], got["direct_running_mode"]) == \
+        ("FnApiRunner", 2, "in_memory")
+    assert options.pipeline_options("local", []).get_all_options()["direct_num_workers"] == 0
+
+
+def test_dataflow_preset():
+    opts = options.pipeline_options("dataflow", ["--project=p"], gcs_bucket="gs://b-1/runs/x/")
+    gcp, worker = opts.view_as(GoogleCloudOptions), opts.view_as(WorkerOptions)
+    assert opts.view_as(StandardOptions).runner == "DataflowRunner" and options.is_dataflow(opts)
+    assert (gcp.region, gcp.temp_location, gcp.staging_location) == \
+        ("us-central1", "gs://b-1/runs/x/tmp", "gs://b-1/runs/x/staging")
+    assert (worker.machine_type, worker.autoscaling_algorithm, worker.max_num_workers) == \
+        ("n2-standard-4", "THROUGHPUT_BASED", 32)
+    assert "use_runner_v2" in opts.get_all_options()["experiments"]
+    setup = opts.view_as(SetupOptions)
+    assert setup.save_main_session is False
+    # @repo/ resolved against the checkout that holds beam_options/, whatever the working directory
+    assert setup.setup_file == str(options.repo_root() / "pyproject.toml") and Path(setup.setup_file).is_file()
+
+
+def test_gcs_bucket_goes_between_preset_and_user_flags():
+    assert options.gcs_bucket_flags("my-bucket") == ["--temp_location=gs://my-bucket/tmp",
+                                                    "--staging_location=gs://my-bucket/staging"]
+    opts = options.pipeline_options("dataflow", ["--project=p", "--temp_location=gs://other/t"],
+                                    gcs_bucket="gs://my-bucket")
+    gcp = opts.view_as(GoogleCloudOptions)
+    assert (gcp.temp_location, gcp.staging_location) == ("gs://other/t", "gs://my-bucket/staging")
+    for bad in ("s3://bucket", "gs://", "gs://UPPER", "x"):
+        with pytest.raises(SystemExit, match="--gcs-bucket"):
+            options.gcs_bucket_flags(bad)
+
+
+def test_dataflow_without_a_bucket_fails_clearly():
+    with pytest.raises(SystemExit, match="--gcs-bucket=gs://BUCKET"):
+        options.pipeline_options("dataflow", ["--project=p"])
+    with pytest.raises(SystemExit, match="--gcs-bucket=gs://BUCKET"):   # the runner is what counts
+        options.pipeline_options("local", ["--runner=DataflowRunner", "--project=p"])
+    opts = options.pipeline_options("dataflow", ["--project=p", "--temp_location=gs://b/tmp"])
+    assert opts.view_as(GoogleCloudOptions).temp_location == "gs://b/tmp"
+
+
+def test_container_image_replaces_the_staged_package():
+    opts = options.pipeline_options("dataflow", ["--project=p", "--sdk_container_image=r/bertprep:1"],
+                                    gcs_bucket="b-1")
+    assert opts.view_as(SetupOptions).setup_file is None
+    assert opts.view_as(WorkerOptions).sdk_container_image == "r/bertprep:1"
+    both = ["--project=p", "--sdk_container_image=r/deps:1", f"--setup_file={options.repo_root()}/pyproject.toml"]
+    assert options.pipeline_options("dataflow", both, gcs_bucket="b-1").view_as(SetupOptions).setup_file
+
+
+def test_container_image_needs_no_checkout(tmp_path, monkeypatch):
+    monkeypatch.setattr(options, "repo_root", lambda: tmp_path)   # as if installed from a wheel
+    with pytest.raises(SystemExit, match="not installed from a checkout"):
+        options.pipeline_options("dataflow", ["--project=p"], gcs_bucket="b-1")
+    opts = options.pipeline_options("dataflow", ["--project=p", "--sdk_container_image=r/bertprep:1"],
+                                    gcs_bucket="b-1")
+    assert opts.view_as(SetupOptions).setup_file is None
+
+
+def test_repo_placeholder_must_name_an_existing_file(tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text("--runner=FnApiRunner\n--setup_file=@repo/no-such-setup.py\n")
+    with pytest.raises(SystemExit, match="no-such-setup.py does not exist"):
+        options.pipeline_options(str(f), [])
+
+
+def test_portable_preset_needs_a_job_endpoint():
+    with pytest.raises(SystemExit, match="--job_endpoint=HOST:PORT"):
+        options.pipeline_options("portable", [])
+    opts = options.pipeline_options("portable", ["--job_endpoint=localhost:8099"])
+    port = opts.view_as(PortableOptions)
+    assert (opts.view_as(StandardOptions).runner, port.job_endpoint, port.environment_type) == \
+        ("PortableRunner", "localhost:8099", "LOOPBACK")
+
+
+def test_dry_run_only_on_dataflow():
+    with pytest.raises(SystemExit, match="only honoured by DataflowRunner"):
+        options.pipeline_options("local-1", ["--dry_run=True"])
+    with pytest.raises(SystemExit, match="would still be a dry run"):
+        options.pipeline_options("dataflow", ["--dry_run=False"], gcs_bucket=BUCKET)
+    assert not options.is_dry_run(options.pipeline_options("local-1", []))
+    assert options.is_dry_run(options.pipeline_options("dataflow", DRY_RUN[4:], gcs_bucket=BUCKET))
+
+
+# ---------------------------------------------------------------------------------------------- dataflow
+
+@pytest.fixture
+def dataflow_jobs(monkeypatch):
+    """Records the job of every DataflowRunner run; returns the list."""
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+
+    jobs, real = [], DataflowRunner.run_pipeline
+
+    def recording(self, pipeline, opts, pipeline_proto=None):
+        result = real(self, pipeline, opts, pipeline_proto)
+        jobs.append(result.job)   # dry run: the translated job, never sent
+        return result
+
+    monkeypatch.setattr(DataflowRunner, "run_pipeline", recording)
+    return jobs
+
+
+def _dry_run(jobs, argv: list[str], output: Path):
+    """`bertprep ARGV` as a Dataflow dry run -> the translated job's pipeline proto."""
+    assert cli.main([*argv, "--output", str(output), *DRY_RUN]) == 0
+    assert len(jobs) == 1, "the command did not reach DataflowRunner"
+    assert not any(output.rglob("*")), "a dry run must write nothing"   # no shards, no manifest
+    return jobs.pop().proto_pipeline
+
+
+def _labels(proto) -> set[str]:
+    return {t.unique_name for t in proto.components.transforms.values()}
+
+
+def _staged(proto) -> set[str]:
+    """Names of the artifacts staged for the workers (the sdist built from --setup_file is workflow.tar.gz)."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    names = set()
+    for env in proto.components.environments.values():
+        for dep in env.dependencies:
+            payload = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(dep.role_payload)
+            names.add(payload.staged_name)
+    return names
+
+
+@pytest.fixture(scope="module")
+def sample_inputs(tmp_path_factory):
+    """Inputs for every command: google-format text, a documents file and a pairs directory (made locally)."""
+    from corpora import books
+    from pipeline import documents
+
+    root = tmp_path_factory.mktemp("inputs")
+    (root / "google.txt").write_text("The first sentence.\nThe second one.\n\nAnother document here.\n"
+                                     "It has two sentences.\n", encoding="utf-8")
+    docs = [d for d in books.read_books(str(SAMPLES / "books" / "carroll-alice.txt"))
+            if isinstance(d, documents.Document)]
+    (root / "docs").mkdir()
+    with open(root / "docs" / "documents-00000-of-00001.jsonl.gz", "wb") as f:
+        documents.write_gzip_jsonl(f, docs)
+    assert cli.main(["pairs", "--input", str(root / "docs" / "documents-*.jsonl.gz"), "--vocab",
+                     str(UNCASED_VOCAB), "--dupe-factor", "1", "--num-shards", "2",
+                     "--output", str(root / "pairs"), *ONE]) == 0
+    return root
+
+
+VOCAB = ["--vocab", str(UNCASED_VOCAB)]
+COMMANDS = {   # command line -> the stage labels the job must hold (run.py's chains)
+    "extract-wikipedia": (["extract", "wikipedia", "--input", str(SAMPLES / "enwiki-sample.xml.bz2")],
+                          {"ReadWikipedia", "ToRecords", "WriteDocuments"}),
+    "extract-books": (["extract", "books", "--input", str(SAMPLES / "books")],
+                      {"ReadBooks", "ToRecords", "WriteDocuments"}),
+    "extract-text": (["extract", "text", "--input", "{inputs}/google.txt"],
+                     {"ReadText", "ToRecords", "WriteDocuments"}),
+    "pairs": (["pairs", "--input", "{inputs}/docs/documents-*.jsonl.gz", *VOCAB],
+              {"ReadDocuments", "Tokenize", "MakePairs", "ToRecords", "WritePairs"}),
+    "mask": (["mask", "--input", "{inputs}/pairs"], {"ReadPairs", "MaskPairs", "WriteShards"}),
+    "prepare": (["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB],
+                {"ReadBooks", "Tokenize", "MakePairs", "MaskPairs", "WriteShards"}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", COMMANDS)
+def test_dataflow_dry_run_translates_every_stage(name, sample_inputs, dataflow_jobs, tmp_path):
+    argv, stages = COMMANDS[name]
+    proto = _dry_run(dataflow_jobs, [a.replace("{inputs}", str(sample_inputs)) for a in argv], tmp_path / "out")
+    labels = _labels(proto)
+    assert stages <= labels, f"missing from the Dataflow job: {sorted(stages - labels)}"
+    assert "workflow.tar.gz" in _staged(proto)   # bertprep itself, built from pyproject.toml for the workers
+
+
+# ---------------------------------------------------------------------------------------------- portable
+
+@pytest.mark.slow
+def test_portable_runner_gives_the_local_bytes(tmp_path):
+    argv = ["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB, "--dupe-factor", "1",
+            "--num-shards", "2"]
+    assert cli.main([*argv, "--output", str(tmp_path / "local"), *ONE]) == 0
+    assert cli.main([*argv, "--output", str(tmp_path / "portable"), "--preset", "portable",
+                     "--job_endpoint=embed"]) == 0
+    local, portable = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("local", "portable"))
+    assert local["files"] == portable["files"] and local["counts"]["instances"] > 100
+    for entry in local["files"]:
+        assert (tmp_path / "local" / entry["file"]).read_bytes() == \
+            (tmp_path / "portable" / entry["file"]).read_bytes(), entry["file"]
