@@ -33,14 +33,17 @@ from pipeline.pair_records import PairInstance
 class TokenizedDocument:
     """A document as WordPiece ids: all sentences concatenated, plus where each sentence ends."""
     id: str
-    tokens: np.ndarray   # (T,) int32, all sentences back to back
+    tokens: np.ndarray   # (T,) uint16 (int32 for vocabs over 65,536), all sentences back to back
     ends: np.ndarray     # (S,) int64, exclusive end of each sentence in `tokens`; sentences are never empty
 
     @classmethod
     def from_sentences(cls, doc_id: str, sentences: Sequence[np.ndarray]) -> "TokenizedDocument":
-        kept = [np.asarray(s, np.int32) for s in sentences if len(s)]
+        kept = [np.asarray(s) for s in sentences if len(s)]
         tokens = np.concatenate(kept) if kept else np.zeros(0, np.int32)
-        return cls(doc_id, tokens, np.cumsum([len(s) for s in kept], dtype=np.int64))
+        # a bucket holds its documents' tokens until it is paired: 2 bytes a token where the ids fit
+        small = tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < (1 << 16))
+        return cls(doc_id, tokens.astype(np.uint16 if small else np.int32),
+                   np.cumsum([len(s) for s in kept], dtype=np.int64))
 
     @property
     def num_sentences(self) -> int:
@@ -127,15 +130,10 @@ class _Uniforms:
 
 def create_instances_from_document(
         pool: Sequence[TokenizedDocument], document_index: int, dupe: int, params: PairParams,
-        word_starts: np.ndarray, rng: np.random.Generator,
-        ends: Sequence[list[int]] | None = None) -> list[PairInstance]:
-    """All NSP instances of one pass (`dupe`) over pool[document_index]; random segments come from `pool`.
-
-    `ends` (each document's sentence ends as a list) may be passed when pairing many documents of one pool.
-    """
-    if ends is None:
-        ends = [d.ends.tolist() for d in pool]
-    document, doc_ends = pool[document_index], ends[document_index]
+        word_starts: np.ndarray, rng: np.random.Generator) -> list[PairInstance]:
+    """All NSP instances of one pass (`dupe`) over pool[document_index]; random segments come from `pool`."""
+    document = pool[document_index]
+    doc_ends = document.ends.tolist()   # a list for fast bisection; other documents stay compact arrays
     num_sentences = len(doc_ends)
     u = _Uniforms(rng)
     max_num_tokens = params.max_seq_length - 3
@@ -161,13 +159,13 @@ def create_instances_from_document(
                 random_index = u.randint(0, len(pool) - 1)
                 if random_index != document_index:
                     break
-            other_ends = ends[random_index]
+            other_ends = pool[random_index].ends
             random_start = u.randint(0, len(other_ends) - 1)
-            b_start = other_ends[random_start - 1] if random_start else 0
+            b_start = int(other_ends[random_start - 1]) if random_start else 0
             # sentences from random_start until B reaches its target, or the document ends
-            j = min(bisect.bisect_left(other_ends, b_start + target_b_length, lo=random_start),
+            j = min(random_start + int(np.searchsorted(other_ends[random_start:], b_start + target_b_length)),
                     len(other_ends) - 1)
-            tokens_b = pool[random_index].tokens[b_start:other_ends[j]]
+            tokens_b = pool[random_index].tokens[b_start:int(other_ends[j])]
             next_start = chunk_start + a_end          # put the unused segments back
         else:
             is_random_next = False
@@ -180,7 +178,7 @@ def create_instances_from_document(
             tokens_a = tokens_a[front_a:len(tokens_a) - (cut_a - front_a)]
             tokens_b = tokens_b[front_b:len(tokens_b) - (cut_b - front_b)]
         if len(tokens_a) >= 1 and len(tokens_b) >= 1:   # google asserts this; a 1-document pool can break it
-            token_ids = np.concatenate((cls, tokens_a, sep, tokens_b, sep))
+            token_ids = np.concatenate((cls, tokens_a, sep, tokens_b, sep)).astype(np.int32)
             starts = word_starts[token_ids]
             starts[0] = starts[len(tokens_a) + 1] = starts[-1] = True
             instances.append(PairInstance(
@@ -200,8 +198,7 @@ def pairs_for_pool(pool: Sequence[TokenizedDocument], params: PairParams, word_s
     ids = [d.id for d in pool]
     if len(set(ids)) != len(ids):   # sorting could not give a stable order, and keys would collide
         raise ValueError(f"duplicate document ids in one bucket, e.g. {sorted(i for i in ids if ids.count(i) > 1)[0]!r}")
-    ends = [d.ends.tolist() for d in pool]
     for index, doc in enumerate(pool):
         for dupe in range(params.dupe_factor):
             yield from create_instances_from_document(
-                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), ends)
+                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe))
