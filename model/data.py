@@ -299,13 +299,22 @@ def _dist_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-def _read_records(files: list[str], stride: int, offset: int):
-    """(record, file, index) for every record of the files, keeping index % stride == offset."""
+def _read_records(files: list[str], stride: int, offset: int, expected: dict[str, int] | None = None):
+    """(record, file, index) for every record of the files, keeping index % stride == offset.
+
+    Where `expected` gives a file's record count (its manifest's), a file that ends early or late raises: a
+    shard cut exactly at a record boundary passes every CRC, and only the count shows it.
+    """
     for path in files:
+        n = 0
         with open(path, "rb", buffering=1 << 20) as f:
             for index, record in enumerate(tfrecord.iter_records(f, name=path)):
+                n = index + 1
                 if index % stride == offset:
                     yield record, path, index
+        if expected and path in expected and expected[path] != n:
+            raise tfrecord.CorruptRecordError(
+                f"{path}: {n} records, but its manifest.json lists {expected[path]} (file cut short or replaced)")
 
 
 def _shuffle_buffer(items, size: int, rng: random.Random):
@@ -333,8 +342,10 @@ class ShardDataset(IterableDataset):
     """
 
     def __init__(self, files: list[str], shape: schema.Shape, batch_size: int, *, vocab_size: int | None = None,
-                 seed: int = 0, shuffle: bool = True, shuffle_buffer: int = 10_000, drop_last: bool = True):
+                 seed: int = 0, shuffle: bool = True, shuffle_buffer: int = 10_000, drop_last: bool = True,
+                 records: dict[str, int] | None = None):
         self.files = list(files)
+        self.records = dict(records or {})   # file -> record count from the manifest, checked as files end
         self.shape = shape
         self.batch_size = batch_size
         self.decode = BatchDecoder(shape, vocab_size)
@@ -355,9 +366,9 @@ class ShardDataset(IterableDataset):
             order = np.random.default_rng([self.seed, self.epoch]).permutation(len(files))
             files = [files[i] for i in order]
         if len(files) >= readers:
-            items = _read_records(files[reader::readers], 1, 0)
+            items = _read_records(files[reader::readers], 1, 0, self.records)
         else:
-            items = _read_records(files, readers, reader)
+            items = _read_records(files, readers, reader, self.records)
         if self.shuffle:
             items = _shuffle_buffer(items, self.shuffle_buffer,
                                     random.Random(f"{self.seed}/{self.epoch}/{reader}/{readers}"))

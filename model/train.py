@@ -146,7 +146,7 @@ def train(args: argparse.Namespace) -> dict:
                                       "held out)")
         train_files, eval_files = train_files[:-1], train_files[-1:]
     train_set = data.ShardDataset(train_files, shards.shape, micro_batch, vocab_size=config.vocab_size,
-                                  seed=args.seed, shuffle_buffer=args.shuffle_buffer)
+                                  seed=args.seed, shuffle_buffer=args.shuffle_buffer, records=shards.records)
     loader = data.Loader(train_set, num_workers=args.num_workers, pin_memory=device_type == "cuda")
 
     # ---- model, optimizer, schedule ------------------------------------------------------------------------------
