@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import time
 from typing import Callable, Iterable
 
 import apache_beam as beam
@@ -24,6 +26,30 @@ from apache_beam.metrics import Metrics
 
 from pipeline import masking, pair_records, pairs, schema, sentences, shards, tfrecord, tokenization
 from pipeline.documents import Count, Document
+
+
+class Progress:
+    """A progress line on stderr every `interval` seconds from a worker: counts and rates since it started.
+
+    Beam's counters reach the launcher only when a local run ends, so each worker process reports for itself.
+    """
+
+    interval = 15.0
+
+    def __init__(self, stage: str):
+        self.stage, self.counts, self.start, self.last = stage, {}, None, 0.0
+
+    def add(self, **counts: int) -> None:
+        now = time.monotonic()
+        if self.start is None:
+            self.start = self.last = now
+        for name, n in counts.items():
+            self.counts[name] = self.counts.get(name, 0) + n
+        if now - self.last >= self.interval:
+            self.last = now
+            seconds = max(now - self.start, 1e-6)
+            rates = ", ".join(f"{n:,} {name} ({n / seconds:,.0f}/s)" for name, n in self.counts.items())
+            print(f"[{self.stage} worker {os.getpid()}] {rates}", file=sys.stderr, flush=True)
 
 
 class _Counted(beam.DoFn):
@@ -126,6 +152,7 @@ class _Tokenize(beam.DoFn):
         self.empty = Metrics.counter("tokenize", "empty_documents")
 
     def setup(self):   # once per worker: the tokenizer is never pickled with the pipeline
+        self.progress = Progress("tokenize")
         # Beam runs one worker per core; HF's own thread pool on top would only oversubscribe the cores
         os.environ.setdefault("RAYON_NUM_THREADS", "1")
         self.tokenizer = tokenization.build_tokenizer(tokenization.read_vocab(self.vocab_path), self.lowercase)
@@ -140,6 +167,7 @@ class _Tokenize(beam.DoFn):
         self.documents.inc()
         self.sentences.inc(tokenized.num_sentences)
         self.tokens.inc(len(tokenized.tokens))
+        self.progress.add(documents=1, tokens=len(tokenized.tokens))
         yield tokenized
 
 
@@ -166,6 +194,7 @@ class _PairBucket(beam.DoFn):
 
     def setup(self):
         self.word_starts = tokenization.word_starts(tokenization.read_vocab(self.vocab_path))
+        self.progress = Progress("pairs")
 
     def process(self, element):
         _, docs = element
@@ -180,6 +209,7 @@ class _PairBucket(beam.DoFn):
             yield self._counted(batch)
 
     def _counted(self, batch):
+        self.progress.add(instances=len(batch))
         self.instances.inc(len(batch))
         self.random_next.inc(sum(i.is_random_next for i in batch))
         return batch
@@ -249,12 +279,16 @@ class _MaskBatch(beam.DoFn):
         self.instances = Metrics.counter("mask", "instances")
         self.masked = Metrics.counter("mask", "masked_tokens")
 
+    def setup(self):
+        self.progress = Progress("mask")
+
     def process(self, batch: list[pair_records.PairInstance]):
         masked = masking.mask_batch(batch, self.params, self.vocab, self.seed, self.max_seq_length)
         lengths = masked.input_mask.sum(axis=1).tolist()
         counts = masked.masked_lm_weights.sum(axis=1).astype(np.int64).tolist()
         self.instances.inc(len(batch))
         self.masked.inc(sum(counts))
+        self.progress.add(instances=len(batch))
         yield [(pair.key, record, (1, length, k, int(pair.is_random_next)))
                for pair, record, length, k in zip(batch, schema.encode_batch(masked), lengths, counts)]
 

@@ -181,3 +181,31 @@ def test_verify_reads_googles_own_shards(tmp_path):
                    check=True, capture_output=True)
     assert cli.main(["verify", str(out), "--max-seq-length", "128", "--max-predictions-per-seq", "20",
                      "--vocab-size", "30522"]) == 0
+
+
+def test_mask_never_loads_a_tokenizer(staged, tmp_path, monkeypatch):
+    """Re-masking reads stored pairs only: no tokenizer, no corpus (in-process runner, so the patch applies)."""
+    import tokenizers
+
+    from pipeline import tokenization
+
+    def refuse(*_, **__):
+        raise AssertionError("mask loaded a tokenizer")
+
+    monkeypatch.setattr(tokenization, "build_tokenizer", refuse)
+    monkeypatch.setattr(tokenizers.Tokenizer, "from_file", refuse)
+    monkeypatch.setattr(tokenizers.Tokenizer, "__init__", refuse)
+    assert cli.main(["mask", "--input", str(staged / "pairs"), "--num-shards", "2", "--ngram-max", "2",
+                     "--output", str(tmp_path / "m"), "--preset", "local-1"]) == 0
+    assert json.loads((tmp_path / "m/manifest.json").read_text())["counts"]["instances"] > 1000
+
+
+def test_progress_line(capsys, monkeypatch):
+    from pipeline import transforms
+
+    monkeypatch.setattr(transforms.Progress, "interval", 0.0)
+    p = transforms.Progress("mask")
+    p.add(instances=512)
+    p.add(instances=512)
+    err = capsys.readouterr().err
+    assert "[mask worker " in err and "1,024 instances (" in err
