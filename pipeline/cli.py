@@ -72,6 +72,9 @@ def _add_pairs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--short-seq-prob", type=float, default=0.1)
     p.add_argument("--bucket-docs", type=int, default=10_000,
                    help="documents per random-next pool: random B segments come from the same bucket")
+    p.add_argument("--pair-parallelism", type=int, default=0,
+                   help="workers that pair a corpus of few buckets, each holding a copy of the pool (0: the local "
+                        "worker count, or 32 on a distributed runner); the output does not depend on it")
     p.add_argument("--seed", type=int, default=12345)
 
 

@@ -188,9 +188,21 @@ def create_instances_from_document(
     return instances
 
 
+def split_pool(pool: Sequence[TokenizedDocument], parts: int) -> list[set[str]]:
+    """Document ids of a pool dealt into `parts` shares of about equal tokens (largest first, to the lightest
+    share; ties by id), the same on every worker that holds the pool."""
+    loads, shares = [0] * parts, [set() for _ in range(parts)]
+    for doc in sorted(pool, key=lambda d: (-len(d.tokens), d.id)):
+        lightest = min(range(parts), key=lambda k: (loads[k], k))
+        loads[lightest] += len(doc.tokens)
+        shares[lightest].add(doc.id)
+    return shares
+
+
 def pairs_for_pool(pool: Sequence[TokenizedDocument], params: PairParams, word_starts: np.ndarray,
-                   seed: int) -> Iterator[PairInstance]:
-    """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order.
+                   seed: int, only: set[str] | None = None) -> Iterator[PairInstance]:
+    """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order; with
+    `only`, of those documents only (random next segments still come from the whole pool).
 
     A generator: a bucket's instances are many times its tokens, so they stream on instead of piling up.
     """
@@ -199,6 +211,8 @@ def pairs_for_pool(pool: Sequence[TokenizedDocument], params: PairParams, word_s
     if len(set(ids)) != len(ids):   # sorting could not give a stable order, and keys would collide
         raise ValueError(f"duplicate document ids in one bucket, e.g. {sorted(i for i in ids if ids.count(i) > 1)[0]!r}")
     for index, doc in enumerate(pool):
+        if only is not None and doc.id not in only:
+            continue
         for dupe in range(params.dupe_factor):
             yield from create_instances_from_document(
                 pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe))

@@ -195,6 +195,21 @@ def extract(args, options) -> dict:
     return m
 
 
+def pair_parallelism(args, options) -> int:
+    """How many workers pairing should use when the corpus has fewer buckets: --pair-parallelism, else the
+    local runner's worker count (one per core for 0), else 32 (a distributed runner's workers)."""
+    if args.pair_parallelism:
+        return args.pair_parallelism
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    runner = str(options.view_as(StandardOptions).runner or "")
+    if runner.endswith(("FnApiRunner", "DirectRunner")) or not runner:
+        direct = options.view_as(DirectOptions)
+        workers = direct.direct_num_workers if direct.direct_running_mode != "in_memory" else 1
+        return workers or os.cpu_count() or 1
+    return 32
+
+
 def _pair_params(args, vocab: dict) -> pairs.PairParams:
     return pairs.PairParams(max_seq_length=args.max_seq_length, short_seq_prob=args.short_seq_prob,
                             dupe_factor=args.dupe_factor, cls_id=vocab["ids"]["cls_id"],
@@ -231,7 +246,8 @@ def make_pairs(args, options) -> dict:
     (p
      | "ReadDocuments" >> transforms.ReadDocuments(files)
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
-     | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs)
+     | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs,
+                                          pair_parallelism(args, options))
      | "ToRecords" >> beam.Map(transforms.encode_pairs)
      | "WritePairs" >> shards.WriteShards(args.output, "pairs", num_shards, "tfrecord", args.seed,
                                           stat_names=transforms.PAIR_STATS))
@@ -308,7 +324,8 @@ def prepare(args, options) -> dict:
     (p
      | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
-     | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs)
+     | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs,
+                                          pair_parallelism(args, options))
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
      | "WriteShards" >> shards.WriteShards(args.output, "shard", num_shards, "tfrecord", args.seed,

@@ -197,10 +197,13 @@ class _PairBucket(beam.DoFn):
         self.progress = Progress("pairs")
 
     def process(self, element):
-        _, docs = element
-        self.buckets.inc()
+        (_, part, parts), docs = element
+        pool = list(docs)
+        if part == 0:
+            self.buckets.inc()
+        mine = pairs.split_pool(pool, parts)[part]   # every part holds the whole pool and pairs its share
         batch = []
-        for instance in pairs.pairs_for_pool(list(docs), self.params, self.word_starts, self.seed):
+        for instance in pairs.pairs_for_pool(pool, self.params, self.word_starts, self.seed, only=mine):
             batch.append(instance)
             if len(batch) == BATCH:
                 yield self._counted(batch)
@@ -218,21 +221,31 @@ class _PairBucket(beam.DoFn):
 class MakePairs(beam.PTransform):
     """TokenizedDocuments -> batches (lists) of NSP PairInstances. Documents are dealt to buckets of about
     `bucket_docs` by a seeded hash of their id; random next segments come from the same bucket (google's pool
-    is the whole corpus, which a distributed job cannot hold in one place)."""
+    is the whole corpus, which a distributed job cannot hold in one place).
 
-    def __init__(self, vocab_path: str, params: pairs.PairParams, seed: int, bucket_docs: int):
+    When there are fewer buckets than `parallelism`, each bucket is grouped `parts` times over (every part holds
+    the whole pool and pairs a balanced share of its documents), so a corpus of one bucket still pairs and
+    masks on every worker; the instances are the same for any number of parts.
+    """
+
+    def __init__(self, vocab_path: str, params: pairs.PairParams, seed: int, bucket_docs: int,
+                 parallelism: int = 1):
         super().__init__()
         self.vocab_path, self.params, self.seed, self.bucket_docs = vocab_path, params, seed, bucket_docs
+        self.parallelism = max(1, parallelism)
 
     def expand(self, docs):
-        seed, bucket_docs = self.seed, self.bucket_docs
+        seed, bucket_docs, parallelism = self.seed, self.bucket_docs, self.parallelism
 
         def assign(doc, num_docs):
-            return pairs.bucket_of(doc.id, seed, math.ceil(num_docs / bucket_docs)), doc
+            num_buckets = math.ceil(num_docs / bucket_docs)
+            parts = min(math.ceil(parallelism / num_buckets), num_docs)
+            bucket = pairs.bucket_of(doc.id, seed, num_buckets)
+            return [((bucket, part, parts), doc) for part in range(parts)]
 
         num_docs = docs | "CountDocuments" >> beam.combiners.Count.Globally()
         return (docs
-                | "AssignBuckets" >> beam.Map(assign, beam.pvalue.AsSingleton(num_docs))
+                | "AssignBuckets" >> beam.FlatMap(assign, beam.pvalue.AsSingleton(num_docs))
                 | "GroupBuckets" >> beam.GroupByKey()
                 | "PairDocuments" >> beam.ParDo(_PairBucket(self.vocab_path, self.params, seed)))
 

@@ -93,8 +93,9 @@ def test_remask_changes_only_masking(staged, tmp_path):
 def test_prepare_equals_extract_pairs_mask(tmp_path):
     books = str(SAMPLES / "books")
     common = ["--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1", "--seed", "7"]
+    # two worker processes, so the pool is grouped twice and each part pairs its share of the books
     assert cli.main(["prepare", "books", "--input", books, *common, "--num-shards", "2",
-                     "--output", str(tmp_path / "prepared"), *ONE]) == 0
+                     "--output", str(tmp_path / "prepared"), *TWO]) == 0
     assert cli.main(["extract", "books", "--input", books, "--output", str(tmp_path / "docs"), *ONE]) == 0
     assert cli.main(["pairs", "--input", str(tmp_path / "docs"), *common, "--output", str(tmp_path / "pairs"),
                      *ONE]) == 0

@@ -146,3 +146,13 @@ def test_statistics_match_googles_create_instances_from_document(pool, uncased_v
         length_ours = np.mean([len(i.token_ids) for i in ours])
         length_theirs = np.mean([len(i.tokens) for i in theirs])
         assert abs(length_ours / length_theirs - 1) < 0.03, (short_seq_prob, length_ours, length_theirs)
+
+
+def test_a_pool_split_into_parts_gives_the_same_instances(pool):
+    docs, word_starts = pool
+    params = pairs.PairParams(dupe_factor=2)
+    whole = list(pairs.pairs_for_pool(docs, params, word_starts, seed=9))
+    shares = pairs.split_pool(docs, 2)
+    assert shares[0] | shares[1] == {d.id for d in docs} and not shares[0] & shares[1]
+    parts = [i for share in shares for i in pairs.pairs_for_pool(docs, params, word_starts, seed=9, only=share)]
+    assert sorted(parts, key=lambda i: i.key) == sorted(whole, key=lambda i: i.key)
