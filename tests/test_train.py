@@ -238,8 +238,8 @@ def _run_rank(rank, world, port, argv):
 def test_ddp_two_ranks_resume_bitwise(tmp_path, tiny_json):
     """2 CPU ranks (gloo) as torchrun would start them: disjoint data, per-rank states, exact resume.
 
-    The ranks are forked from this process rather than launched by torchrun, which would import torch afresh in
-    three processes per run; the trainer sees the same RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* variables.
+    The ranks are spawned from this process rather than launched by torchrun (one process fewer per run); the
+    trainer sees the same RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* variables as under torchrun.
     """
     import multiprocessing
     import socket
