@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from pipeline import example_proto, manifest, schema, tfrecord
+from pipeline import example_proto, manifest, masking, pair_records, schema, tfrecord
 
 MANIFEST, SHARDS_FORMAT = manifest.NAME, manifest.SHARDS
 
@@ -259,7 +259,7 @@ class BatchDecoder:
         self.shape = shape
         self.vocab_size = vocab_size
 
-    def __call__(self, items: list[tuple[bytes, str, int]]) -> dict[str, np.ndarray]:
+    def __call__(self, items: list[tuple[bytes, str, int]], epoch: int = 0) -> dict[str, np.ndarray]:
         out = decode_plain([rec for rec, _, _ in items], self.shape)
         if out is None:
             out = self._generic(items)
@@ -288,6 +288,53 @@ class BatchDecoder:
                 row = int(np.flatnonzero(((values < 0) | (values >= limit)).any(axis=1))[0])
                 _, path, index = items[row]
                 raise BadRecordError(f"{path}: record {index}: {name} holds a value outside [0, {limit})")
+
+
+class DynamicMasker:
+    """RoBERTa-style dynamic masking: pair records (the `pairs` stage's output) masked afresh every epoch.
+
+    The masks come from pipeline.masking.mask_batch, the code `bertprep mask` runs, seeded by (seed, epoch) and
+    each instance's key: a new mask every epoch, the same one again on a resumed run.
+    """
+
+    def __init__(self, params: masking.MaskParams, vocab: masking.VocabIds, max_seq_length: int, seed: int):
+        self.params, self.vocab, self.max_seq_length, self.seed = params, vocab, max_seq_length, seed
+
+    def __call__(self, items: list[tuple[bytes, str, int]], epoch: int = 0) -> dict[str, np.ndarray]:
+        pairs = []
+        for rec, path, index in items:
+            try:
+                pairs.append(pair_records.decode(rec))
+            except ValueError as e:
+                raise BadRecordError(f"{path}: record {index}: {e}") from None
+        b = masking.mask_batch(pairs, self.params, self.vocab, f"{self.seed}/epoch{epoch}", self.max_seq_length)
+        return {name: np.ascontiguousarray(getattr(b, name)) for name in schema.FEATURES}
+
+
+def open_pairs(pattern: str, max_predictions_per_seq: int) -> tuple[ShardSet, masking.VocabIds]:
+    """Pair files (a `pairs` output directory or a glob in one) for dynamic masking, checked by their manifest."""
+    if os.path.isdir(pattern):
+        pattern = os.path.join(pattern, "pairs-*.tfrecord")
+    files = sorted(glob.glob(pattern))
+    directories = {os.path.dirname(os.path.abspath(f)) for f in files}
+    if not files:
+        raise ShardSpecError(f"--data {pattern!r} matches no pair files")
+    if len(directories) != 1:
+        raise ShardSpecError("--dynamic-masking reads the pair files of one `pairs` output directory")
+    directory = directories.pop()
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.exists(path):
+        raise ShardSpecError(f"{directory}: no {MANIFEST}, so not a complete `pairs` output")
+    with open(path) as f:
+        m = json.load(f)
+    if m.get("format") != manifest.PAIRS:
+        raise ShardSpecError(f"{directory}: manifest says {m.get('format')!r}; --dynamic-masking needs pair "
+                             f"records ({manifest.PAIRS!r}) made by `bertprep pairs`")
+    listed = {e["file"]: int(e["records"]) for e in m["files"]}
+    records = {f: listed[os.path.basename(f)] for f in files if os.path.basename(f) in listed}
+    shape = schema.Shape(int(m["max_seq_length"]), max_predictions_per_seq)
+    return (ShardSet(files, shape, int(m["vocab"]["size"]), records),
+            masking.VocabIds.from_json(m["vocab"]["ids"]))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -343,12 +390,13 @@ class ShardDataset(IterableDataset):
 
     def __init__(self, files: list[str], shape: schema.Shape, batch_size: int, *, vocab_size: int | None = None,
                  seed: int = 0, shuffle: bool = True, shuffle_buffer: int = 10_000, drop_last: bool = True,
-                 records: dict[str, int] | None = None):
+                 records: dict[str, int] | None = None, decoder=None):
         self.files = list(files)
         self.records = dict(records or {})   # file -> record count from the manifest, checked as files end
         self.shape = shape
         self.batch_size = batch_size
-        self.decode = BatchDecoder(shape, vocab_size)
+        # records -> arrays: masked shards are decoded; with a DynamicMasker, pair records are masked afresh
+        self.decode = decoder or BatchDecoder(shape, vocab_size)
         self.seed, self.shuffle, self.shuffle_buffer, self.drop_last = seed, shuffle, shuffle_buffer, drop_last
         self.rank, self.world_size = _dist_rank_world()  # read here: workers have no process group
         self.epoch, self.skip, self.worker_offset = 0, [], 0
@@ -384,7 +432,7 @@ class ShardDataset(IterableDataset):
             yield self._tensors(batch, worker, index)
 
     def _tensors(self, batch, worker, index):
-        out = {name: torch.from_numpy(values) for name, values in self.decode(batch).items()}
+        out = {name: torch.from_numpy(values) for name, values in self.decode(batch, self.epoch).items()}
         out["worker"], out["index"] = worker, index
         return out
 

@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from model import config as config_lib
 from model import data
 from model.bert import MLM_LOSS_EPS, Bert
+from pipeline import masking
 from pipeline.tfrecord import CorruptRecordError
 
 
@@ -45,6 +46,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     g.add_argument("--max-seq-length", type=int, help="required for shards without a manifest (google-made)")
     g.add_argument("--max-predictions-per-seq", type=int, help="required for shards without a manifest")
     g.add_argument("--allow-incomplete", action="store_true", help="read shards whose directory has no manifest")
+    g.add_argument("--dynamic-masking", action="store_true",
+                   help="--data is a `pairs` output: mask it afresh every epoch (RoBERTa-style) instead of reading "
+                        "masked shards; masking flags below, --max-predictions-per-seq default 20")
+    g.add_argument("--masked-lm-prob", type=float, default=0.15, help="with --dynamic-masking")
+    g.add_argument("--whole-word-mask", action="store_true", help="with --dynamic-masking")
+    g.add_argument("--ngram-max", type=int, default=1, help="with --dynamic-masking")
     g.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank")
     g.add_argument("--shuffle-buffer", type=int, default=10_000, help="records in each worker's shuffle buffer")
     g = p.add_argument_group("model")
@@ -129,15 +136,29 @@ def train(args: argparse.Namespace) -> dict:
     else:
         config = config_lib.from_name_or_json(args.model)
     preset = checkpoint is None and args.model in config_lib.PRESETS
-    shards = data.open_shards(args.data, None if preset else config.vocab_size, args.max_seq_length,
-                              args.max_predictions_per_seq, args.allow_incomplete)
+    decoder = None
+    if args.dynamic_masking:
+        shards, vocab_ids = data.open_pairs(args.data, args.max_predictions_per_seq or 20)
+        if not preset and shards.vocab_size != config.vocab_size:
+            raise data.ShardSpecError(f"pairs use a vocab of {shards.vocab_size} ids, the model has vocab_size "
+                                      f"{config.vocab_size}")
+        decoder = data.DynamicMasker(
+            masking.MaskParams(masked_lm_prob=args.masked_lm_prob,
+                               max_predictions_per_seq=shards.shape.max_predictions_per_seq,
+                               whole_word_mask=args.whole_word_mask, ngram_max=args.ngram_max),
+            vocab_ids, shards.shape.max_seq_length, args.seed)
+    else:
+        shards = data.open_shards(args.data, None if preset else config.vocab_size, args.max_seq_length,
+                                  args.max_predictions_per_seq, args.allow_incomplete)
     if preset and shards.vocab_size is not None:
         config = dataclasses.replace(config, vocab_size=shards.vocab_size)  # presets take the data's vocab
     if shards.shape.max_seq_length > config.max_position_embeddings:
         raise data.ShardSpecError(f"shards have max_seq_length {shards.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")
     train_files, eval_files = shards.files, []
-    if args.eval_data:
+    if args.eval_data and args.dynamic_masking:
+        eval_files = data.open_pairs(args.eval_data, shards.shape.max_predictions_per_seq)[0].files
+    elif args.eval_data:
         eval_files = data.open_shards(args.eval_data, config.vocab_size, shards.shape.max_seq_length,
                                       shards.shape.max_predictions_per_seq, args.allow_incomplete).files
     elif args.eval_every:
@@ -146,7 +167,8 @@ def train(args: argparse.Namespace) -> dict:
                                       "held out)")
         train_files, eval_files = train_files[:-1], train_files[-1:]
     train_set = data.ShardDataset(train_files, shards.shape, micro_batch, vocab_size=config.vocab_size,
-                                  seed=args.seed, shuffle_buffer=args.shuffle_buffer, records=shards.records)
+                                  seed=args.seed, shuffle_buffer=args.shuffle_buffer, records=shards.records,
+                                  decoder=decoder)
     loader = data.Loader(train_set, num_workers=args.num_workers, pin_memory=device_type == "cuda")
 
     # ---- model, optimizer, schedule ------------------------------------------------------------------------------
@@ -212,7 +234,7 @@ def train(args: argparse.Namespace) -> dict:
         if args.eval_every and step % args.eval_every == 0 and eval_files:
             eval_start = time.time()
             log({"split": "eval", "step": step, **evaluate(raw_model, eval_files, shards.shape, micro_batch, config,
-                                                            args, device, autocast)})
+                                                            decoder, args, device, autocast)})
             interval_start += time.time() - eval_start  # evaluation time is not training throughput
 
         model.train()
@@ -257,7 +279,7 @@ def train(args: argparse.Namespace) -> dict:
 
     if args.eval_every and eval_files and step == args.steps > first_step:
         log({"split": "eval", "step": step, **evaluate(raw_model, eval_files, shards.shape, micro_batch, config,
-                                                        args, device, autocast)})
+                                                        decoder, args, device, autocast)})
     if writer:
         writer.close()
     if ddp:
@@ -283,10 +305,10 @@ def batch_metrics(out: dict, batch: dict) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model, files, shape, batch_size, config, args, device, autocast) -> dict:
+def evaluate(model, files, shape, batch_size, config, decoder, args, device, autocast) -> dict:
     """Mean losses and accuracies over the first --eval-batches batches of the held-out files (no shuffling)."""
     dataset = data.ShardDataset(files, shape, batch_size, vocab_size=config.vocab_size, shuffle=False,
-                                drop_last=False)
+                                drop_last=False, decoder=decoder)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(args.num_workers, 1),
                                          generator=torch.Generator())  # leaves the training RNG alone
     model.eval()

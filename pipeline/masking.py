@@ -79,7 +79,7 @@ class VocabIds:
         return cls(d["mask_id"], d["cls_id"], d["sep_id"], tuple(tuple(r) for r in d["replacement_ranges"]))
 
 
-def instance_seeds(seed: int, keys: Sequence[str]) -> np.ndarray:
+def instance_seeds(seed: int | str, keys: Sequence[str]) -> np.ndarray:
     """(n,) uint64: each instance's masking seed, from (seed, key)."""
     salt = f"mask:{seed}".encode()[:64]
     raw = b"".join(hashlib.blake2b(k.encode(), digest_size=8, key=salt).digest() for k in keys)
@@ -123,7 +123,7 @@ def _pack(pairs: Sequence[PairInstance], max_seq_length: int) -> schema.Batch:
                         np.array([int(p.is_random_next) for p in pairs], np.int64))
 
 
-def mask_batch(pairs: Sequence[PairInstance], params: MaskParams, vocab: VocabIds, seed: int,
+def mask_batch(pairs: Sequence[PairInstance], params: MaskParams, vocab: VocabIds, seed: int | str,
                max_seq_length: int) -> schema.Batch:
     """Masks a batch of pairs into google's schema layout: (B, L) ids/mask/segments, (B, P) predictions."""
     batch = _pack(pairs, max_seq_length)

@@ -209,7 +209,8 @@ def pairs_for_pool(pool: Sequence[TokenizedDocument], params: PairParams, word_s
     pool = sorted(pool, key=lambda d: d.id)
     ids = [d.id for d in pool]
     if len(set(ids)) != len(ids):   # sorting could not give a stable order, and keys would collide
-        raise ValueError(f"duplicate document ids in one bucket, e.g. {sorted(i for i in ids if ids.count(i) > 1)[0]!r}")
+        duplicate = sorted(i for i in ids if ids.count(i) > 1)[0]
+        raise ValueError(f"duplicate document ids in one bucket, e.g. {duplicate!r}")
     for index, doc in enumerate(pool):
         if only is not None and doc.id not in only:
             continue

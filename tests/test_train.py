@@ -272,3 +272,44 @@ def test_ddp_two_ranks_resume_bitwise(tmp_path, tiny_json):
     resumed = run_ddp(tmp_path / "cut", "--resume")
     assert len(full) == 8
     assert [r["loss"] for r in resumed] == [r["loss"] for r in full]  # 3 steps, then the next 5, bitwise
+
+
+def write_pairs(directory, n, seed=0):
+    """Pair records (the `pairs` stage's output) with a bertprep manifest, for --dynamic-masking."""
+    from pipeline import pair_records
+
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(n):
+        na, nb = rng.integers(3, 9), rng.integers(3, 9)
+        ids = np.concatenate(([2], rng.integers(10, VOCAB, na), [3], rng.integers(10, VOCAB, nb), [3]))
+        records.append(pair_records.encode(pair_records.PairInstance(
+            f"doc{i % 5}|0|{i}", ids.astype(np.int32), int(na), bool(i % 2), np.ones(len(ids), bool))))
+    with open(os.path.join(directory, "pairs-00000-of-00001.tfrecord"), "wb") as f:
+        tfrecord.write_records(f, records)
+    ids = {"mask_id": 4, "cls_id": 2, "sep_id": 3, "replacement_ranges": [[10, VOCAB]]}
+    with open(os.path.join(directory, "manifest.json"), "w") as f:
+        json.dump({"format": "bertprep.pairs/1", "vocab": {"size": VOCAB, "ids": ids}, "max_seq_length": L,
+                   "files": [{"file": "pairs-00000-of-00001.tfrecord", "records": n}]}, f)
+    return str(directory)
+
+
+def test_dynamic_masking_masks_pairs_afresh_each_epoch(tmp_path, tiny_json):
+    from model import data
+
+    pairs_dir = write_pairs(tmp_path / "pairs", 12)
+    shards, vocab_ids = data.open_pairs(pairs_dir, P)
+    masker = data.DynamicMasker(train.masking.MaskParams(max_predictions_per_seq=P), vocab_ids, L, seed=7)
+    ds = data.ShardDataset(shards.files, shards.shape, 12, vocab_size=VOCAB, shuffle=False, decoder=masker)
+    first = next(iter(ds))
+    again = next(iter(ds))
+    ds.set_position(1, [], 0)
+    second_epoch = next(iter(ds))
+    assert first["input_ids"].shape == (12, L) and first["masked_lm_positions"].shape == (12, P)
+    assert torch.equal(first["input_ids"], again["input_ids"])                 # same epoch: same masks
+    assert not torch.equal(first["masked_lm_positions"], second_epoch["masked_lm_positions"])   # new epoch: new
+    assert torch.equal(first["input_mask"], second_epoch["input_mask"])        # the pairs themselves unchanged
+    result = train.train(args_for(pairs_dir, tmp_path / "run", tiny_json, "--dynamic-masking", "--steps", "4",
+                                  "--num-workers", "0"))
+    assert result["step"] == 4 and len(train_losses(result)) == 4
