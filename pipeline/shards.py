@@ -40,7 +40,7 @@ from pipeline import documents, tfrecord
 INCOMPLETE = ".incomplete"
 STATS_SUFFIX = ".stats.json"
 HIST_BITS = 16                      # histogram of the top 16 bits of each hash: 65,536 buckets
-RUN_BYTES = 32 << 20                # a bundle flushes a sorted run every 32 MiB of payload
+RUN_BYTES = 16 << 20                # a bundle flushes a sorted run every 16 MiB of payload
 
 # (sort key, payload bytes, per-record stats tuple of ints summed per shard)
 Record = tuple[str, bytes, tuple[int, ...]]
