@@ -13,7 +13,6 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -102,7 +101,7 @@ def main() -> None:
         one = google_format(tmp / "x1")
         mb = sum(f.stat().st_size for f in one.glob("*.txt")) / 1e6
         hf_cpu, tokens = hf_tokenize_cpu(one)
-        rows.append([f"HF tokenizers, bare encode_batch (floor)", f"{mb:.1f}", hf_cpu, "", "", ""])
+        rows.append(["HF tokenizers, bare encode_batch (floor)", f"{mb:.1f}", hf_cpu, "", "", ""])
         common = ["--vocab", str(VOCAB), "--max-seq-length", "128", "--max-predictions-per-seq", "20",
                   "--dupe-factor", "5", "--masked-lm-prob", "0.15", "--seed", "12345"]
         runs = {}

@@ -639,7 +639,7 @@ def _split_export(path: str) -> tuple[bytes, Iterator[bytes]]:
 
 
 def _page_xml(page: Page) -> bytes:
-    redirect = f'    <redirect title="" />\n' if page.redirect else ""
+    redirect = '    <redirect title="" />\n' if page.redirect else ""
     return (f"  <page>\n    <title>{escape(page.title)}</title>\n    <ns>{page.namespace}</ns>\n"
             f"    <id>{page.page_id}</id>\n{redirect}    <revision>\n"
             f"      <text xml:space=\"preserve\">{escape(page.text)}</text>\n    </revision>\n  </page>\n"

@@ -60,6 +60,15 @@ def write_gzip_jsonl(f: BinaryIO, documents: Iterable[Document]) -> int:
     return n
 
 
+def read_file(path: str) -> Iterator[Document]:
+    """The documents of one documents-*.jsonl.gz file (local or any Beam filesystem path)."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:   # we gunzip ourselves
+        yield from read_gzip_jsonl(f, name=path)
+
+
 def read_gzip_jsonl(f: BinaryIO, name: str = "<stream>") -> Iterator[Document]:
     with gzip.GzipFile(fileobj=f, mode="rb") as gz:
         for lineno, line in enumerate(io.TextIOWrapper(gz, encoding="utf-8"), 1):

@@ -11,7 +11,7 @@ import os
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import example_proto, manifest, masking, pair_records, schema, shards, tfrecord, tokenization
+from pipeline import documents, example_proto, manifest, masking, pair_records, schema, tfrecord, tokenization
 
 
 def _histogram(lengths: np.ndarray, top: int) -> str:
@@ -33,7 +33,7 @@ def inspect_documents(directory: str, m: dict, examples: int) -> None:
     n = paragraphs = chars = 0
     shown = 0
     for path in manifest.data_files(directory, m):
-        for doc in shards.read_documents_file(path):
+        for doc in documents.read_file(path):
             n += 1
             paragraphs += len(doc.paragraphs)
             chars += sum(map(len, doc.paragraphs))

@@ -35,7 +35,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline import documents, tfrecord
+from pipeline import tfrecord
 
 INCOMPLETE = ".incomplete"
 STATS_SUFFIX = ".stats.json"
@@ -262,8 +262,3 @@ def publish(directory: str, written: list[dict]) -> list[dict]:
     FileSystems.rename(sources, targets)
     FileSystems.delete([FileSystems.join(directory, INCOMPLETE)])
     return [{k: v for k, v in w.items() if k != "shard"} for w in written]
-
-
-def read_documents_file(path: str) -> Iterable[documents.Document]:
-    with FileSystems.open(path, compression_type=_UNCOMPRESSED) as f:
-        yield from documents.read_gzip_jsonl(f, name=path)

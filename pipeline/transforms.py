@@ -24,7 +24,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline import masking, pair_records, pairs, schema, sentences, shards, tfrecord, tokenization
+from pipeline import documents, masking, pair_records, pairs, schema, sentences, shards, tfrecord, tokenization
 from pipeline.documents import Count, Document
 
 
@@ -140,7 +140,7 @@ class ReadDocuments(beam.PTransform):
         return (pipeline
                 | "ListShards" >> beam.Create(sorted(self.files))
                 | "SpreadShards" >> beam.Reshuffle()
-                | "ReadLines" >> beam.FlatMap(shards.read_documents_file))
+                | "ReadLines" >> beam.FlatMap(documents.read_file))
 
 
 class _Tokenize(beam.DoFn):

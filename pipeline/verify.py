@@ -19,7 +19,7 @@ import sys
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import manifest, pair_records, schema, shards, tfrecord
+from pipeline import documents, manifest, pair_records, schema, tfrecord
 
 MAX_REPORTED = 20
 
@@ -105,7 +105,7 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
         n = 0
         try:
             if kind == "documents":
-                for n, _ in enumerate(shards.read_documents_file(path), 1):
+                for n, _ in enumerate(documents.read_file(path), 1):
                     pass
             else:
                 for i, record in enumerate(tfrecord.read_file(path)):

@@ -13,7 +13,7 @@ import pytest
 from apache_beam.options.pipeline_options import (GoogleCloudOptions, PortableOptions, SetupOptions,
                                                   StandardOptions, WorkerOptions)
 
-from pipeline import cli, options, run
+from pipeline import cli, options
 from tests.conftest import SAMPLES, UNCASED_VOCAB
 
 BUCKET = "gs://bertprep-test-bucket"
