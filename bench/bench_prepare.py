@@ -59,7 +59,14 @@ print(u.ru_utime + u.ru_stime - t.ru_utime - t.ru_stime, n)
     return float(out[0]), int(out[1])
 
 
-def compare_statistics(ours_dir: Path, google_file: Path) -> list[list]:
+def google_run(directory: Path, output: Path, seed: int):
+    return measure([PY, "-m", "bert.create_pretraining_data", f"--input_file={directory / 'books-0.txt'}",
+                    f"--output_file={output}", f"--vocab_file={VOCAB}", "--do_lower_case=True",
+                    "--max_seq_length=128", "--max_predictions_per_seq=20", "--masked_lm_prob=0.15",
+                    f"--random_seed={seed}", "--dupe_factor=5"], env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+def compare_statistics(ours_dir: Path, google_file: Path, google_other_seed: Path | None = None) -> list[list]:
     import json
 
     import numpy as np
@@ -70,23 +77,31 @@ def compare_statistics(ours_dir: Path, google_file: Path) -> list[list]:
     shape = schema.Shape(128, 20)
     ours = inspection.shard_statistics([str(ours_dir / f["file"]) for f in m["files"]], shape, 103)
     google = inspection.shard_statistics([str(google_file)], shape, 103)
+    other = inspection.shard_statistics([str(google_other_seed)], shape, 103) if google_other_seed else None
     docs = m["counts"]["documents"]
     rows = []
 
-    def row(name, g, o):
-        rows.append([name, f"{g:.4f}", f"{o:.4f}", f"{100 * (o - g) / g:+.2f}%" if g else "n/a"])
+    def rel(a, b):
+        return f"{100 * (b - a) / a:+.2f}%" if a else "n/a"
 
-    row("instances per document", google["instances"] / docs, ours["instances"] / docs)
-    row("random-next fraction", google["random_next_fraction"], ours["random_next_fraction"])
-    row("mean real length", google["mean_length"], ours["mean_length"])
-    row("mean masked tokens per instance", google["mean_masked"], ours["mean_masked"])
+    def row(name, g, o, g2=None):
+        rows.append([name, f"{g:.4f}", f"{o:.4f}", rel(g, o)] + ([rel(g, g2)] if g2 is not None else []))
+
+    o2 = other or {}
+    row("instances per document", google["instances"] / docs, ours["instances"] / docs,
+        o2.get("instances", 0) / docs if other else None)
+    for name, key in (("random-next fraction", "random_next_fraction"), ("mean real length", "mean_length"),
+                      ("mean masked tokens per instance", "mean_masked")):
+        row(name, google[key], ours[key], o2.get(key))
     for i, kind in enumerate(("[MASK]", "random", "kept")):
-        row(f"fraction of masked that are {kind}", google["masked_kinds"][i], ours["masked_kinds"][i])
+        row(f"fraction of masked that are {kind}", google["masked_kinds"][i], ours["masked_kinds"][i],
+            other["masked_kinds"][i] if other else None)
     edges = [0, 32, 64, 96, 120, 128, 129]
-    hg = np.histogram(google["lengths"], edges)[0] / google["instances"]
-    ho = np.histogram(ours["lengths"], edges)[0] / ours["instances"]
-    for lo, hi, g, o in zip(edges[:-1], edges[1:], hg, ho):
-        row(f"share of lengths {lo}-{hi - 1}", g, o)
+    share = lambda st: np.histogram(st["lengths"], edges)[0] / st["instances"]
+    hg, ho = share(google), share(ours)
+    h2 = share(other) if other else [None] * len(hg)
+    for lo, hi, g, o, g2 in zip(edges[:-1], edges[1:], hg, ho, h2):
+        row(f"share of lengths {lo}-{hi - 1}", g, o, g2)
     return rows
 
 
@@ -111,14 +126,13 @@ def main() -> None:
             runs[preset] = m
             rows.append([f"bertprep prepare --preset {preset}", f"{mb:.1f}", m.cpu, m.wall, m.peak_rss_mb, ""])
         if not args.skip_google:
-            g = measure([PY, "-m", "bert.create_pretraining_data", f"--input_file={one / 'books-0.txt'}",
-                         f"--output_file={tmp / 'google.tfrecord'}", f"--vocab_file={VOCAB}", "--do_lower_case=True",
-                         "--max_seq_length=128", "--max_predictions_per_seq=20", "--masked_lm_prob=0.15",
-                         "--random_seed=12345", "--dupe_factor=5"], env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+            g = google_run(one, tmp / "google.tfrecord", 12345)
             rows.append(["google create_pretraining_data.py", f"{mb:.1f}", g.cpu, g.wall, g.peak_rss_mb, ""])
             for preset, m in runs.items():
                 rows[-1 - (2 - list(runs).index(preset))][5] = f"{g.cpu / m.cpu:.1f}x less CPU"
-            stats = compare_statistics(tmp / "out-local-1", tmp / "google.tfrecord")
+            # google once more with another seed: how much its own statistics move between seeds
+            google_run(one, tmp / "google-seed2.tfrecord", 54321)
+            stats = compare_statistics(tmp / "out-local-1", tmp / "google.tfrecord", tmp / "google-seed2.tfrecord")
         if args.scale:
             big = google_format(tmp / f"x{args.scale}", copies=args.scale)
             m = measure([BERTPREP, "prepare", "text", "--input", str(big / "*.txt"), *common, "--num-shards", "4",
@@ -132,7 +146,8 @@ def main() -> None:
     print(f"\nbertprep (local-1) CPU / bare HF tokenization CPU = {local1 / hf_cpu:.2f} (floor to aim at: <= 1.5)")
     if not args.skip_google:
         print("\nstatistics, same input, vocab and parameters (goal: within 2% relative)\n")
-        print(table(["statistic", "google", "bertprep", "relative diff"], stats))
+        print(table(["statistic", "google", "bertprep", "bertprep vs google", "google seed 54321 vs 12345"],
+                    stats))
 
 
 if __name__ == "__main__":
