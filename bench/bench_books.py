@@ -12,13 +12,16 @@ import argparse
 import glob
 import os
 import tarfile
+import sys
 import tempfile
-import time
 from pathlib import Path
 
-from corpora.books import book_paragraphs, plan_reads, read_books
-from corpora.text import read_text_documents
-from pipeline.documents import Document
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import best_cpu_time  # noqa: E402
+
+from corpora.books import book_paragraphs, plan_reads, read_books  # noqa: E402
+from corpora.text import read_text_documents  # noqa: E402
+from pipeline.documents import Document  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BOOKS = REPO.parent / "shared" / "corpora" / "books"
@@ -31,15 +34,6 @@ def _consume(events) -> tuple[int, int]:
             docs += 1
             paragraphs += len(e.paragraphs)
     return docs, paragraphs
-
-
-def _best(fn, repeat: int) -> tuple[float, tuple[int, int]]:
-    best, result = float("inf"), (0, 0)
-    for _ in range(repeat):
-        t = time.process_time()
-        result = fn()
-        best = min(best, time.process_time() - t)
-    return best, result
 
 
 def main() -> None:
@@ -80,7 +74,7 @@ def main() -> None:
         print(f"{len(paths)} books, {size / 1e6:.1f} MB, from {args.books}; best of {args.repeat} runs")
         print(f"{'reader':<58} {'MB':>6} {'CPU s':>7} {'MB/core-s':>10} {'docs':>6} {'paragraphs':>11}")
         for name, nbytes, fn in rows:
-            cpu, (docs, paragraphs) = _best(fn, args.repeat)
+            cpu, (docs, paragraphs) = best_cpu_time(fn, args.repeat)
             print(f"{name:<58} {nbytes / 1e6:>6.1f} {cpu:>7.3f} {nbytes / 1e6 / cpu:>10.1f} {docs:>6} {paragraphs:>11}")
 
 

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import best_cpu_time  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one core: batch encoding would otherwise fan out
@@ -36,15 +40,6 @@ def load_paragraphs(books: Path, mb: float) -> list[str]:
             break
     paragraphs = "\n".join(text).split("\n\n")
     return [" ".join(p.split()) for p in paragraphs if p.strip()]
-
-
-def best_time(fn, repeat: int):
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        t = time.process_time()
-        result = fn()
-        best = min(best, time.process_time() - t)
-    return best, result
 
 
 def main() -> None:
@@ -87,7 +82,7 @@ def main() -> None:
     print(f"{'way':50s} {'tokens':>9s} {'CPU-s':>7s} {'tokens/s':>10s} {'MB/s':>6s} {'x google':>8s}  ids")
     reference = google_rate = None
     for name, fn in ways.items():
-        seconds, ids = best_time(fn, 1 if name.startswith("google") else args.repeat)
+        seconds, ids = best_cpu_time(fn, 1 if name.startswith("google") else args.repeat)
         tokens = sum(map(len, ids))
         reference = ids if reference is None else reference
         google_rate = google_rate or tokens / seconds

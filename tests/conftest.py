@@ -1,7 +1,10 @@
+import collections
 import os
 from pathlib import Path
 
 import pytest
+
+from pipeline.documents import Count, Document
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -15,3 +18,26 @@ def uncased_vocab() -> list[str]:
     from pipeline import tokenization
 
     return tokenization.read_vocab(str(UNCASED_VOCAB))
+
+
+def collect(events) -> tuple[list[Document], dict[str, int]]:
+    """A corpus reader's output split into its documents and its summed counters; anything else fails."""
+    docs, counts = [], collections.Counter()
+    for e in events:
+        if isinstance(e, Document):
+            docs.append(e)
+        else:
+            assert isinstance(e, Count)
+            counts[e.name] += e.n
+    return docs, dict(counts)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models run fastest on one thread, and a shared CI machine then does not stall OpenMP barriers."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

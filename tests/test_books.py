@@ -16,20 +16,10 @@ from hypothesis import strategies as st
 import corpora.text
 from corpora import books
 from corpora.books import DEFAULT_MAX_DOCUMENT_BYTES, book_paragraphs, plan_reads, read_books
-from pipeline.documents import Count, Document
+from pipeline.documents import Document
+from tests.conftest import collect
 
 SAMPLE_BOOKS = Path(__file__).resolve().parent.parent / "corpora" / "samples" / "books"
-
-
-def collect(events) -> tuple[list[Document], dict[str, int]]:
-    docs, counts = [], collections.Counter()
-    for e in events:
-        if isinstance(e, Document):
-            docs.append(e)
-        else:
-            assert isinstance(e, Count)
-            counts[e.name] += e.n
-    return docs, dict(counts)
 
 
 def read_all(paths, **kw) -> tuple[list[Document], dict[str, int]]:

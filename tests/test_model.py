@@ -14,13 +14,7 @@ ODD = BertConfig(vocab_size=99, hidden_size=32, num_layers=5, num_heads=4, inter
                  max_position_embeddings=64, type_vocab_size=2, dropout=0.1)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and a shared CI machine then does not stall OpenMP barriers."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 
 def random_batch(config: BertConfig, B=3, T=13, P=4, seed=0):

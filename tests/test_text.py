@@ -1,7 +1,6 @@
 """corpora/text.py: google-research/bert's one-sentence-per-line format, and the shared decoding."""
 from __future__ import annotations
 
-import collections
 
 import pytest
 from hypothesis import given, settings
@@ -9,18 +8,8 @@ from hypothesis import strategies as st
 
 import corpora.text
 from corpora.text import google_documents, open_decoded, open_path, read_text_documents
-from pipeline.documents import Count, Document
-
-
-def collect(events) -> tuple[list[Document], dict[str, int]]:
-    docs, counts = [], collections.Counter()
-    for e in events:
-        if isinstance(e, Document):
-            docs.append(e)
-        else:
-            assert isinstance(e, Count)
-            counts[e.name] += e.n
-    return docs, dict(counts)
+from pipeline.documents import Document
+from tests.conftest import collect
 
 
 def doc(name: str, n: int, lines: list[str]) -> Document:
