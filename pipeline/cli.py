@@ -71,7 +71,8 @@ def _add_pairs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dupe-factor", type=int, default=5, help="passes over each document, each with new randomness")
     p.add_argument("--short-seq-prob", type=float, default=0.1)
     p.add_argument("--bucket-docs", type=int, default=10_000,
-                   help="documents per random-next pool: random B segments come from the same bucket")
+                   help="documents per random-next pool: random B segments come from the same bucket (google's "
+                        "pool is the whole corpus; a pool of thousands is statistically the same for NSP)")
     p.add_argument("--pair-parallelism", type=int, default=0,
                    help="workers that pair a corpus of few buckets, each holding a copy of the pool (0: the local "
                         "worker count, or 32 on a distributed runner); the output does not depend on it")

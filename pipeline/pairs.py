@@ -14,15 +14,19 @@ We DON'T concatenate all tokens and cut at fixed lengths: that would make NSP to
 
 Randomness: the caller passes a generator seeded from (seed, document id, dupe index) (`document_rng`), so the
 instances of a document never depend on worker, bundle or arrival order. The pool of documents for random
-segments is the document's bucket (see `bucket_of`): google draws from the whole corpus, which a distributed
-job cannot hold; a bucket of thousands of documents is statistically the same for NSP.
+segments is the document's bucket: google draws from the whole corpus, which a distributed
+job cannot hold; a bucket of thousands of documents is statistically the same for NSP. Buckets are contiguous
+ranges of a seeded hash of the document id (`bucket_key`), cut where each holds about the same number of
+documents (pipeline/transforms.py MakePairs).
 """
 from __future__ import annotations
 
 import bisect
 import hashlib
+import os
+import struct
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -57,6 +61,83 @@ class TokenizedDocument:
     def sentence_length(self, i: int) -> int:
         return int(self.ends[i] - (self.ends[i - 1] if i > 0 else 0))
 
+    # Between tokenization and pairing a document waits in a run file (pipeline/shards.py), as these bytes:
+    #   u32 id length, u32 sentences S, u8 token width (2 or 4) | id (UTF-8) | S x u32 ends | tokens
+    _HEADER = struct.Struct("<IIB")
+
+    def to_bytes(self) -> bytes:
+        doc_id = self.id.encode("utf-8")
+        width = self.tokens.dtype.itemsize
+        return b"".join((self._HEADER.pack(len(doc_id), len(self.ends), width), doc_id,
+                         self.ends.astype("<u4").tobytes(), self.tokens.astype("<u2" if width == 2 else "<i4")
+                         .tobytes()))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "TokenizedDocument":
+        doc_id, ends, tokens = cls._parse(data)
+        return cls(doc_id, tokens.astype(tokens.dtype.newbyteorder("=")), ends)
+
+    @classmethod
+    def _parse(cls, data: bytes) -> tuple[str, np.ndarray, np.ndarray]:
+        """(id, ends as int64, tokens as a little-endian view into `data`)."""
+        id_len, num_sentences, width = cls._HEADER.unpack_from(data)
+        at = cls._HEADER.size + id_len
+        ends = np.frombuffer(data, "<u4", num_sentences, at).astype(np.int64)
+        tokens = np.frombuffer(data, "<u2" if width == 2 else "<i4", offset=at + 4 * num_sentences)
+        if len(tokens) != (ends[-1] if num_sentences else 0):
+            raise ValueError(f"corrupt tokenized document record ({len(data)} bytes)")
+        return data[cls._HEADER.size:at].decode("utf-8"), ends, tokens
+
+    def loaded(self) -> "TokenizedDocument":
+        return self
+
+
+class TokenSpan:
+    """The tokens of one document in a local file, read on demand: slicing reads just that span (os.pread).
+    A random-next segment needs ~100 tokens of another document, so a pool need not be held in memory."""
+    __slots__ = ("fd", "offset", "length", "dtype")
+
+    def __init__(self, fd: int, offset: int, length: int, dtype: np.dtype):
+        self.fd, self.offset, self.length, self.dtype = fd, offset, length, dtype
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, span: slice) -> np.ndarray:
+        start, stop, _ = span.indices(self.length)
+        size = self.dtype.itemsize
+        data = os.pread(self.fd, max(0, stop - start) * size, self.offset + start * size)
+        return np.frombuffer(data, self.dtype)
+
+
+@dataclass(frozen=True)
+class SpilledDocument:
+    """A TokenizedDocument whose tokens wait in a spill file (`spill_pool`); only its sentence ends are held."""
+    id: str
+    tokens: TokenSpan
+    ends: np.ndarray
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.ends)
+
+    def loaded(self) -> TokenizedDocument:
+        return TokenizedDocument(self.id, self.tokens[:].astype(self.tokens.dtype.newbyteorder("=")), self.ends)
+
+
+def spill_pool(records: Iterable[bytes], spill: BinaryIO) -> list[SpilledDocument]:
+    """Documents (`TokenizedDocument.to_bytes` records) -> SpilledDocuments whose tokens are written to `spill`,
+    an open local file (kept open while the pool is used): a pool's memory is its sentence ends, 8 bytes a
+    sentence, however many tokens its documents hold."""
+    pool, offset = [], 0
+    for record in records:
+        doc_id, ends, tokens = TokenizedDocument._parse(record)
+        spill.write(tokens.tobytes())
+        pool.append(SpilledDocument(doc_id, TokenSpan(spill.fileno(), offset, len(tokens), tokens.dtype), ends))
+        offset += tokens.nbytes
+    spill.flush()
+    return pool
+
 
 @dataclass(frozen=True)
 class PairParams:
@@ -78,8 +159,9 @@ def document_rng(seed: int, *key: object) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(stable_hash(seed, *key)))
 
 
-def bucket_of(doc_id: str, seed: int, num_buckets: int) -> int:
-    return stable_hash("bucket", seed, doc_id) % max(1, num_buckets)
+def bucket_key(seed: int) -> str:
+    """The salt of the hash that places documents in buckets (shards.key_hashes(bucket_key(seed), ids))."""
+    return f"bucket|{seed}"
 
 
 def truncation_counts(la: int, lb: int, max_num_tokens: int) -> tuple[int, int]:
@@ -129,10 +211,12 @@ class _Uniforms:
 
 
 def create_instances_from_document(
-        pool: Sequence[TokenizedDocument], document_index: int, dupe: int, params: PairParams,
-        word_starts: np.ndarray, rng: np.random.Generator) -> list[PairInstance]:
-    """All NSP instances of one pass (`dupe`) over pool[document_index]; random segments come from `pool`."""
-    document = pool[document_index]
+        pool: Sequence[TokenizedDocument | SpilledDocument], document_index: int, dupe: int, params: PairParams,
+        word_starts: np.ndarray, rng: np.random.Generator,
+        document: TokenizedDocument | None = None) -> list[PairInstance]:
+    """All NSP instances of one pass (`dupe`) over pool[document_index]; random segments come from `pool`.
+    `document` is pool[document_index] with its tokens in memory, if the caller has it already."""
+    document = document if document is not None else pool[document_index].loaded()
     doc_ends = document.ends.tolist()   # a list for fast bisection; other documents stay compact arrays
     num_sentences = len(doc_ends)
     u = _Uniforms(rng)
@@ -188,7 +272,7 @@ def create_instances_from_document(
     return instances
 
 
-def split_pool(pool: Sequence[TokenizedDocument], parts: int) -> list[set[str]]:
+def split_pool(pool: Sequence[TokenizedDocument | SpilledDocument], parts: int) -> list[set[str]]:
     """Document ids of a pool dealt into `parts` shares of about equal tokens (largest first, to the lightest
     share; ties by id), the same on every worker that holds the pool."""
     loads, shares = [0] * parts, [set() for _ in range(parts)]
@@ -199,7 +283,7 @@ def split_pool(pool: Sequence[TokenizedDocument], parts: int) -> list[set[str]]:
     return shares
 
 
-def pairs_for_pool(pool: Sequence[TokenizedDocument], params: PairParams, word_starts: np.ndarray,
+def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: PairParams, word_starts: np.ndarray,
                    seed: int, only: set[str] | None = None) -> Iterator[PairInstance]:
     """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order; with
     `only`, of those documents only (random next segments still come from the whole pool).
@@ -214,6 +298,7 @@ def pairs_for_pool(pool: Sequence[TokenizedDocument], params: PairParams, word_s
     for index, doc in enumerate(pool):
         if only is not None and doc.id not in only:
             continue
+        loaded = doc.loaded()   # the document's own tokens, read once for all its dupe passes
         for dupe in range(params.dupe_factor):
             yield from create_instances_from_document(
-                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe))
+                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), loaded)

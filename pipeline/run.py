@@ -246,8 +246,8 @@ def make_pairs(args, options) -> dict:
     (p
      | "ReadDocuments" >> transforms.ReadDocuments(files)
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
-     | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs,
-                                          pair_parallelism(args, options))
+     | "MakePairs" >> transforms.MakePairs(args.output, args.vocab, _pair_params(args, vocab), args.seed,
+                                          args.bucket_docs, pair_parallelism(args, options))
      | "ToRecords" >> beam.Map(transforms.encode_pairs)
      | "WritePairs" >> shards.WriteShards(args.output, "pairs", num_shards, "tfrecord", args.seed,
                                           stat_names=transforms.PAIR_STATS))
@@ -324,8 +324,8 @@ def prepare(args, options) -> dict:
     (p
      | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
-     | "MakePairs" >> transforms.MakePairs(args.vocab, _pair_params(args, vocab), args.seed, args.bucket_docs,
-                                          pair_parallelism(args, options))
+     | "MakePairs" >> transforms.MakePairs(args.output, args.vocab, _pair_params(args, vocab), args.seed,
+                                          args.bucket_docs, pair_parallelism(args, options))
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
      | "WriteShards" >> shards.WriteShards(args.output, "shard", num_shards, "tfrecord", args.seed,

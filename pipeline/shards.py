@@ -7,11 +7,15 @@ shuffle through files, keyed by a 128-bit hash of each record's key (seeded):
 
     batches of (key, payload, stats)
       | SortRuns:   each bundle sorts its records by hash and writes them as a "run" (TFRecord frames) plus an
-                    index (hash, offset, size, stats per record), flushing every `run_bytes`; emits RunInfo
+                    index (hash, offset, size, stats per record) and its hash histogram, flushing every
+                    `run_bytes`; emits RunInfo (a reader finds its slice from the histogram file, reading
+                    only that slice of the index)
       | CountHashes: a histogram of the top 16 hash bits over all runs (a tiny combine)
       | WriteFiles: shard s takes the hash range [q_s, q_s+1) of the histogram's quantiles (shards differ by
                     at most one histogram bucket), merges the matching slice of every run in hash order, and
                     copies the frames into its file, N writers in parallel
+
+`SortRuns` (the first two steps) is also how tokenized documents reach their bucket (pipeline/transforms.py).
 
 Run files and shards are written under `<dir>/.incomplete/`; `publish` moves the shards into place only after
 the whole pipeline succeeded, before the manifest (the commit marker) is written.
@@ -21,7 +25,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import heapq
-import io
 import json
 import os
 import time
@@ -51,7 +54,7 @@ def shard_name(prefix: str, index: int, num_shards: int, suffix: str) -> str:
     return f"{prefix}-{index:05d}-of-{num_shards:05d}{suffix}"
 
 
-def key_hashes(seed: int, keys: Sequence[str]) -> np.ndarray:
+def key_hashes(seed: int | str, keys: Sequence[str]) -> np.ndarray:
     """(n, 2) uint64: a seeded 128-bit hash of each key; records are placed and ordered by it."""
     salt = str(seed).encode()
     raw = b"".join(hashlib.blake2b(k.encode(), digest_size=16, key=salt[:64]).digest() for k in keys)
@@ -72,10 +75,24 @@ def shard_bounds(histogram: np.ndarray, num_shards: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RunInfo:
+    """A sorted run: `path`.run (TFRecord frames in hash order), `path`.idx (one fixed-width row per record)
+    and `path`.hist (u32 cumulative record counts at each of the 2**HIST_BITS + 1 histogram edges)."""
     path: str
     records: int
-    buckets: np.ndarray   # distinct histogram buckets in this run
-    counts: np.ndarray    # records per bucket
+    num_stats: int
+
+    def slice_of(self, lo: int, hi: int) -> tuple[int, int]:
+        """Records [start, stop) of this run whose histogram bucket is in [lo, hi): two 4-byte reads."""
+        with FileSystems.open(self.path + ".hist", compression_type=_UNCOMPRESSED) as f:
+            f.seek(4 * lo)
+            start = int.from_bytes(f.read(4), "little")
+            f.seek(4 * hi)
+            return start, int.from_bytes(f.read(4), "little")
+
+    def histogram(self) -> np.ndarray:
+        """(2**HIST_BITS,) records per histogram bucket."""
+        with FileSystems.open(self.path + ".hist", compression_type=_UNCOMPRESSED) as f:
+            return np.diff(np.frombuffer(f.read(), "<u4").astype(np.int64))
 
 
 def _index_dtype(num_stats: int) -> np.dtype:
@@ -86,7 +103,7 @@ def _index_dtype(num_stats: int) -> np.dtype:
 class _SortRuns(beam.DoFn):
     """Buffers a bundle's records, writes them sorted by hash as run files of at most RUN_BYTES."""
 
-    def __init__(self, directory: str, seed: int, num_stats: int, run_bytes: int = RUN_BYTES):
+    def __init__(self, directory: str, seed: int | str, num_stats: int, run_bytes: int = RUN_BYTES):
         self.directory, self.seed, self.num_stats, self.run_bytes = directory, seed, num_stats, run_bytes
 
     def start_bundle(self):
@@ -107,41 +124,52 @@ class _SortRuns(beam.DoFn):
         records, self._records, self._bytes = self._records, [], 0
         hashes = key_hashes(self.seed, [r[0] for r in records])
         order = np.lexsort((hashes[:, 1], hashes[:, 0]))
-        frames = [tfrecord.frame(records[i][1]) for i in order]
         index = np.zeros(len(records), _index_dtype(self.num_stats))
         index["h1"], index["h2"] = hashes[order, 0], hashes[order, 1]
-        index["size"] = [len(f) for f in frames]
+        index["size"] = [len(records[i][1]) + tfrecord.FRAME_OVERHEAD for i in order]
         index["offset"] = np.concatenate(([0], np.cumsum(index["size"][:-1], dtype=np.uint64)))
         if self.num_stats:
             index["stats"] = np.array([records[i][2] for i in order], np.int64).reshape(len(records), -1)
         path = FileSystems.join(self.directory, INCOMPLETE, "runs", uuid.uuid4().hex)
         with FileSystems.create(path + ".run", compression_type=_UNCOMPRESSED) as f:
-            f.write(b"".join(frames))
-        buf = io.BytesIO()
-        np.save(buf, index)
+            for i in order:   # frame by frame: the run is never held twice (memory stays ~run_bytes)
+                f.write(tfrecord.frame(records[i][1]))
         with FileSystems.create(path + ".idx", compression_type=_UNCOMPRESSED) as f:
-            f.write(buf.getvalue())
-        buckets, counts = np.unique(index["h1"] >> np.uint64(64 - HIST_BITS), return_counts=True)
-        return RunInfo(path, len(records), buckets.astype(np.int64), counts.astype(np.int64))
+            f.write(index.tobytes())   # fixed-width rows: a reader seeks straight to its slice
+        # the run's histogram stays in its own file: RunInfo, a side input of every reader, stays tiny
+        counts = np.bincount((index["h1"] >> np.uint64(64 - HIST_BITS)).astype(np.int64), minlength=1 << HIST_BITS)
+        with FileSystems.create(path + ".hist", compression_type=_UNCOMPRESSED) as f:
+            f.write(np.concatenate(([0], np.cumsum(counts))).astype("<u4").tobytes())
+        return RunInfo(path, len(records), self.num_stats)
 
 
-def _read_index(path: str) -> np.ndarray:
-    with FileSystems.open(path + ".idx", compression_type=_UNCOMPRESSED) as f:
-        return np.load(io.BytesIO(f.read()))
+def read_run(run: RunInfo, lo: int, hi: int, totals: np.ndarray | None = None,
+             chunk: int = 256) -> Iterator[tuple[int, int, bytes]]:
+    """(h1, h2, frame) of the run's records in histogram buckets [lo, hi), in hash order; adds their stats to
+    `totals` as it goes (complete once the iterator is exhausted).
 
-
-def _run_slice(path: str, index: np.ndarray, start: int, stop: int) -> Iterator[tuple[int, int, bytes]]:
-    """(h1, h2, frame) of the run's records start..stop-1 (a contiguous hash range), read sequentially."""
-    with FileSystems.open(path + ".run", compression_type=_UNCOMPRESSED) as f:
-        f.seek(int(index["offset"][start]))
-        for h1, h2, size in zip(index["h1"][start:stop].tolist(), index["h2"][start:stop].tolist(),
-                                index["size"][start:stop].tolist()):
-            yield h1, h2, f.read(size)
+    Only that slice of the index and of the run file is read, sequentially and `chunk` index rows at a time,
+    so N readers of one run together read it once and a reader's memory does not grow with the run."""
+    start, stop = run.slice_of(lo, hi)
+    if stop <= start:
+        return
+    dtype = _index_dtype(run.num_stats)
+    with FileSystems.open(run.path + ".idx", compression_type=_UNCOMPRESSED) as idx, \
+            FileSystems.open(run.path + ".run", compression_type=_UNCOMPRESSED) as data:
+        idx.seek(start * dtype.itemsize)
+        for at in range(start, stop, chunk):
+            rows = np.frombuffer(idx.read((min(stop, at + chunk) - at) * dtype.itemsize), dtype)
+            if at == start:
+                data.seek(int(rows["offset"][0]))
+            if totals is not None and run.num_stats:
+                totals += rows["stats"].sum(axis=0)
+            for h1, h2, size in zip(rows["h1"].tolist(), rows["h2"].tolist(), rows["size"].tolist()):
+                yield h1, h2, data.read(size)
 
 
 def _payloads(frames: Iterable[bytes]) -> Iterator[bytes]:
     for frame in frames:
-        yield frame[12:-4]
+        yield tfrecord.payload(frame)
 
 
 def _write_tfrecord(f, frames: Iterable[bytes]) -> None:
@@ -165,19 +193,12 @@ class _WriteShard(beam.DoFn):
 
     def process(self, shard: int, runs: list[RunInfo], histogram: np.ndarray):
         bounds = shard_bounds(histogram, self.num_shards)
-        shift = 64 - HIST_BITS
-        lo = np.uint64(int(bounds[shard]) << shift)
-        last = bounds[shard + 1] == (1 << HIST_BITS)   # the top range runs to 2**64, past any uint64 bound
-        hi = None if last else np.uint64(int(bounds[shard + 1]) << shift)
+        lo, hi = int(bounds[shard]), int(bounds[shard + 1])
         streams, totals, n = [], np.zeros(len(self.stat_names), np.int64), 0
         for run in sorted(runs, key=lambda r: r.path):
-            index = _read_index(run.path)
-            start = int(np.searchsorted(index["h1"], lo, side="left"))
-            stop = len(index) if hi is None else int(np.searchsorted(index["h1"], hi, side="left"))
-            if stop > start:
-                totals += index["stats"][start:stop].sum(axis=0) if len(self.stat_names) else 0
-                n += stop - start
-                streams.append(_run_slice(run.path, index, start, stop))
+            start, stop = run.slice_of(lo, hi)
+            n += stop - start
+            streams.append(read_run(run, lo, hi, totals))   # totals are complete once the merge has run
         suffix, write = FORMATS[self.fmt]
         name = shard_name(self.prefix, shard, self.num_shards, suffix)
         path = FileSystems.join(self.directory, INCOMPLETE, name)
@@ -204,9 +225,8 @@ class WriteShards(beam.PTransform):
         self.stat_names, self.run_bytes = tuple(stat_names), run_bytes
 
     def expand(self, batches):
-        runs = batches | "SortRuns" >> beam.ParDo(
-            _SortRuns(self.directory, self.seed, len(self.stat_names), self.run_bytes))
-        histogram = runs | "CountHashes" >> beam.CombineGlobally(_HistogramFn())
+        runs, histogram = batches | "Sort" >> SortRuns(self.directory, self.seed, len(self.stat_names),
+                                                       self.run_bytes)
         return (batches.pipeline
                 | "ShardIndexes" >> beam.Create(range(self.num_shards))
                 | "SpreadShards" >> beam.Reshuffle()
@@ -215,12 +235,27 @@ class WriteShards(beam.PTransform):
                     beam.pvalue.AsList(runs), beam.pvalue.AsSingleton(histogram)))
 
 
+class SortRuns(beam.PTransform):
+    """Batches (lists) of (key, payload, stats) records -> (runs, histogram): the records as run files sorted
+    by seeded key hash (a PCollection of RunInfo) and the histogram of the top HIST_BITS bits of every hash (a
+    one-element PCollection). Readers then take contiguous hash ranges of every run (`read_run`)."""
+
+    def __init__(self, directory: str, seed: int | str, num_stats: int, run_bytes: int = RUN_BYTES):
+        super().__init__()
+        self.directory, self.seed, self.num_stats, self.run_bytes = directory, seed, num_stats, run_bytes
+
+    def expand(self, batches):
+        runs = batches | "SortRuns" >> beam.ParDo(
+            _SortRuns(self.directory, self.seed, self.num_stats, self.run_bytes))
+        return runs, runs | "CountHashes" >> beam.CombineGlobally(_HistogramFn())
+
+
 class _HistogramFn(beam.CombineFn):
     def create_accumulator(self):
         return np.zeros(1 << HIST_BITS, np.int64)
 
     def add_input(self, acc, run: RunInfo):
-        np.add.at(acc, run.buckets, run.counts)
+        acc += run.histogram()
         return acc
 
     def merge_accumulators(self, accs):

@@ -4,19 +4,21 @@ pure functions in corpora/ and pipeline/ (cleaning, splitting, pairing, masking,
     ExtractWikipedia | ExtractBooks | ExtractText    files       -> Document
     ReadDocuments                                    doc shards  -> Document
     Tokenize                                         Document    -> TokenizedDocument
-    MakePairs                                        TokenizedDocument -> [PairInstance] (batches)
+    MakePairs                                        TokenizedDocument -> [PairInstance] (batches), through
+                                                     sorted run files, one bucket per pairing worker
     ReadPairs                                        pair files  -> [PairInstance]
     MaskPairs                                        [PairInstance] -> [(sort key, google Example bytes, stats)]
 
 Data is reshuffled only where it is small (file names, read ranges): Beam's local runner holds a reshuffled
-collection in memory whole, so documents and instances stream through fused stages, and the final shuffle into
-shards goes through sorted run files (pipeline/shards.py).
+collection in memory whole, so documents and instances stream through fused stages, and the two big shuffles
+(tokenized documents into buckets, records into shards) go through sorted run files (pipeline/shards.py).
 """
 from __future__ import annotations
 
 import math
 import os
 import sys
+import tempfile
 import time
 from typing import Callable, Iterable
 
@@ -196,20 +198,24 @@ class _PairBucket(beam.DoFn):
         self.word_starts = tokenization.word_starts(tokenization.read_vocab(self.vocab_path))
         self.progress = Progress("pairs")
 
-    def process(self, element):
-        (_, part, parts), docs = element
-        pool = list(docs)
+    def process(self, work: tuple[int, int, int, int, int], runs: list[shards.RunInfo]):
+        bucket, lo, hi, part, parts = work
         if part == 0:
             self.buckets.inc()
-        mine = pairs.split_pool(pool, parts)[part]   # every part holds the whole pool and pairs its share
-        batch = []
-        for instance in pairs.pairs_for_pool(pool, self.params, self.word_starts, self.seed, only=mine):
-            batch.append(instance)
-            if len(batch) == BATCH:
+        # the bucket's documents: the slice [lo, hi) of the hash histogram, from every run (the whole pool),
+        # spilled to a local file so that only their sentence ends stay in memory
+        with tempfile.TemporaryFile(prefix="bertprep-pool-") as spill:
+            pool = pairs.spill_pool((tfrecord.payload(frame) for run in sorted(runs, key=lambda r: r.path)
+                                     for _, _, frame in shards.read_run(run, lo, hi)), spill)
+            mine = pairs.split_pool(pool, parts)[part]   # every part holds the whole pool and pairs its share
+            batch = []
+            for instance in pairs.pairs_for_pool(pool, self.params, self.word_starts, self.seed, only=mine):
+                batch.append(instance)
+                if len(batch) == BATCH:
+                    yield self._counted(batch)
+                    batch = []
+            if batch:
                 yield self._counted(batch)
-                batch = []
-        if batch:
-            yield self._counted(batch)
 
     def _counted(self, batch):
         self.progress.add(instances=len(batch))
@@ -218,36 +224,56 @@ class _PairBucket(beam.DoFn):
         return batch
 
 
-class MakePairs(beam.PTransform):
-    """TokenizedDocuments -> batches (lists) of NSP PairInstances. Documents are dealt to buckets of about
-    `bucket_docs` by a seeded hash of their id; random next segments come from the same bucket (google's pool
-    is the whole corpus, which a distributed job cannot hold in one place).
+def plan_buckets(histogram: np.ndarray, bucket_docs: int, parallelism: int) -> list[tuple[int, int, int, int, int]]:
+    """(bucket, lo, hi, part, parts) work items: ceil(documents / bucket_docs) buckets, each a range [lo, hi) of
+    the document-hash histogram holding about the same number of documents; a bucket is paired in `parts`
+    items when there are fewer buckets than `parallelism` workers."""
+    num_docs = int(histogram.sum())
+    num_buckets = min(max(1, math.ceil(num_docs / bucket_docs)), len(histogram))
+    bounds = shards.shard_bounds(histogram, num_buckets)
+    cumulative = np.concatenate(([0], np.cumsum(histogram)))
+    work = []
+    for bucket in range(num_buckets):
+        lo, hi = int(bounds[bucket]), int(bounds[bucket + 1])
+        docs = int(cumulative[hi] - cumulative[lo])
+        parts = min(math.ceil(parallelism / num_buckets), docs)
+        work += [(bucket, lo, hi, part, parts) for part in range(parts)]
+    return work
 
-    When there are fewer buckets than `parallelism`, each bucket is grouped `parts` times over (every part holds
-    the whole pool and pairs a balanced share of its documents), so a corpus of one bucket still pairs and
+
+class MakePairs(beam.PTransform):
+    """TokenizedDocuments -> batches (lists) of NSP PairInstances. Random next segments come from the document's
+    bucket (google's pool is the whole corpus, which a distributed job cannot hold in one place): buckets are
+    ranges of a seeded hash of the document id, cut to hold about `bucket_docs` documents each.
+
+    Documents reach their bucket through sorted run files under `directory`/.incomplete (shards.SortRuns), not
+    a GroupByKey: Beam's local runner would hold every grouped document in memory, and the launcher would hold
+    them all again to count them. Only the runs' small histograms travel through Beam. The worker pairing a
+    bucket reads its slice of every run, so memory is one bucket's tokens (2 bytes a token), whatever the input.
+
+    When there are fewer buckets than `parallelism`, a bucket is paired in `parts` work items (each holds the
+    whole pool and pairs a token-balanced share of its documents), so a corpus of one bucket still pairs and
     masks on every worker; the instances are the same for any number of parts.
     """
 
-    def __init__(self, vocab_path: str, params: pairs.PairParams, seed: int, bucket_docs: int,
+    def __init__(self, directory: str, vocab_path: str, params: pairs.PairParams, seed: int, bucket_docs: int,
                  parallelism: int = 1):
         super().__init__()
-        self.vocab_path, self.params, self.seed, self.bucket_docs = vocab_path, params, seed, bucket_docs
-        self.parallelism = max(1, parallelism)
+        self.directory, self.vocab_path, self.params, self.seed = directory, vocab_path, params, seed
+        self.bucket_docs, self.parallelism = bucket_docs, max(1, parallelism)
 
     def expand(self, docs):
-        seed, bucket_docs, parallelism = self.seed, self.bucket_docs, self.parallelism
-
-        def assign(doc, num_docs):
-            num_buckets = math.ceil(num_docs / bucket_docs)
-            parts = min(math.ceil(parallelism / num_buckets), num_docs)
-            bucket = pairs.bucket_of(doc.id, seed, num_buckets)
-            return [((bucket, part, parts), doc) for part in range(parts)]
-
-        num_docs = docs | "CountDocuments" >> beam.combiners.Count.Globally()
-        return (docs
-                | "AssignBuckets" >> beam.FlatMap(assign, beam.pvalue.AsSingleton(num_docs))
-                | "GroupBuckets" >> beam.GroupByKey()
-                | "PairDocuments" >> beam.ParDo(_PairBucket(self.vocab_path, self.params, seed)))
+        bucket_docs, parallelism = self.bucket_docs, self.parallelism
+        runs, histogram = (docs
+                           | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_bytes(), ())])
+                           | "SortByBucket" >> shards.SortRuns(self.directory, pairs.bucket_key(self.seed), 0))
+        return (docs.pipeline
+                | "Start" >> beam.Create([None])
+                | "PlanBuckets" >> beam.FlatMap(lambda _, h: plan_buckets(h, bucket_docs, parallelism),
+                                                beam.pvalue.AsSingleton(histogram))
+                | "SpreadBuckets" >> beam.Reshuffle()
+                | "PairDocuments" >> beam.ParDo(_PairBucket(self.vocab_path, self.params, self.seed),
+                                                beam.pvalue.AsList(runs)))
 
 
 PAIR_STATS = ("instances", "tokens", "random_next")

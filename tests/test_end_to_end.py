@@ -105,6 +105,55 @@ def test_prepare_equals_extract_pairs_mask(tmp_path):
         assert f.read_bytes() == (tmp_path / "masked" / f.name).read_bytes()
 
 
+def test_small_buckets_draw_random_next_from_their_own_bucket(staged, tmp_path):
+    from pipeline import documents, pair_records, pairs, shards, tfrecord, transforms
+
+    docs_dirs = f"{staged / 'docs/wiki'},{staged / 'docs/books'}"
+    common = ["--vocab", str(UNCASED_VOCAB), "--dupe-factor", "2", "--seed", "3", "--bucket-docs", "5"]
+    assert cli.main(["pairs", "--input", docs_dirs, *common, "--output", str(tmp_path / "one"), *ONE]) == 0
+    assert cli.main(["pairs", "--input", docs_dirs, *common, "--output", str(tmp_path / "two"), *TWO]) == 0
+    m = json.loads((tmp_path / "one/manifest.json").read_text())
+    assert m["counts"]["counters"]["pairs/buckets"] == 5   # ceil(23 documents / 5)
+    for f in sorted((tmp_path / "one").glob("pairs-*.tfrecord")):
+        assert f.read_bytes() == (tmp_path / "two" / f.name).read_bytes()
+
+    # the sample's documents as the job tokenized them, and the bucket of each
+    tokenize = transforms._Tokenize(str(UNCASED_VOCAB), True)
+    tokenize.setup()
+    tokens = {t.id: t.tokens.astype("<i4").tobytes() for d in sorted(staged.glob("docs/*/documents-*.jsonl.gz"))
+              for doc in documents.read_file(str(d)) for t in tokenize.process(doc)}
+    h1 = shards.key_hashes(pairs.bucket_key(3), list(tokens))[:, 0] >> np.uint64(64 - shards.HIST_BITS)
+    histogram = np.bincount(h1.astype(np.int64), minlength=1 << shards.HIST_BITS)
+    bucket_of = {doc_id: next(b for b, lo, hi, _, _ in transforms.plan_buckets(histogram, 5, 1) if lo <= h < hi)
+                 for doc_id, h in zip(tokens, h1.tolist())}
+    assert sorted(np.bincount(list(bucket_of.values()))) == [4, 4, 5, 5, 5]
+
+    def holders(segment: np.ndarray) -> set[str]:   # documents whose tokens contain the segment
+        needle = segment.astype("<i4").tobytes()
+        found = set()
+        for doc_id, hay in tokens.items():
+            at = hay.find(needle)
+            while at >= 0 and at % 4:
+                at = hay.find(needle, at + 1)
+            if at >= 0:
+                found.add(doc_id)
+        return found
+
+    checked = long_ones = 0
+    for f in sorted((tmp_path / "one").glob("pairs-*.tfrecord")):
+        for record in tfrecord.read_file(str(f)):
+            pair = pair_records.decode(record)
+            if not pair.is_random_next or checked >= 300:
+                continue
+            source = pair.key.rsplit("|", 2)[0]
+            b = pair.token_ids[pair.num_tokens_a + 2:-1]
+            buckets = {bucket_of[d] for d in holders(b)}
+            assert bucket_of[source] in buckets, pair.key
+            long_ones += len(b) >= 8 and buckets == {bucket_of[source]}   # short ones may occur anywhere
+            checked += 1
+    assert checked == 300 and long_ones > 250
+
+
 def test_mask_refuses_another_vocab(staged, tmp_path):
     other = tmp_path / "vocab.txt"
     other.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]) + "\n")

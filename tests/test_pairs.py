@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from pipeline import pairs, sentences, tokenization
+from pipeline import pairs, sentences, shards, tokenization, transforms
 from tests.conftest import SAMPLES, UNCASED_VOCAB
 
 CLS, SEP = 101, 102
@@ -93,9 +93,18 @@ def test_rng_and_buckets_are_stable_across_processes():
     # blake2b, not Python's salted hash(): these values must never change between runs or machines
     assert pairs.stable_hash("a", 1) == pairs.stable_hash("a", 1) != pairs.stable_hash("a", 2)
     assert pairs.document_rng(12345, "wikipedia:12", 0).random() == pairs.document_rng(12345, "wikipedia:12", 0).random()
-    buckets = [pairs.bucket_of(f"doc{i}", 12345, 10) for i in range(10000)]
-    counts = np.bincount(buckets, minlength=10)
-    assert counts.min() > 900 and counts.max() < 1100
+    h1 = shards.key_hashes(pairs.bucket_key(12345), [f"doc{i}" for i in range(10000)])[:, 0]
+    assert (h1 == shards.key_hashes(pairs.bucket_key(12345), [f"doc{i}" for i in range(10000)])[:, 0]).all()
+    histogram = np.bincount((h1 >> np.uint64(64 - shards.HIST_BITS)).astype(np.int64),
+                            minlength=1 << shards.HIST_BITS)
+    work = transforms.plan_buckets(histogram, bucket_docs=1000, parallelism=2)
+    assert [w[0] for w in work] == list(range(10)) and all(w[3:] == (0, 1) for w in work)   # 10 buckets, 1 part
+    sizes = [int(histogram[lo:hi].sum()) for _, lo, hi, _, _ in work]
+    assert sum(sizes) == 10000 and max(sizes) - min(sizes) <= 2   # cut at histogram bins holding 0-2 documents
+    assert [w[1] for w in work[1:]] == [w[2] for w in work[:-1]] and work[0][1] == 0 and work[-1][2] == len(histogram)
+    # fewer buckets than workers: each bucket is paired in parts, never more parts than documents
+    assert [w[3:] for w in transforms.plan_buckets(histogram, 10**6, 4)] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    assert len(transforms.plan_buckets(np.bincount([5], minlength=8), 10, 4)) == 1
 
 
 def test_truncation_counts_equal_googles_loop():
@@ -156,3 +165,30 @@ def test_a_pool_split_into_parts_gives_the_same_instances(pool):
     assert shares[0] | shares[1] == {d.id for d in docs} and not shares[0] & shares[1]
     parts = [i for share in shares for i in pairs.pairs_for_pool(docs, params, word_starts, seed=9, only=share)]
     assert sorted(parts, key=lambda i: i.key) == sorted(whole, key=lambda i: i.key)
+
+
+def test_tokenized_document_bytes_round_trip(pool):
+    docs, _ = pool
+    wide = pairs.TokenizedDocument.from_sentences("wide:é", [np.array([70000, 3]), np.array([5])])
+    for doc in docs + [wide, pairs.TokenizedDocument.from_sentences("empty", [])]:
+        back = pairs.TokenizedDocument.from_bytes(doc.to_bytes())
+        assert back.id == doc.id and back.tokens.dtype == doc.tokens.dtype
+        assert np.array_equal(back.tokens, doc.tokens) and np.array_equal(back.ends, doc.ends)
+    with pytest.raises(ValueError, match="corrupt"):
+        pairs.TokenizedDocument.from_bytes(docs[0].to_bytes()[:-2])
+
+
+def test_a_spilled_pool_gives_the_same_instances(pool, tmp_path):
+    docs, word_starts = pool
+    params = pairs.PairParams(dupe_factor=2)
+    in_memory = list(pairs.pairs_for_pool(docs, params, word_starts, seed=4))
+    with open(tmp_path / "spill", "w+b") as spill:
+        spilled = pairs.spill_pool((d.to_bytes() for d in docs), spill)
+        assert all(isinstance(d.tokens, pairs.TokenSpan) for d in spilled)
+        assert np.array_equal(spilled[1].tokens[5:40], docs[1].tokens[5:40])
+        assert len(spilled[1].tokens[10**9:]) == 0
+        again = list(pairs.pairs_for_pool(spilled, params, word_starts, seed=4))
+    assert any(i.is_random_next for i in in_memory) and len(again) == len(in_memory)
+    for a, b in zip(in_memory, again):
+        assert a.key == b.key and a.is_random_next == b.is_random_next and a.num_tokens_a == b.num_tokens_a
+        assert np.array_equal(a.token_ids, b.token_ids) and np.array_equal(a.word_starts, b.word_starts)
