@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import unicodedata
 
 import numpy as np
@@ -106,7 +107,16 @@ def _stands_alone(cp: int, category: str) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _google_char_classes() -> dict[str, str]:
-    """google's character sets as regex classes, from this Python's unicodedata (~1 s, once per process)."""
+    """google's character sets as regex classes for this Python's Unicode version: shipped precomputed in
+    pipeline/unicode_classes.py for the versions we know (computing them takes ~1 s a process, and every Beam
+    worker builds a tokenizer), computed from unicodedata for any other."""
+    from pipeline import unicode_classes
+
+    return unicode_classes.CLASSES.get(unicodedata.unidata_version) or compute_char_classes()
+
+
+def compute_char_classes() -> dict[str, str]:
+    """google's character sets as regex classes, from this Python's unicodedata (~1 s)."""
     drop, space, isolate, nonspacing = [], [], [], []
     for cp in range(0x110000):
         if 0xD800 <= cp <= 0xDFFF:
@@ -127,6 +137,25 @@ def _google_char_classes() -> dict[str, str]:
             nonspacing.append(cp)
     return {"drop": _char_class(drop), "space": _char_class(space), "isolate": _char_class(isolate),
             "nonspacing": _char_class(nonspacing)}
+
+
+def write_unicode_classes(path: str = os.path.join(os.path.dirname(__file__), "unicode_classes.py")) -> None:
+    """Adds this Python's Unicode version to pipeline/unicode_classes.py (run it under a new Python version)."""
+    from pipeline import unicode_classes
+
+    classes = {**unicode_classes.CLASSES, unicodedata.unidata_version: compute_char_classes()}
+    head = unicode_classes.__doc__
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f'"""{head}"""\n\nCLASSES = {{\n')
+        for version in sorted(classes):
+            f.write(f"    {version!r}: {{\n")
+            for name, value in classes[version].items():
+                f.write(f"        {name!r}: (\n")
+                for at in range(0, len(value), 100):
+                    f.write(f"            {value[at:at + 100]!r}\n")
+                f.write("        ),\n")
+            f.write("    },\n")
+        f.write("}\n")
 
 
 def bert_normalizer(lowercase: bool) -> normalizers.Normalizer:

@@ -160,3 +160,12 @@ def test_word_starts(uncased_vocab):
     assert starts.shape == (len(uncased_vocab),) and starts.dtype == bool
     assert starts[uncased_vocab.index("the")] and not starts[uncased_vocab.index("##s")]
     assert starts.sum() == sum(not w.startswith("##") for w in uncased_vocab)
+
+
+def test_shipped_unicode_classes_equal_a_fresh_computation():
+    from pipeline import unicode_classes
+
+    # the tokenizer looks its classes up for this Python's Unicode version; a new version must be added
+    assert unicodedata.unidata_version in unicode_classes.CLASSES, "run tokenization.write_unicode_classes()"
+    assert unicode_classes.CLASSES[unicodedata.unidata_version] == tokenization.compute_char_classes()
+    assert tokenization._google_char_classes() is unicode_classes.CLASSES[unicodedata.unidata_version]
