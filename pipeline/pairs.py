@@ -180,20 +180,22 @@ def truncation_counts(la: int, lb: int, max_num_tokens: int) -> tuple[int, int]:
 
 
 def truncate_seq_pair(tokens_a: np.ndarray, tokens_b: np.ndarray, max_num_tokens: int,
-                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                      draws: "Uniforms") -> tuple[np.ndarray, np.ndarray]:
     """google's truncate_seq_pair: trim the longer side one token at a time, front or back at random.
 
     Which side loses each token depends on lengths only (`truncation_counts`); each removal is from the front
-    or the back by a fair coin, so the number taken from the front is binomial.
+    or the back by a fair coin, so the number taken from the front is binomial(cut, 1/2).
     """
     cut_a, cut_b = truncation_counts(len(tokens_a), len(tokens_b), max_num_tokens)
-    front_a = int(rng.binomial(cut_a, 0.5)) if cut_a else 0
-    front_b = int(rng.binomial(cut_b, 0.5)) if cut_b else 0
+    if not (cut_a or cut_b):
+        return tokens_a, tokens_b
+    front_a = draws.fair_coins(cut_a) if cut_a else 0
+    front_b = draws.fair_coins(cut_b) if cut_b else 0
     return (tokens_a[front_a:len(tokens_a) - (cut_a - front_a)],
             tokens_b[front_b:len(tokens_b) - (cut_b - front_b)])
 
 
-class _Uniforms:
+class Uniforms:
     """Uniform [0, 1) draws from a seeded generator, fetched 256 at a time (scalar numpy calls cost ~1 us)."""
 
     def __init__(self, rng: np.random.Generator):
@@ -209,6 +211,16 @@ class _Uniforms:
         """Uniform integer in [low, high], both included (Python's random.randint)."""
         return low + int(self.next() * (high - low + 1))
 
+    def fair_coins(self, n: int) -> int:
+        """How many of n fair coin flips come up heads (binomial(n, 1/2)): the popcount of n of the 53 random
+        bits of one draw (numpy's random() is a 53-bit integer / 2**53), several draws for n > 53."""
+        heads = 0
+        while n > 0:
+            take = min(n, 53)
+            heads += (int(self.next() * (1 << 53)) >> (53 - take)).bit_count()
+            n -= take
+        return heads
+
 
 def create_instances_from_document(
         pool: Sequence[TokenizedDocument | SpilledDocument], document_index: int, dupe: int, params: PairParams,
@@ -219,7 +231,7 @@ def create_instances_from_document(
     document = document if document is not None else pool[document_index].loaded()
     doc_ends = document.ends.tolist()   # a list for fast bisection; other documents stay compact arrays
     num_sentences = len(doc_ends)
-    u = _Uniforms(rng)
+    u = Uniforms(rng)
     max_num_tokens = params.max_seq_length - 3
     target_seq_length = max_num_tokens
     if u.next() < params.short_seq_prob:
@@ -255,14 +267,9 @@ def create_instances_from_document(
             is_random_next = False
             tokens_b = document.tokens[a_stop:doc_ends[i]]
             next_start = i + 1
-        cut_a, cut_b = truncation_counts(len(tokens_a), len(tokens_b), max_num_tokens)
-        if cut_a or cut_b:
-            front_a = int(rng.binomial(cut_a, 0.5)) if cut_a else 0
-            front_b = int(rng.binomial(cut_b, 0.5)) if cut_b else 0
-            tokens_a = tokens_a[front_a:len(tokens_a) - (cut_a - front_a)]
-            tokens_b = tokens_b[front_b:len(tokens_b) - (cut_b - front_b)]
+        tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, u)
         if len(tokens_a) >= 1 and len(tokens_b) >= 1:   # google asserts this; a 1-document pool can break it
-            token_ids = np.concatenate((cls, tokens_a, sep, tokens_b, sep)).astype(np.int32)
+            token_ids = np.concatenate((cls, tokens_a, sep, tokens_b, sep), dtype=np.int32)
             starts = word_starts[token_ids]
             starts[0] = starts[len(tokens_a) + 1] = starts[-1] = True
             instances.append(PairInstance(

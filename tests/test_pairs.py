@@ -69,7 +69,7 @@ def test_short_seq_prob_makes_short_targets(pool):
 
 
 def test_truncate_seq_pair_trims_the_longer_side_from_both_ends():
-    rng = np.random.default_rng(0)
+    rng = pairs.Uniforms(np.random.default_rng(0))
     a, b = np.arange(100), np.arange(1000, 1030)
     fronts = []
     for _ in range(200):
@@ -80,6 +80,17 @@ def test_truncate_seq_pair_trims_the_longer_side_from_both_ends():
     assert 25 < np.mean(fronts) < 45   # ~35 of the 70 cut tokens from the front on average
     ta, tb = pairs.truncate_seq_pair(np.arange(10), np.arange(10), 20, rng)
     assert len(ta) == len(tb) == 10
+
+
+def test_fair_coins_are_binomial():
+    draws = pairs.Uniforms(np.random.default_rng(11))
+    for n in (1, 7, 53, 54, 200):
+        heads = np.array([draws.fair_coins(n) for _ in range(20000)])
+        assert heads.min() >= 0 and heads.max() <= n
+        sigma = np.sqrt(n / 4 / len(heads))   # standard error of the mean of binomial(n, 1/2)
+        assert abs(heads.mean() - n / 2) < 4 * sigma
+        assert abs(heads.var() / (n / 4) - 1) < 0.05
+    assert pairs.Uniforms(np.random.default_rng(11)).fair_coins(0) == 0
 
 
 def test_word_starts_mark_continuations(pool, uncased_vocab):
