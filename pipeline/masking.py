@@ -147,7 +147,9 @@ def mask_batch(pairs: Sequence[PairInstance], params: MaskParams, vocab: VocabId
             positions[i, :k] = flat
             unit_of[i, :k] = np.repeat([u[0] for u in chosen], [len(u) for u in chosen]) if chosen else []
     else:
-        order = np.argsort(priority, axis=1, kind="stable")[:, :P]               # (B, P)
+        # the P lowest priorities in order; a partition first, so only (B, P) keys are sorted, not (B, L)
+        lowest = np.argpartition(priority, P - 1, axis=1)[:, :P] if P < L else np.arange(L)[None, :].repeat(n, 0)
+        order = np.take_along_axis(lowest, np.argsort(np.take_along_axis(priority, lowest, 1), axis=1), 1)  # (B, P)
         valid = (np.arange(P) < want[:, None]) & (np.take_along_axis(priority, order, 1) < 2.0)
         positions = np.where(valid, order, L)
         unit_of = np.where(valid, order, -1)
