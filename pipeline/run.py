@@ -1,9 +1,12 @@
 """The Beam jobs behind `bertprep extract | pairs | mask | prepare`, each one chain of labelled transforms:
 
-    extract:  Read<Corpus>                      | ToRecords | WriteShards   -> documents-*.jsonl.gz
-    pairs:    ReadDocuments | Tokenize | MakePairs | ToRecords | WriteShards   -> pairs-*.tfrecord
-    mask:     ReadPairs | MaskPairs                        | WriteShards   -> shard-*.tfrecord
-    prepare:  Read<Corpus>  | Tokenize | MakePairs | MaskPairs | WriteShards   -> shard-*.tfrecord
+    extract:  Read<Corpus>                                                 | ToRecords | WriteShards
+    pairs:    ReadDocuments | SpreadDocuments | Tokenize | MakePairs | ToRecords | WriteShards
+    mask:     ReadPairs                                    | MaskPairs             | WriteShards
+    prepare:  Read<Corpus>  | SpreadDocuments | Tokenize | MakePairs | MaskPairs | WriteShards
+
+writing documents-*.jsonl.gz, pairs-*.tfrecord and shard-*.tfrecord (twice) respectively. SpreadDocuments deals
+the documents over the workers only when the input has fewer read units than workers.
 
 Options are parsed once in cli.py and arrive here as plain values. After the pipeline succeeds the shards are
 published and manifest.json (the commit marker) is written last.
@@ -196,8 +199,9 @@ def extract(args, options) -> dict:
 
 
 def pair_parallelism(args, options) -> int:
-    """How many workers pairing should use when the corpus has fewer buckets: --pair-parallelism, else the
-    local runner's worker count (one per core for 0), else 32 (a distributed runner's workers)."""
+    """How many workers pairing (and tokenization, see spread_ranges) should use when the corpus has fewer buckets
+    (read units): --pair-parallelism, else the local runner's worker count (one per core for 0), else 32 (a
+    distributed runner's workers)."""
     if args.pair_parallelism:
         return args.pair_parallelism
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
@@ -208,6 +212,22 @@ def pair_parallelism(args, options) -> int:
         workers = direct.direct_num_workers if direct.direct_running_mode != "in_memory" else 1
         return workers or os.cpu_count() or 1
     return 32
+
+
+def spread_ranges(read_units: int, parallelism: int) -> int:
+    """Work items to deal documents over before tokenization (transforms.SpreadDocuments): 4 per worker when the
+    input has fewer than 2 read units (files, dump ranges) per worker; 0 (no spreading) otherwise."""
+    return 4 * parallelism if parallelism > 1 and read_units < 2 * parallelism else 0
+
+
+def _read_units(kind: str, files: list[str], args) -> int:
+    if kind == "wikipedia":
+        from corpora import wikipedia
+        return len(wikipedia.plan_reads(files, args.wiki_index))
+    if kind == "books":
+        from corpora import books
+        return len(books.plan_reads(files))
+    return len(files)
 
 
 def _pair_params(args, vocab: dict) -> pairs.PairParams:
@@ -242,12 +262,14 @@ def make_pairs(args, options) -> dict:
     num_shards = args.num_shards or max(8, math.ceil(total_bytes(files) / (16 * MiB)))
     shards.prepare_output(args.output, args.overwrite)
 
+    parallelism = pair_parallelism(args, options)
     p = beam.Pipeline(options=options)
     (p
      | "ReadDocuments" >> transforms.ReadDocuments(files)
+     | "SpreadDocuments" >> transforms.SpreadDocuments(args.output, spread_ranges(len(files), parallelism))
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
      | "MakePairs" >> transforms.MakePairs(args.output, args.vocab, _pair_params(args, vocab), args.seed,
-                                          args.bucket_docs, pair_parallelism(args, options))
+                                          args.bucket_docs, parallelism)
      | "ToRecords" >> beam.Map(transforms.encode_pairs)
      | "WritePairs" >> shards.WriteShards(args.output, "pairs", num_shards, "tfrecord", args.seed,
                                           stat_names=transforms.PAIR_STATS))
@@ -320,12 +342,15 @@ def prepare(args, options) -> dict:
     params = _mask_params(args)
     shards.prepare_output(args.output, args.overwrite)
 
+    parallelism = pair_parallelism(args, options)
     p = beam.Pipeline(options=options)
     (p
      | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
+     | "SpreadDocuments" >> transforms.SpreadDocuments(
+         args.output, spread_ranges(_read_units(args.corpus, files, args), parallelism))
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
      | "MakePairs" >> transforms.MakePairs(args.output, args.vocab, _pair_params(args, vocab), args.seed,
-                                          args.bucket_docs, pair_parallelism(args, options))
+                                          args.bucket_docs, parallelism)
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
      | "WriteShards" >> shards.WriteShards(args.output, "shard", num_shards, "tfrecord", args.seed,

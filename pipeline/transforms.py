@@ -3,6 +3,7 @@ pure functions in corpora/ and pipeline/ (cleaning, splitting, pairing, masking,
 
     ExtractWikipedia | ExtractBooks | ExtractText    files       -> Document
     ReadDocuments                                    doc shards  -> Document
+    SpreadDocuments                                  Document    -> Document, dealt over the workers (run files)
     Tokenize                                         Document    -> TokenizedDocument
     MakePairs                                        TokenizedDocument -> [PairInstance] (batches), through
                                                      sorted run files, one bucket per pairing worker
@@ -20,7 +21,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -143,6 +144,45 @@ class ReadDocuments(beam.PTransform):
                 | "ListShards" >> beam.Create(sorted(self.files))
                 | "SpreadShards" >> beam.Reshuffle()
                 | "ReadLines" >> beam.FlatMap(documents.read_file))
+
+
+def _read_documents(work: tuple[int, int], runs: list[shards.RunInfo]) -> Iterator[Document]:
+    lo, hi = work
+    spread = Metrics.counter("spread", "documents")
+    for run in sorted(runs, key=lambda r: r.path):
+        for _, _, frame in shards.read_run(run, lo, hi):
+            spread.inc()
+            yield Document.from_json(tfrecord.payload(frame))
+
+
+class SpreadDocuments(beam.PTransform):
+    """Documents -> the same Documents, dealt over `ranges` work items through sorted run files, so that
+    tokenization spreads over every worker even when the input has fewer read units (files, dump ranges) than
+    workers: a single google-format file, or the few document shards of a small `extract`. Without it the worker
+    that read a file tokenizes all of it (tokenization is fused with reading; a Reshuffle of the documents would
+    make Beam's local runner hold them all). The documents, and so the output, are the same either way."""
+
+    def __init__(self, directory: str, ranges: int):
+        super().__init__()
+        self.directory, self.ranges = directory, ranges
+
+    def expand(self, docs):
+        ranges = self.ranges
+        if ranges <= 1:   # the reads spread the work already
+            return docs
+        runs, histogram = (docs
+                           | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"), ())])
+                           | "SortDocuments" >> shards.SortRuns(self.directory, "spread", 0))
+
+        def plan(_, histogram):
+            bounds = shards.shard_bounds(histogram, ranges).tolist()
+            return [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+
+        return (docs.pipeline
+                | "Start" >> beam.Create([None])
+                | "PlanRanges" >> beam.FlatMap(plan, beam.pvalue.AsSingleton(histogram))
+                | "SpreadRanges" >> beam.Reshuffle()
+                | "ReadDocuments" >> beam.FlatMap(_read_documents, beam.pvalue.AsList(runs)))
 
 
 class _Tokenize(beam.DoFn):

@@ -114,6 +114,9 @@ def test_small_buckets_draw_random_next_from_their_own_bucket(staged, tmp_path):
     assert cli.main(["pairs", "--input", docs_dirs, *common, "--output", str(tmp_path / "two"), *TWO]) == 0
     m = json.loads((tmp_path / "one/manifest.json").read_text())
     assert m["counts"]["counters"]["pairs/buckets"] == 5   # ceil(23 documents / 5)
+    # two document files for two workers: the documents were dealt over the workers before tokenizing
+    assert "spread/documents" not in m["counts"]["counters"]
+    assert json.loads((tmp_path / "two/manifest.json").read_text())["counts"]["counters"]["spread/documents"] == 23
     for f in sorted((tmp_path / "one").glob("pairs-*.tfrecord")):
         assert f.read_bytes() == (tmp_path / "two" / f.name).read_bytes()
 

@@ -237,3 +237,12 @@ def test_portable_runner_gives_the_local_bytes(tmp_path):
     for entry in local["files"]:
         assert (tmp_path / "local" / entry["file"]).read_bytes() == \
             (tmp_path / "portable" / entry["file"]).read_bytes(), entry["file"]
+
+
+def test_documents_are_spread_only_when_reads_cannot_fill_the_workers():
+    from pipeline.run import spread_ranges
+
+    assert spread_ranges(1, 2) == 8 and spread_ranges(3, 2) == 8   # one big text file on 2 local workers
+    assert spread_ranges(4, 2) == 0 and spread_ranges(289, 2) == 0  # enough files: the reads spread the work
+    assert spread_ranges(1, 1) == 0                                 # local-1: nothing to spread over
+    assert spread_ranges(63, 32) == 128 and spread_ranges(64, 32) == 0
