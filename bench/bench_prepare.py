@@ -10,6 +10,7 @@ Also: the CPU of bare HF tokenization of the same lines (the floor), and bertpre
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -55,7 +56,9 @@ n = sum(len(x) for x in tokenization.tokenize_sentences(tok, lines))
 u = resource.getrusage(resource.RUSAGE_SELF)
 print(u.ru_utime + u.ru_stime - t.ru_utime - t.ru_stime, n)
 """
-    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout.split()
+    # one thread, as each bertprep worker tokenizes (HF's thread pool would add its own overhead to the CPU time)
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                         env={**os.environ, "RAYON_NUM_THREADS": "1"}).stdout.split()
     return float(out[0]), int(out[1])
 
 
@@ -116,7 +119,7 @@ def main() -> None:
         one = google_format(tmp / "x1")
         mb = sum(f.stat().st_size for f in one.glob("*.txt")) / 1e6
         hf_cpu, tokens = hf_tokenize_cpu(one)
-        rows.append(["HF tokenizers, bare encode_batch (floor)", f"{mb:.1f}", hf_cpu, "", "", ""])
+        rows.append(["HF tokenizers, bare encode_batch, 1 thread (floor)", f"{mb:.1f}", hf_cpu, "", "", ""])
         common = ["--vocab", str(VOCAB), "--max-seq-length", "128", "--max-predictions-per-seq", "20",
                   "--dupe-factor", "5", "--masked-lm-prob", "0.15", "--seed", "12345"]
         runs = {}
