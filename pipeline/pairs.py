@@ -237,7 +237,7 @@ def create_instances_from_document(
     if u.next() < params.short_seq_prob:
         target_seq_length = u.randint(2, max_num_tokens)
 
-    instances = []
+    pieces, lengths, a_lengths, random_next = [], [], [], []   # per kept instance
     cls, sep = np.array([params.cls_id], np.int32), np.array([params.sep_id], np.int32)
     chunk_start = 0                 # the chunk is sentences chunk_start..i
     while chunk_start < num_sentences:
@@ -269,14 +269,22 @@ def create_instances_from_document(
             next_start = i + 1
         tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, u)
         if len(tokens_a) >= 1 and len(tokens_b) >= 1:   # google asserts this; a 1-document pool can break it
-            token_ids = np.concatenate((cls, tokens_a, sep, tokens_b, sep), dtype=np.int32)
-            starts = word_starts[token_ids]
-            starts[0] = starts[len(tokens_a) + 1] = starts[-1] = True
-            instances.append(PairInstance(
-                key=f"{document.id}|{dupe}|{len(instances)}", token_ids=token_ids,
-                num_tokens_a=len(tokens_a), is_random_next=is_random_next, word_starts=starts))
+            pieces += (cls, tokens_a, sep, tokens_b, sep)
+            a_lengths.append(len(tokens_a))
+            lengths.append(len(tokens_a) + len(tokens_b) + 3)
+            random_next.append(is_random_next)
         chunk_start = next_start
-    return instances
+    if not lengths:
+        return []
+    # every instance of the pass built at once: [CLS] A [SEP] B [SEP] back to back, then cut into views
+    flat = np.concatenate(pieces, dtype=np.int32)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    first_piece = word_starts[flat]
+    first_piece[starts] = first_piece[starts + np.array(a_lengths) + 1] = first_piece[ends - 1] = True
+    return [PairInstance(key=f"{document.id}|{dupe}|{k}", token_ids=flat[lo:hi], num_tokens_a=la,
+                         is_random_next=r, word_starts=first_piece[lo:hi])
+            for k, (lo, hi, la, r) in enumerate(zip(starts.tolist(), ends.tolist(), a_lengths, random_next))]
 
 
 def split_pool(pool: Sequence[TokenizedDocument | SpilledDocument], parts: int) -> list[set[str]]:
