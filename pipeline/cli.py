@@ -74,9 +74,9 @@ def _add_pairs(p: argparse.ArgumentParser) -> None:
                    help="documents per random-next pool: random B segments come from the same bucket (google's "
                         "pool is the whole corpus; a pool of thousands is statistically the same for NSP)")
     p.add_argument("--pair-parallelism", type=int, default=0,
-                   help="workers that pair a corpus of few buckets, each spilling a copy of the pool, and that tokenize "
-                        "an input of few files (0: the local worker count, or 32 on a distributed runner); the output "
-                        "does not depend on it")
+                   help="workers that pair a corpus of few buckets, each spilling a copy of the pool, and that "
+                        "tokenize an input of few files (0: the local worker count, or 32 on a distributed runner); "
+                        "the output does not depend on it")
     p.add_argument("--seed", type=int, default=12345)
 
 

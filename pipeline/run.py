@@ -220,16 +220,6 @@ def spread_ranges(read_units: int, parallelism: int) -> int:
     return 4 * parallelism if parallelism > 1 and read_units < 2 * parallelism else 0
 
 
-def _read_units(kind: str, files: list[str], args) -> int:
-    if kind == "wikipedia":
-        from corpora import wikipedia
-        return len(wikipedia.plan_reads(files, args.wiki_index))
-    if kind == "books":
-        from corpora import books
-        return len(books.plan_reads(files))
-    return len(files)
-
-
 def _pair_params(args, vocab: dict) -> pairs.PairParams:
     return pairs.PairParams(max_seq_length=args.max_seq_length, short_seq_prob=args.short_seq_prob,
                             dupe_factor=args.dupe_factor, cls_id=vocab["ids"]["cls_id"],
@@ -343,11 +333,11 @@ def prepare(args, options) -> dict:
     shards.prepare_output(args.output, args.overwrite)
 
     parallelism = pair_parallelism(args, options)
+    reader = _corpus_reader(args.corpus, files, args)
     p = beam.Pipeline(options=options)
     (p
-     | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
-     | "SpreadDocuments" >> transforms.SpreadDocuments(
-         args.output, spread_ranges(_read_units(args.corpus, files, args), parallelism))
+     | f"Read{args.corpus.capitalize()}" >> reader
+     | "SpreadDocuments" >> transforms.SpreadDocuments(args.output, spread_ranges(len(reader.reads), parallelism))
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
      | "MakePairs" >> transforms.MakePairs(args.output, args.vocab, _pair_params(args, vocab), args.seed,
                                           args.bucket_docs, parallelism)

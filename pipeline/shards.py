@@ -167,6 +167,20 @@ def read_run(run: RunInfo, lo: int, hi: int, totals: np.ndarray | None = None,
                 yield h1, h2, data.read(size)
 
 
+def read_payloads(runs: Sequence[RunInfo], lo: int, hi: int) -> Iterator[bytes]:
+    """The records (payloads) of every run in histogram buckets [lo, hi): run by run, one file open at a time,
+    in no particular order (for a reader that wants the records of a hash range, not a merge)."""
+    for run in sorted(runs, key=lambda r: r.path):
+        for _, _, frame in read_run(run, lo, hi):
+            yield tfrecord.payload(frame)
+
+
+def hash_ranges(histogram: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """`n` contiguous ranges [lo, hi) of histogram buckets holding about the same number of records each."""
+    bounds = shard_bounds(histogram, n).tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
 def _payloads(frames: Iterable[bytes]) -> Iterator[bytes]:
     for frame in frames:
         yield tfrecord.payload(frame)
@@ -192,18 +206,22 @@ class _WriteShard(beam.DoFn):
         self.stat_names = tuple(stat_names)
 
     def process(self, shard: int, runs: list[RunInfo], histogram: np.ndarray):
-        bounds = shard_bounds(histogram, self.num_shards)
-        lo, hi = int(bounds[shard]), int(bounds[shard + 1])
-        streams, totals, n = [], np.zeros(len(self.stat_names), np.int64), 0
-        for run in sorted(runs, key=lambda r: r.path):
-            start, stop = run.slice_of(lo, hi)
-            n += stop - start
-            streams.append(read_run(run, lo, hi, totals))   # totals are complete once the merge has run
+        lo, hi = hash_ranges(histogram, self.num_shards)[shard]
+        totals = np.zeros(len(self.stat_names), np.int64)   # complete once the merge has run
+        streams = [read_run(run, lo, hi, totals) for run in sorted(runs, key=lambda r: r.path)]
+        n = 0
+
+        def merged():
+            nonlocal n
+            for _, _, frame in heapq.merge(*streams):
+                n += 1
+                yield frame
+
         suffix, write = FORMATS[self.fmt]
         name = shard_name(self.prefix, shard, self.num_shards, suffix)
         path = FileSystems.join(self.directory, INCOMPLETE, name)
         with FileSystems.create(path, compression_type=_UNCOMPRESSED) as f:   # a retry rewrites the same file
-            write(f, (frame for _, _, frame in heapq.merge(*streams)))
+            write(f, merged())
         # test-only hook: tests/test_faults.py holds each writer here (seconds) so that a kill lands mid-write
         time.sleep(float(os.environ.get("BERTPREP_TEST_SLOW_WRITE", 0)))
         stats = {"shard": shard, "file": name, "records": n,

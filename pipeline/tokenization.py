@@ -151,8 +151,8 @@ def write_unicode_classes(path: str = os.path.join(os.path.dirname(__file__), "u
             f.write(f"    {version!r}: {{\n")
             for name, value in classes[version].items():
                 f.write(f"        {name!r}: (\n")
-                for at in range(0, len(value), 100):
-                    f.write(f"            {value[at:at + 100]!r}\n")
+                for at in range(0, len(value), 80):
+                    f.write(f"            {value[at:at + 80]!r}\n")
                 f.write("        ),\n")
             f.write("    },\n")
         f.write("}\n")

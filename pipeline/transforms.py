@@ -78,16 +78,17 @@ class ExtractWikipedia(beam.PTransform):
 
     def __init__(self, files: list[str], index: str | None = None, skip_disambiguation: bool = True,
                  skip_bad_files: bool = False, streams_per_read: int = 10):
+        from corpora import wikipedia
+
         super().__init__()
-        self.files, self.index, self.skip_disambiguation = files, index, skip_disambiguation
-        self.skip_bad_files, self.streams_per_read = skip_bad_files, streams_per_read
+        self.skip_disambiguation, self.skip_bad_files = skip_disambiguation, skip_bad_files
+        self.reads = wikipedia.plan_reads(files, index, streams_per_read)   # read units, planned once
 
     def expand(self, pipeline):
         from corpora import wikipedia
 
-        reads = wikipedia.plan_reads(self.files, self.index, self.streams_per_read)
         return (pipeline
-                | "PlanReads" >> beam.Create(reads)
+                | "PlanReads" >> beam.Create(self.reads)
                 | "SpreadReads" >> beam.Reshuffle()
                 | "ReadPages" >> beam.ParDo(_Counted("wikipedia", wikipedia.read_pages,
                                                      skip_bad_files=self.skip_bad_files))
@@ -101,8 +102,11 @@ class ExtractBooks(beam.PTransform):
     """Book files, directories or tar archives -> one Document per book (or per bounded chunk of a big one)."""
 
     def __init__(self, files: list[str], max_document_bytes: int | None = None, skip_bad_files: bool = False):
+        from corpora import books
+
         super().__init__()
-        self.files, self.max_document_bytes, self.skip_bad_files = files, max_document_bytes, skip_bad_files
+        self.max_document_bytes, self.skip_bad_files = max_document_bytes, skip_bad_files
+        self.reads = books.plan_reads(files)   # read units, planned once
 
     def expand(self, pipeline):
         from corpora import books
@@ -111,7 +115,7 @@ class ExtractBooks(beam.PTransform):
         if self.max_document_bytes:
             kwargs["max_document_bytes"] = self.max_document_bytes
         return (pipeline
-                | "ListBooks" >> beam.Create(books.plan_reads(self.files))
+                | "ListBooks" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
                 | "ReadBooks" >> beam.ParDo(_Counted("books", books.read_books, **kwargs)))
 
@@ -121,13 +125,13 @@ class ExtractText(beam.PTransform):
 
     def __init__(self, files: list[str]):
         super().__init__()
-        self.files = files
+        self.reads = sorted(files)   # read units: one per file
 
     def expand(self, pipeline):
         from corpora import text
 
         return (pipeline
-                | "ListFiles" >> beam.Create(sorted(self.files))
+                | "ListFiles" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
                 | "ReadText" >> beam.ParDo(_Counted("text", text.read_text_documents)))
 
@@ -147,12 +151,10 @@ class ReadDocuments(beam.PTransform):
 
 
 def _read_documents(work: tuple[int, int], runs: list[shards.RunInfo]) -> Iterator[Document]:
-    lo, hi = work
     spread = Metrics.counter("spread", "documents")
-    for run in sorted(runs, key=lambda r: r.path):
-        for _, _, frame in shards.read_run(run, lo, hi):
-            spread.inc()
-            yield Document.from_json(tfrecord.payload(frame))
+    for record in shards.read_payloads(runs, *work):
+        spread.inc()
+        yield Document.from_json(record)
 
 
 class SpreadDocuments(beam.PTransform):
@@ -174,13 +176,10 @@ class SpreadDocuments(beam.PTransform):
                            | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"), ())])
                            | "SortDocuments" >> shards.SortRuns(self.directory, "spread", 0))
 
-        def plan(_, histogram):
-            bounds = shards.shard_bounds(histogram, ranges).tolist()
-            return [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
-
         return (docs.pipeline
                 | "Start" >> beam.Create([None])
-                | "PlanRanges" >> beam.FlatMap(plan, beam.pvalue.AsSingleton(histogram))
+                | "PlanRanges" >> beam.FlatMap(lambda _, h: [r for r in shards.hash_ranges(h, ranges) if r[1] > r[0]],
+                                               beam.pvalue.AsSingleton(histogram))
                 | "SpreadRanges" >> beam.Reshuffle()
                 | "ReadDocuments" >> beam.FlatMap(_read_documents, beam.pvalue.AsList(runs)))
 
@@ -245,8 +244,7 @@ class _PairBucket(beam.DoFn):
         # the bucket's documents: the slice [lo, hi) of the hash histogram, from every run (the whole pool),
         # spilled to a local file so that only their sentence ends stay in memory
         with tempfile.TemporaryFile(prefix="bertprep-pool-") as spill:
-            pool = pairs.spill_pool((tfrecord.payload(frame) for run in sorted(runs, key=lambda r: r.path)
-                                     for _, _, frame in shards.read_run(run, lo, hi)), spill)
+            pool = pairs.spill_pool(shards.read_payloads(runs, lo, hi), spill)
             mine = pairs.split_pool(pool, parts)[part]   # every part holds the whole pool and pairs its share
             batch = []
             for instance in pairs.pairs_for_pool(pool, self.params, self.word_starts, self.seed, only=mine):
@@ -270,11 +268,9 @@ def plan_buckets(histogram: np.ndarray, bucket_docs: int, parallelism: int) -> l
     items when there are fewer buckets than `parallelism` workers."""
     num_docs = int(histogram.sum())
     num_buckets = min(max(1, math.ceil(num_docs / bucket_docs)), len(histogram))
-    bounds = shards.shard_bounds(histogram, num_buckets)
     cumulative = np.concatenate(([0], np.cumsum(histogram)))
     work = []
-    for bucket in range(num_buckets):
-        lo, hi = int(bounds[bucket]), int(bounds[bucket + 1])
+    for bucket, (lo, hi) in enumerate(shards.hash_ranges(histogram, num_buckets)):
         docs = int(cumulative[hi] - cumulative[lo])
         parts = min(math.ceil(parallelism / num_buckets), docs)
         work += [(bucket, lo, hi, part, parts) for part in range(parts)]
@@ -289,7 +285,8 @@ class MakePairs(beam.PTransform):
     Documents reach their bucket through sorted run files under `directory`/.incomplete (shards.SortRuns), not
     a GroupByKey: Beam's local runner would hold every grouped document in memory, and the launcher would hold
     them all again to count them. Only the runs' small histograms travel through Beam. The worker pairing a
-    bucket reads its slice of every run, so memory is one bucket's tokens (2 bytes a token), whatever the input.
+    bucket reads its slice of every run into a local spill file, so memory is the bucket's sentence ends (8 bytes
+    a sentence) and one document's tokens, whatever the input.
 
     When there are fewer buckets than `parallelism`, a bucket is paired in `parts` work items (each holds the
     whole pool and pairs a token-balanced share of its documents), so a corpus of one bucket still pairs and
