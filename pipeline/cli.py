@@ -43,6 +43,17 @@ def _add_output(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retries", type=int, default=0,
                    help="run the whole pipeline again up to N times if it fails (local runners do not retry a "
                         "failed bundle; Dataflow does)")
+    p.add_argument("--shuffle", choices=("auto", "files", "groupbykey"), default="auto",
+                   help="how records are regrouped (into buckets, output files): 'files' = sorted run files on this "
+                        "machine's disk, memory flat whatever the input; 'groupbykey' = the runner's GroupByKey "
+                        "(Dataflow's shuffle service, Flink, Spark). auto: files on the local runner, groupbykey "
+                        "on every other. groupbykey on the local runner holds all records in memory: your choice "
+                        "for inputs that fit. Same bytes either way")
+    p.add_argument("--sort-buffer-mb", type=float, default=16,
+                   help="files shuffle: MiB of records a worker sorts per run file (default 16)")
+    p.add_argument("--runs-dir", default=None,
+                   help="files shuffle: local directory for run files (default: OUTPUT/.incomplete/runs for a "
+                        "local output, else the system's temporary directory); removed when the job ends")
     p.add_argument("-v", "--verbose", action="store_true", help="Beam's and bertprep's INFO logging")
 
 

@@ -94,6 +94,11 @@ def is_dataflow(options: PipelineOptions) -> bool:
     return _runner_name(options) in ("dataflow", "testdataflow")
 
 
+def is_local_runner(options: PipelineOptions) -> bool:
+    """Beam's in-process FnApiRunner (the local presets; DirectRunner and no runner name run on it too)."""
+    return _runner_name(options) in ("fnapi", "direct", "")
+
+
 def is_dry_run(options: PipelineOptions) -> bool:
     """True for a Dataflow `--dry_run=True`: the job is translated and staged but never submitted, so nothing
     runs and there is no output to publish."""

@@ -13,18 +13,21 @@ published and manifest.json (the commit marker) is written last.
 """
 from __future__ import annotations
 
-import math
 import os
+import shutil
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipeline import manifest, masking, pairs, shards, tokenization, transforms
-from pipeline.options import is_dry_run
+from pipeline import manifest, masking, pairs, shards, sizing, storage, tokenization, transforms
+from pipeline.options import is_dataflow, is_dry_run, is_local_runner
+from pipeline.shuffle import ShuffleConfig
 
 MiB = 1 << 20
 
@@ -45,16 +48,6 @@ def expand_inputs(spec: str, what: str = "input") -> list[str]:
     if not paths:
         raise SystemExit(f"--{what} is empty")
     return sorted(set(paths))
-
-
-def total_bytes(paths: list[str]) -> int:
-    n = 0
-    for p in paths:
-        if os.path.isdir(p):
-            n += sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs)
-        else:
-            n += FileSystems.match([p])[0].metadata_list[0].size_in_bytes
-    return n
 
 
 def stage_input_files(spec: str, fmt: str, pattern: str,
@@ -126,35 +119,88 @@ class DryRun(Exception):
     there is nothing to publish."""
 
 
-def run_and_publish(title: str, p: beam.Pipeline, output: str, num_shards: int,
+def shuffle_config(args, options) -> ShuffleConfig:
+    """--shuffle auto: sorted run files on the local runner (it would hold a GroupByKey's whole input in memory),
+    the runner's GroupByKey everywhere else (Dataflow's shuffle service, a Flink or Spark cluster).
+
+    Run files live on this machine's disk whatever the output's file system: under the output's .incomplete/
+    for a local output (an interrupted run's are removed by --overwrite), else in a new directory under
+    --runs-dir (default: the system's temporary directory), removed when the job ends."""
+    backend = args.shuffle
+    if backend == "auto":
+        backend = "files" if is_local_runner(options) else "groupbykey"
+    if backend != "files":
+        return ShuffleConfig(backend)
+    if is_dataflow(options):
+        raise SystemExit("--shuffle files keeps run files on this machine's disk, which Dataflow's workers cannot "
+                         "reach: use --shuffle groupbykey (the default on Dataflow)")
+    if args.runs_dir and not storage.is_local(args.runs_dir):
+        raise SystemExit(f"--runs-dir {args.runs_dir}: run files need a directory on this machine's disk")
+    if args.runs_dir or not storage.is_local(args.output):
+        base = args.runs_dir or tempfile.gettempdir()
+        os.makedirs(base, exist_ok=True)
+        runs_dir = tempfile.mkdtemp(prefix="bertprep-runs-", dir=base)
+    else:
+        runs_dir = os.path.join(args.output.removeprefix("file://"), shards.INCOMPLETE, "runs")
+    return ShuffleConfig("files", os.path.abspath(runs_dir), max(1, int(args.sort_buffer_mb * MiB)))
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a job writes: `num_shards` files `prefix`-SSSSS-of-NNNNN`suffix` in `directory`, of about
+    `estimated_bytes` in all."""
+    directory: str
+    prefix: str
+    num_shards: int
+    suffix: str
+    estimated_bytes: float
+
+
+def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output, basis: str) -> list[str]:
+    """What the job will do, printed before it runs (and all a Dataflow dry run does)."""
+    where = (f" (run files in {shuffle.runs_dir}, {shuffle.run_bytes / MiB:g} MiB sort buffer)"
+             if shuffle.backend == "files" else "")
+    stages = " | ".join(t.full_label for t in p.transforms_stack[0].parts)
+    each = out.estimated_bytes / out.num_shards / MiB
+    return [f"{title}: shuffle: {shuffle.backend}{where}",
+            f"{title}: {out.num_shards} {out.prefix} file(s) of ~{each:,.1f} MiB each "
+            f"(estimated from {basis}) in {out.directory}",
+            f"{title}: stages: {stages}"]
+
+
+def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleConfig, basis: str,
                     retries: int = 0) -> tuple[list[dict], dict]:
-    """Runs the pipeline (again, up to `retries` times, if it fails), publishes its shards; returns (file entries
-    with stats, counters).
+    """Prints the plan, runs the pipeline (again, up to `retries` times, if it fails), publishes its shards;
+    returns (file entries with stats, counters).
 
     Beam's local FnApiRunner does not retry a failed bundle (Dataflow retries each one 4 times), so a transient
     failure fails the whole run; a retry runs the whole pipeline again. That is safe: nothing is published before
     the run succeeds, and the files under .incomplete/ are removed and rewritten with the same bytes.
     """
+    for line in plan_lines(title, p, shuffle, out, basis):
+        print(line, file=sys.stderr)
     start = time.time()
-    for attempt in range(retries + 1):
-        try:
-            result = p.run()
-            result.wait_until_finish()
-            break
-        except Exception as e:
-            if attempt == retries:
-                raise
-            print(f"{title}: attempt {attempt + 1} of {retries + 1} failed ({type(e).__name__}: "
-                  f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); running the pipeline again",
-                  file=sys.stderr)
-            incomplete = FileSystems.join(output, shards.INCOMPLETE)
-            if FileSystems.exists(incomplete):
-                FileSystems.delete([incomplete])
-    if is_dry_run(p.options):
-        raise DryRun(f"{title}: dry run: the Dataflow job was translated and staged, not submitted")
-    values = counters(result)
-    written = shards.written_stats(output, num_shards)
-    files = shards.publish(output, written)
+    try:
+        for attempt in range(retries + 1):
+            try:
+                result = p.run()
+                result.wait_until_finish()
+                break
+            except Exception as e:
+                if attempt == retries:
+                    raise
+                print(f"{title}: attempt {attempt + 1} of {retries + 1} failed ({type(e).__name__}: "
+                      f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); running the pipeline again",
+                      file=sys.stderr)
+                shards.remove_incomplete(out.directory)
+        if is_dry_run(p.options):
+            raise DryRun(f"{title}: dry run: the Dataflow job was translated and staged, not submitted")
+        values = counters(result)
+        written = shards.written_stats(out.directory, out.prefix, out.num_shards, out.suffix)
+        files = shards.publish(out.directory, written)
+    finally:
+        if shuffle.backend == "files" and os.path.basename(shuffle.runs_dir).startswith("bertprep-runs-"):
+            shutil.rmtree(shuffle.runs_dir, ignore_errors=True)   # a temporary directory of this job's own
     print_counters(title, values, time.time() - start)
     return files, values
 
@@ -178,7 +224,10 @@ def _corpus_reader(kind: str, files: list[str], args) -> beam.PTransform:
 
 def extract(args, options) -> dict:
     files = expand_inputs(args.input)
-    num_shards = args.num_shards or max(1, math.ceil(total_bytes(files) / (64 * MiB)))
+    sizes = sizing.local_sizes(files)
+    estimate = sizing.document_bytes(sizing.input_tokens(args.corpus, sizes))
+    out = Output(args.output, "documents", args.num_shards or sizing.file_count(estimate), ".jsonl.gz", estimate)
+    shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
     p = beam.Pipeline(options=options)
@@ -186,12 +235,13 @@ def extract(args, options) -> dict:
      | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
      | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"),
                                            (1, len(d.paragraphs), sum(map(len, d.paragraphs))))])
-     | "WriteDocuments" >> shards.WriteShards(args.output, "documents", num_shards, "jsonl.gz", seed=0,
+     | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", 0, shuffle,
                                               stat_names=("documents", "paragraphs", "characters")))
-    written, values = run_and_publish(f"extract {args.corpus}", p, args.output, num_shards, args.retries)
+    written, values = run_and_publish(f"extract {args.corpus}", p, out, shuffle,
+                                      f"{sum(sizes.values()) / 1e6:,.1f} MB of input", args.retries)
     m = {"format": manifest.DOCUMENTS, "stage": "extract",
          "parameters": {"corpus": args.corpus, "skip_disambiguation": not args.keep_disambiguation,
-                        "max_document_bytes": args.max_document_bytes, "num_shards": num_shards},
+                        "max_document_bytes": args.max_document_bytes, "num_shards": out.num_shards},
          "counts": {**sum_stats(written, ("documents", "paragraphs", "characters")), "counters": values},
          "files": written, "inputs": [{"path": f} for f in files]}
     manifest.write(args.output, m)
@@ -204,10 +254,9 @@ def pair_parallelism(args, options) -> int:
     distributed runner's workers)."""
     if args.pair_parallelism:
         return args.pair_parallelism
-    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+    from apache_beam.options.pipeline_options import DirectOptions
 
-    runner = str(options.view_as(StandardOptions).runner or "")
-    if runner.endswith(("FnApiRunner", "DirectRunner")) or not runner:
+    if is_local_runner(options):
         direct = options.view_as(DirectOptions)
         workers = direct.direct_num_workers if direct.direct_running_mode != "in_memory" else 1
         return workers or os.cpu_count() or 1
@@ -244,30 +293,42 @@ def _mask_parameters(args, params: masking.MaskParams) -> dict:
             "whole_word_mask": params.whole_word_mask, "ngram_max": params.ngram_max}
 
 
+def _instances_basis(input_bytes: int, tokens: float, args) -> str:
+    return (f"{input_bytes / 1e6:,.1f} MB of input, ~{tokens / 1e6:,.2f} M tokens, dupe factor {args.dupe_factor}, "
+            f"max_seq_length {args.max_seq_length}")
+
+
 def make_pairs(args, options) -> dict:
     files, inputs = stage_input_files(args.input, manifest.DOCUMENTS, "documents-*.jsonl.gz",
                                       args.allow_incomplete)
     vocab = vocab_entry(args.vocab, not args.cased)
+    sizes = sizing.local_sizes(files)
+    tokens = sizing.input_tokens("documents", sizes)
+    estimate = (sizing.instances(tokens, args.dupe_factor, args.max_seq_length)
+                * sizing.pair_record_bytes(args.max_seq_length))
     # mask reads one pair file per worker: at least 8 files, so a re-mask spreads over 8 workers
-    num_shards = args.num_shards or max(8, math.ceil(total_bytes(files) / (16 * MiB)))
+    out = Output(args.output, "pairs", args.num_shards or sizing.file_count(estimate, minimum=8), ".tfrecord",
+                 estimate)
+    shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
     parallelism = pair_parallelism(args, options)
     p = beam.Pipeline(options=options)
     (p
      | "ReadDocuments" >> transforms.ReadDocuments(files)
-     | "SpreadDocuments" >> transforms.SpreadDocuments(args.output, spread_ranges(len(files), parallelism))
+     | "SpreadDocuments" >> transforms.SpreadDocuments(shuffle, spread_ranges(len(files), parallelism))
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
-     | "MakePairs" >> transforms.MakePairs(args.output, args.vocab, _pair_params(args, vocab), args.seed,
+     | "MakePairs" >> transforms.MakePairs(shuffle, args.vocab, _pair_params(args, vocab), args.seed,
                                           args.bucket_docs, parallelism)
      | "ToRecords" >> beam.Map(transforms.encode_pairs)
-     | "WritePairs" >> shards.WriteShards(args.output, "pairs", num_shards, "tfrecord", args.seed,
+     | "WritePairs" >> shards.WriteShards(args.output, "pairs", out.num_shards, "tfrecord", args.seed, shuffle,
                                           stat_names=transforms.PAIR_STATS))
-    written, values = run_and_publish("pairs", p, args.output, num_shards, args.retries)
+    written, values = run_and_publish("pairs", p, out, shuffle, _instances_basis(sum(sizes.values()), tokens, args),
+                                      args.retries)
     counts = sum_stats(written, transforms.PAIR_STATS)
     m = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "vocab": vocab,
          "max_seq_length": args.max_seq_length,
-         "parameters": {**_pair_parameters(args), "num_shards": num_shards},
+         "parameters": {**_pair_parameters(args), "num_shards": out.num_shards},
          "counts": {"documents": values.get("tokenize/documents", 0), **counts,
                     "random_next_fraction": counts["random_next"] / max(1, counts["instances"]),
                     "counters": values},
@@ -308,17 +369,27 @@ def mask(args, options) -> dict:
         vocab = vocab_entry(args.vocab, lowercase=None)
         L, documents, pair_parameters = args.max_seq_length, None, None
         source = {"path": args.input, "incomplete": True}
-    num_shards = args.num_shards or len(files)
     params = _mask_params(args)
+    record = sizing.shard_record_bytes(L, params.max_predictions_per_seq)
+    if pair_parameters is not None:   # the pairs manifest counts the instances
+        instances = pairs_manifest["counts"]["instances"]
+        basis = f"{instances:,} pair records"
+    else:
+        pair_bytes = sum(sizing.local_sizes(files).values())
+        instances = pair_bytes / sizing.pair_record_bytes(L)
+        basis = f"{pair_bytes / 1e6:,.1f} MB of pair records"
+    out = Output(args.output, "shard", args.num_shards or sizing.file_count(instances * record), ".tfrecord",
+                 instances * record)
+    shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
     p = beam.Pipeline(options=options)
     (p
      | "ReadPairs" >> transforms.ReadPairs(files)
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
-     | "WriteShards" >> shards.WriteShards(args.output, "shard", num_shards, "tfrecord", args.seed,
+     | "WriteShards" >> shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
                                            stat_names=transforms.MASK_STATS))
-    written, values = run_and_publish("mask", p, args.output, num_shards, args.retries)
+    written, values = run_and_publish("mask", p, out, shuffle, basis, args.retries)
     m = _shards_manifest("mask", args, params, vocab, L, documents, written, values, [source],
                          {"pairs": pair_parameters})
     manifest.write(args.output, m)
@@ -328,8 +399,13 @@ def mask(args, options) -> dict:
 def prepare(args, options) -> dict:
     files = expand_inputs(args.input)
     vocab = vocab_entry(args.vocab, not args.cased)
-    num_shards = args.num_shards or max(1, math.ceil(total_bytes(files) / (8 * MiB)))
     params = _mask_params(args)
+    sizes = sizing.local_sizes(files)
+    tokens = sizing.input_tokens(args.corpus, sizes)
+    estimate = (sizing.instances(tokens, args.dupe_factor, args.max_seq_length)
+                * sizing.shard_record_bytes(args.max_seq_length, params.max_predictions_per_seq))
+    out = Output(args.output, "shard", args.num_shards or sizing.file_count(estimate), ".tfrecord", estimate)
+    shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
     parallelism = pair_parallelism(args, options)
@@ -337,15 +413,16 @@ def prepare(args, options) -> dict:
     p = beam.Pipeline(options=options)
     (p
      | f"Read{args.corpus.capitalize()}" >> reader
-     | "SpreadDocuments" >> transforms.SpreadDocuments(args.output, spread_ranges(len(reader.reads), parallelism))
+     | "SpreadDocuments" >> transforms.SpreadDocuments(shuffle, spread_ranges(len(reader.reads), parallelism))
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
-     | "MakePairs" >> transforms.MakePairs(args.output, args.vocab, _pair_params(args, vocab), args.seed,
+     | "MakePairs" >> transforms.MakePairs(shuffle, args.vocab, _pair_params(args, vocab), args.seed,
                                           args.bucket_docs, parallelism)
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
-     | "WriteShards" >> shards.WriteShards(args.output, "shard", num_shards, "tfrecord", args.seed,
+     | "WriteShards" >> shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
                                            stat_names=transforms.MASK_STATS))
-    written, values = run_and_publish(f"prepare {args.corpus}", p, args.output, num_shards, args.retries)
+    written, values = run_and_publish(f"prepare {args.corpus}", p, out, shuffle,
+                                      _instances_basis(sum(sizes.values()), tokens, args), args.retries)
     m = _shards_manifest("prepare", args, params, vocab, args.max_seq_length,
                          values.get("tokenize/documents", 0), written, values,
                          [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)})

@@ -11,11 +11,13 @@ pure functions in corpora/ and pipeline/ (cleaning, splitting, pairing, masking,
     MaskPairs                                        [PairInstance] -> [(sort key, google Example bytes, stats)]
 
 Data is reshuffled only where it is small (file names, read ranges): Beam's local runner holds a reshuffled
-collection in memory whole, so documents and instances stream through fused stages, and the two big shuffles
-(tokenized documents into buckets, records into shards) go through sorted run files (pipeline/shards.py).
+collection in memory whole, so documents and instances stream through fused stages, and the big regroupings
+(documents over the workers, tokenized documents into buckets, records into shards) go through
+pipeline/shuffle.py: sorted run files on the local runner, the runner's GroupByKey on a distributed one.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -27,7 +29,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline import documents, masking, pair_records, pairs, schema, sentences, shards, tfrecord, tokenization
+from pipeline import documents, masking, pair_records, pairs, schema, sentences, shuffle, tfrecord, tokenization
 from pipeline.documents import Count, Document
 
 
@@ -150,38 +152,32 @@ class ReadDocuments(beam.PTransform):
                 | "ReadLines" >> beam.FlatMap(documents.read_file))
 
 
-def _read_documents(work: tuple[int, int], runs: list[shards.RunInfo]) -> Iterator[Document]:
+def _read_documents(sliced: tuple[shuffle.Slice, object]) -> Iterator[Document]:
     spread = Metrics.counter("spread", "documents")
-    for record in shards.read_payloads(runs, *work):
+    for record in sliced[1].payloads():
         spread.inc()
         yield Document.from_json(record)
 
 
 class SpreadDocuments(beam.PTransform):
-    """Documents -> the same Documents, dealt over `ranges` work items through sorted run files, so that
-    tokenization spreads over every worker even when the input has fewer read units (files, dump ranges) than
-    workers: a single google-format file, or the few document shards of a small `extract`. Without it the worker
-    that read a file tokenizes all of it (tokenization is fused with reading; a Reshuffle of the documents would
-    make Beam's local runner hold them all). The documents, and so the output, are the same either way."""
+    """Documents -> the same Documents, dealt over `ranges` work items through the shuffle, so that tokenization
+    spreads over every worker even when the input has fewer read units (files, dump ranges) than workers: a
+    single google-format file, or the few document shards of a small `extract`. Without it the worker that read a
+    file tokenizes all of it (tokenization is fused with reading; a Reshuffle of the documents would make Beam's
+    local runner hold them all). The documents, and so the output, are the same either way."""
 
-    def __init__(self, directory: str, ranges: int):
+    def __init__(self, config: shuffle.ShuffleConfig, ranges: int):
         super().__init__()
-        self.directory, self.ranges = directory, ranges
+        self.config, self.ranges = config, ranges
 
     def expand(self, docs):
-        ranges = self.ranges
-        if ranges <= 1:   # the reads spread the work already
+        if self.ranges <= 1:   # the reads spread the work already
             return docs
-        runs, histogram = (docs
-                           | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"), ())])
-                           | "SortDocuments" >> shards.SortRuns(self.directory, "spread", 0))
-
-        return (docs.pipeline
-                | "Start" >> beam.Create([None])
-                | "PlanRanges" >> beam.FlatMap(lambda _, h: [r for r in shards.hash_ranges(h, ranges) if r[1] > r[0]],
-                                               beam.pvalue.AsSingleton(histogram))
-                | "SpreadRanges" >> beam.Reshuffle()
-                | "ReadDocuments" >> beam.FlatMap(_read_documents, beam.pvalue.AsList(runs)))
+        return (docs
+                | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"), ())])
+                | "Deal" >> shuffle.Shuffle("spread", functools.partial(shuffle.plan_ranges, self.ranges), 0,
+                                            self.config)
+                | "ReadDocuments" >> beam.FlatMap(_read_documents))
 
 
 class _Tokenize(beam.DoFn):
@@ -237,15 +233,15 @@ class _PairBucket(beam.DoFn):
         self.word_starts = tokenization.word_starts(tokenization.read_vocab(self.vocab_path))
         self.progress = Progress("pairs")
 
-    def process(self, work: tuple[int, int, int, int, int], runs: list[shards.RunInfo]):
-        bucket, lo, hi, part, parts = work
-        if part == 0:
+    def process(self, sliced: tuple[shuffle.Slice, object]):
+        work, group = sliced
+        if work.part == 0:
             self.buckets.inc()
-        # the bucket's documents: the slice [lo, hi) of the hash histogram, from every run (the whole pool),
-        # spilled to a local file so that only their sentence ends stay in memory
+        # the bucket's documents (the whole pool), spilled to a local file so that only their sentence ends stay
+        # in memory
         with tempfile.TemporaryFile(prefix="bertprep-pool-") as spill:
-            pool = pairs.spill_pool(shards.read_payloads(runs, lo, hi), spill)
-            mine = pairs.split_pool(pool, parts)[part]   # every part holds the whole pool and pairs its share
+            pool = pairs.spill_pool(group.payloads(), spill)
+            mine = pairs.split_pool(pool, work.parts)[work.part]   # every part pairs its share of the whole pool
             batch = []
             for instance in pairs.pairs_for_pool(pool, self.params, self.word_starts, self.seed, only=mine):
                 batch.append(instance)
@@ -262,18 +258,25 @@ class _PairBucket(beam.DoFn):
         return batch
 
 
-def plan_buckets(histogram: np.ndarray, bucket_docs: int, parallelism: int) -> list[tuple[int, int, int, int, int]]:
-    """(bucket, lo, hi, part, parts) work items: ceil(documents / bucket_docs) buckets, each a range [lo, hi) of
-    the document-hash histogram holding about the same number of documents; a bucket is paired in `parts`
-    items when there are fewer buckets than `parallelism` workers."""
+BUCKET_MAX_TOKENS = 1 << 28   # a bucket's tokens wait in its pairing worker's spill file: at most 512 MiB
+
+
+def plan_buckets(bucket_docs: int, parallelism: int, counts: shuffle.Counts) -> list[shuffle.Slice]:
+    """Slices (bucket, lo, hi, part, parts): ceil(documents / bucket_docs) buckets (more if a bucket would hold
+    over BUCKET_MAX_TOKENS tokens), each a range [lo, hi) of the document-hash histogram holding about the same
+    number of documents; a bucket is paired in `parts` items when there are fewer buckets than `parallelism`
+    workers. `counts.totals` is (tokens,)."""
+    histogram = counts.histogram
     num_docs = int(histogram.sum())
-    num_buckets = min(max(1, math.ceil(num_docs / bucket_docs)), len(histogram))
+    tokens = int(counts.totals[0]) if len(counts.totals) else 0
+    num_buckets = max(1, math.ceil(num_docs / bucket_docs), math.ceil(tokens / BUCKET_MAX_TOKENS))
+    num_buckets = min(num_buckets, len(histogram))
     cumulative = np.concatenate(([0], np.cumsum(histogram)))
     work = []
-    for bucket, (lo, hi) in enumerate(shards.hash_ranges(histogram, num_buckets)):
+    for bucket, (lo, hi) in enumerate(shuffle.hash_ranges(histogram, num_buckets)):
         docs = int(cumulative[hi] - cumulative[lo])
         parts = min(math.ceil(parallelism / num_buckets), docs)
-        work += [(bucket, lo, hi, part, parts) for part in range(parts)]
+        work += [shuffle.Slice(bucket, lo, hi, part, parts) for part in range(parts)]
     return work
 
 
@@ -282,41 +285,34 @@ class MakePairs(beam.PTransform):
     bucket (google's pool is the whole corpus, which a distributed job cannot hold in one place): buckets are
     ranges of a seeded hash of the document id, cut to hold about `bucket_docs` documents each.
 
-    Documents reach their bucket through sorted run files under `directory`/.incomplete (shards.SortRuns), not
-    a GroupByKey: Beam's local runner would hold every grouped document in memory, and the launcher would hold
-    them all again to count them. Only the runs' small histograms travel through Beam. The worker pairing a
-    bucket reads its slice of every run into a local spill file, so memory is the bucket's sentence ends (8 bytes
-    a sentence) and one document's tokens, whatever the input.
+    Documents reach their bucket through the shuffle (pipeline/shuffle.py: run files on the local runner, whose
+    GroupByKey would hold every document in memory; the runner's GroupByKey elsewhere). The worker pairing a
+    bucket spills its documents' tokens to a local file, so memory is the bucket's sentence ends (8 bytes a
+    sentence) and one document's tokens, whatever the input.
 
     When there are fewer buckets than `parallelism`, a bucket is paired in `parts` work items (each holds the
     whole pool and pairs a token-balanced share of its documents), so a corpus of one bucket still pairs and
     masks on every worker; the instances are the same for any number of parts.
     """
 
-    def __init__(self, directory: str, vocab_path: str, params: pairs.PairParams, seed: int, bucket_docs: int,
-                 parallelism: int = 1):
+    def __init__(self, config: shuffle.ShuffleConfig, vocab_path: str, params: pairs.PairParams, seed: int,
+                 bucket_docs: int, parallelism: int = 1):
         super().__init__()
-        self.directory, self.vocab_path, self.params, self.seed = directory, vocab_path, params, seed
+        self.config, self.vocab_path, self.params, self.seed = config, vocab_path, params, seed
         self.bucket_docs, self.parallelism = bucket_docs, max(1, parallelism)
 
     def expand(self, docs):
-        bucket_docs, parallelism = self.bucket_docs, self.parallelism
-        runs, histogram = (docs
-                           | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_bytes(), ())])
-                           | "SortByBucket" >> shards.SortRuns(self.directory, pairs.bucket_key(self.seed), 0))
-        return (docs.pipeline
-                | "Start" >> beam.Create([None])
-                | "PlanBuckets" >> beam.FlatMap(lambda _, h: plan_buckets(h, bucket_docs, parallelism),
-                                                beam.pvalue.AsSingleton(histogram))
-                | "SpreadBuckets" >> beam.Reshuffle()
-                | "PairDocuments" >> beam.ParDo(_PairBucket(self.vocab_path, self.params, self.seed),
-                                                beam.pvalue.AsList(runs)))
+        plan = functools.partial(plan_buckets, self.bucket_docs, self.parallelism)
+        return (docs
+                | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_bytes(), (len(d.tokens),))])
+                | "ByBucket" >> shuffle.Shuffle(pairs.bucket_key(self.seed), plan, 1, self.config)
+                | "PairDocuments" >> beam.ParDo(_PairBucket(self.vocab_path, self.params, self.seed)))
 
 
 PAIR_STATS = ("instances", "tokens", "random_next")
 
 
-def encode_pairs(batch: list[pair_records.PairInstance]) -> list[shards.Record]:
+def encode_pairs(batch: list[pair_records.PairInstance]) -> list[shuffle.Record]:
     """Pairs as shard records; stats: (instances, tokens, random_next)."""
     return [(p.key, pair_records.encode(p), (1, len(p.token_ids), int(p.is_random_next))) for p in batch]
 

@@ -106,7 +106,7 @@ def test_prepare_equals_extract_pairs_mask(tmp_path):
 
 
 def test_small_buckets_draw_random_next_from_their_own_bucket(staged, tmp_path):
-    from pipeline import documents, pair_records, pairs, shards, tfrecord, transforms
+    from pipeline import documents, pair_records, pairs, runfiles, shuffle, tfrecord, transforms
 
     docs_dirs = f"{staged / 'docs/wiki'},{staged / 'docs/books'}"
     common = ["--vocab", str(UNCASED_VOCAB), "--dupe-factor", "2", "--seed", "3", "--bucket-docs", "5"]
@@ -125,9 +125,9 @@ def test_small_buckets_draw_random_next_from_their_own_bucket(staged, tmp_path):
     tokenize.setup()
     tokens = {t.id: t.tokens.astype("<i4").tobytes() for d in sorted(staged.glob("docs/*/documents-*.jsonl.gz"))
               for doc in documents.read_file(str(d)) for t in tokenize.process(doc)}
-    h1 = shards.key_hashes(pairs.bucket_key(3), list(tokens))[:, 0] >> np.uint64(64 - shards.HIST_BITS)
-    histogram = np.bincount(h1.astype(np.int64), minlength=1 << shards.HIST_BITS)
-    bucket_of = {doc_id: next(b for b, lo, hi, _, _ in transforms.plan_buckets(histogram, 5, 1) if lo <= h < hi)
+    h1 = shuffle.key_hashes(pairs.bucket_key(3), list(tokens))[:, 0] >> np.uint64(64 - runfiles.HIST_BITS)
+    histogram = np.bincount(h1.astype(np.int64), minlength=1 << runfiles.HIST_BITS)
+    bucket_of = {doc_id: next(b for b, lo, hi, _, _ in transforms.plan_buckets(5, 1, shuffle.Counts(histogram, np.zeros(1))) if lo <= h < hi)
                  for doc_id, h in zip(tokens, h1.tolist())}
     assert sorted(np.bincount(list(bucket_of.values()))) == [4, 4, 5, 5, 5]
 

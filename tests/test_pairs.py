@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from pipeline import pairs, sentences, shards, tokenization, transforms
+from pipeline import pairs, runfiles, sentences, shuffle, tokenization, transforms
 from tests.conftest import SAMPLES, UNCASED_VOCAB
 
 CLS, SEP = 101, 102
@@ -104,18 +104,18 @@ def test_rng_and_buckets_are_stable_across_processes():
     # blake2b, not Python's salted hash(): these values must never change between runs or machines
     assert pairs.stable_hash("a", 1) == pairs.stable_hash("a", 1) != pairs.stable_hash("a", 2)
     assert pairs.document_rng(12345, "wikipedia:12", 0).random() == pairs.document_rng(12345, "wikipedia:12", 0).random()
-    h1 = shards.key_hashes(pairs.bucket_key(12345), [f"doc{i}" for i in range(10000)])[:, 0]
-    assert (h1 == shards.key_hashes(pairs.bucket_key(12345), [f"doc{i}" for i in range(10000)])[:, 0]).all()
-    histogram = np.bincount((h1 >> np.uint64(64 - shards.HIST_BITS)).astype(np.int64),
-                            minlength=1 << shards.HIST_BITS)
-    work = transforms.plan_buckets(histogram, bucket_docs=1000, parallelism=2)
+    h1 = shuffle.key_hashes(pairs.bucket_key(12345), [f"doc{i}" for i in range(10000)])[:, 0]
+    assert (h1 == shuffle.key_hashes(pairs.bucket_key(12345), [f"doc{i}" for i in range(10000)])[:, 0]).all()
+    histogram = np.bincount((h1 >> np.uint64(64 - runfiles.HIST_BITS)).astype(np.int64),
+                            minlength=1 << runfiles.HIST_BITS)
+    work = transforms.plan_buckets(1000, 2, shuffle.Counts(histogram, np.zeros(1)))
     assert [w[0] for w in work] == list(range(10)) and all(w[3:] == (0, 1) for w in work)   # 10 buckets, 1 part
     sizes = [int(histogram[lo:hi].sum()) for _, lo, hi, _, _ in work]
     assert sum(sizes) == 10000 and max(sizes) - min(sizes) <= 2   # cut at histogram bins holding 0-2 documents
     assert [w[1] for w in work[1:]] == [w[2] for w in work[:-1]] and work[0][1] == 0 and work[-1][2] == len(histogram)
     # fewer buckets than workers: each bucket is paired in parts, never more parts than documents
-    assert [w[3:] for w in transforms.plan_buckets(histogram, 10**6, 4)] == [(0, 4), (1, 4), (2, 4), (3, 4)]
-    assert len(transforms.plan_buckets(np.bincount([5], minlength=8), 10, 4)) == 1
+    assert [w[3:] for w in transforms.plan_buckets(10**6, 4, shuffle.Counts(histogram, np.zeros(1)))] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    assert len(transforms.plan_buckets(10, 4, shuffle.Counts(np.bincount([5], minlength=8), np.zeros(1)))) == 1
 
 
 def test_truncation_counts_equal_googles_loop():

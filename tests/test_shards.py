@@ -1,57 +1,123 @@
-"""Deterministic, balanced sharded writing through sorted run files, and the output directory rules."""
+"""Deterministic, balanced sharded writing through either shuffle back end (sorted run files, GroupByKey), the
+run files' bounded merge, and the output directory rules."""
+import os
+
 import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline import shards, tfrecord
+from pipeline import runfiles, shards, shuffle, tfrecord
 
 
 def test_bounds_balance_the_histogram():
     rng = np.random.default_rng(0)
-    hist = rng.poisson(3, 1 << shards.HIST_BITS)
-    bounds = shards.shard_bounds(hist, 8)
+    hist = rng.poisson(3, 1 << runfiles.HIST_BITS)
+    bounds = shuffle.shard_bounds(hist, 8)
     assert bounds[0] == 0 and bounds[-1] == len(hist) and np.all(np.diff(bounds) > 0)
     loads = np.array([hist[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
     assert loads.max() - loads.min() <= 2 * hist.max()
-    tiny = np.zeros(1 << shards.HIST_BITS, np.int64)
+    tiny = np.zeros(1 << runfiles.HIST_BITS, np.int64)
     tiny[[5, 900, 40000]] = 1
-    assert [tiny[a:b].sum() for a, b in zip(*(lambda b: (b[:-1], b[1:]))(shards.shard_bounds(tiny, 3)))] == [1, 1, 1]
+    assert [tiny[a:b].sum() for a, b in zip(*(lambda b: (b[:-1], b[1:]))(shuffle.shard_bounds(tiny, 3)))] == [1, 1, 1]
 
 
-def run_write(tmp_path, name, records, num_shards, workers=1, batch=100, run_bytes=shards.RUN_BYTES):
+def run_write(tmp_path, name, records, num_shards, workers=1, batch=100, run_bytes=shuffle.RUN_BYTES,
+              backend="files"):
     out = str(tmp_path / name)
     opts = PipelineOptions(["--runner=FnApiRunner", f"--direct_num_workers={workers}",
                             "--direct_running_mode=" + ("multi_processing" if workers > 1 else "in_memory")])
+    config = shuffle.ShuffleConfig(backend, str(tmp_path / name / shards.INCOMPLETE / "runs"), run_bytes)
     batches = [records[i:i + batch] for i in range(0, len(records), batch)]
     with beam.Pipeline(options=opts) as p:
         (p | beam.Create(batches, reshuffle=False)
-         | shards.WriteShards(out, "part", num_shards, "tfrecord", seed=3, stat_names=("n", "size"),
-                              run_bytes=run_bytes))
-    written = shards.written_stats(out, num_shards)
+         | shards.WriteShards(out, "part", num_shards, "tfrecord", 3, config, stat_names=("n", "size")))
+    written = shards.written_stats(out, "part", num_shards, ".tfrecord")
     shards.publish(out, written)
     return out, written
 
 
-def test_same_bytes_for_any_input_order_batching_and_run_size(tmp_path):
+def test_same_bytes_for_any_input_order_batching_run_size_and_back_end(tmp_path):
     records = [(f"key{i}", f"payload {i}".encode(), (1, len(f"payload {i}"))) for i in range(5000)]
     out1, written = run_write(tmp_path, "a", records, 4)
     out2, _ = run_write(tmp_path, "b", list(reversed(records)), 4, batch=7, run_bytes=3000)  # many small runs
+    _, by_key = run_write(tmp_path, "g", records[2500:] + records[:2500], 4, batch=33, backend="groupbykey")
+    assert by_key == written
     sizes = [w["records"] for w in written]
     assert sum(sizes) == 5000 and max(sizes) - min(sizes) <= 0.01 * 1250
     assert sum(w["size"] for w in written) == sum(r[2][1] for r in records)
     for w in written:
         assert (tmp_path / "a" / w["file"]).read_bytes() == (tmp_path / "b" / w["file"]).read_bytes()
+        assert (tmp_path / "a" / w["file"]).read_bytes() == (tmp_path / "g" / w["file"]).read_bytes()
     read = [r for w in written for r in tfrecord.read_file(f"{out1}/{w['file']}")]
     assert sorted(read) == sorted(r[1] for r in records)
     assert read != [r[1] for r in records]   # order within shards is the seeded hash order, not input order
     assert not (tmp_path / "a" / shards.INCOMPLETE).exists()
 
 
-def test_every_shard_is_written_even_when_empty(tmp_path):
-    out, written = run_write(tmp_path, "c", [("only", b"x", (1, 1))], 3)
+@pytest.mark.parametrize("backend", shuffle.BACKENDS)
+def test_every_shard_is_written_even_when_empty(tmp_path, backend):
+    out, written = run_write(tmp_path, "c", [("only", b"x", (1, 1))], 3, backend=backend)
     assert sorted(w["records"] for w in written) == [0, 0, 1]
-    assert len(list((tmp_path / "c").glob("part-*-of-00003.tfrecord"))) == 3
+    assert sorted(os.listdir(out)) == [f"part-0000{i}-of-00003.tfrecord" for i in range(3)]   # nothing else
+
+
+def test_equal_keys_are_ordered_by_their_bytes_in_every_back_end(tmp_path):
+    records = [("same", b"b", (1, 1)), ("same", b"a", (1, 1)), ("other", b"c", (1, 1))] * 3
+    for name, backend, batch in (("f", "files", 1), ("g", "groupbykey", 2)):
+        out, _ = run_write(tmp_path, name, records, 1, batch=batch, run_bytes=1, backend=backend)
+    assert (tmp_path / "f" / "part-00000-of-00001.tfrecord").read_bytes() == \
+        (tmp_path / "g" / "part-00000-of-00001.tfrecord").read_bytes()
+
+
+def _runs(tmp_path, n_runs, per_run, seed=0):
+    """`n_runs` run files of random records -> (RunInfos, every (h1, h2, frame) sorted)."""
+    rng = np.random.default_rng(seed)
+    runs, everything = [], []
+    for r in range(n_runs):
+        hashes = np.sort(rng.integers(0, 2**63, (per_run, 2), dtype=np.uint64).view(np.uint64), axis=0)
+        hashes = hashes[np.lexsort((hashes[:, 1], hashes[:, 0]))]
+        frames = [tfrecord.frame(f"r{r}-{i}".encode()) for i in range(per_run)]
+        stats = np.ones((per_run, 1), np.int64)
+        runs.append(runfiles.write_run(str(tmp_path / f"{r:04d}.run"), hashes, frames, stats))
+        everything += [(int(h1), int(h2), f) for (h1, h2), f in zip(hashes.tolist(), frames)]
+    return runs, sorted(everything)
+
+
+def test_merge_holds_at_most_fan_in_runs_open_whatever_their_number(tmp_path, monkeypatch):
+    runs, everything = _runs(tmp_path, 100, 20)
+    lo, hi = 1 << 13, 3 << 13   # a quarter of the hash space
+    want = [r for r in everything if lo <= r[0] >> (64 - runfiles.HIST_BITS) < hi]
+    open_now, peak, real_open, real_close = [0], [0], os.open, os.close
+
+    def counting_open(path, *a, **k):
+        open_now[0] += 1
+        peak[0] = max(peak[0], open_now[0])
+        return real_open(path, *a, **k)
+
+    def counting_close(fd):
+        open_now[0] -= 1
+        return real_close(fd)
+
+    monkeypatch.setattr(runfiles.os, "open", counting_open)
+    monkeypatch.setattr(runfiles.os, "close", counting_close)
+    totals = np.zeros(1, np.int64)
+    got = list(runfiles.merge(runs, lo, hi, totals, str(tmp_path / "scratch"), fan_in=8))
+    assert got == want and totals[0] == len(want)
+    assert peak[0] <= 8 and open_now[0] == 0   # 100 runs: 13 merged first, then 2 more, then the last merge
+    assert sum(r.records for r in runs) == 2000 and len(want) > 300
+    assert [f for _, _, f in runfiles.read_run(runs[0].path)] == [tfrecord.frame(f"r0-{i}".encode())
+                                                                  for i in range(20)]
+
+
+def test_histogram_and_slices_of_a_run(tmp_path):
+    runs, everything = _runs(tmp_path, 1, 500)
+    hist = runfiles.histogram(runs[0])
+    assert hist.sum() == 500 and runs[0].totals == (500,)
+    bins = [r[0] >> (64 - runfiles.HIST_BITS) for r in everything]
+    assert np.array_equal(hist, np.bincount(bins, minlength=1 << runfiles.HIST_BITS))
+    cut = int(np.median(bins))
+    assert len(list(runfiles.read_run(runs[0].path, 0, cut))) == sum(b < cut for b in bins)
 
 
 def test_prepare_output_refuses_used_directory_unless_overwrite(tmp_path):
@@ -62,4 +128,17 @@ def test_prepare_output_refuses_used_directory_unless_overwrite(tmp_path):
         shards.prepare_output(str(d), overwrite=False)
     assert (d / "shard-00000-of-00002.tfrecord").exists()
     shards.prepare_output(str(d), overwrite=True)
+    assert list(d.iterdir()) == []
+
+
+def test_overwrite_never_removes_files_bertprep_did_not_write(tmp_path):
+    d = tmp_path / "out"
+    (d / shards.INCOMPLETE / "runs").mkdir(parents=True)
+    (d / shards.INCOMPLETE / "runs" / "x.run").write_bytes(b"old")
+    (d / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match=r"did not write \(e\.g\. .*notes\.txt\)"):
+        shards.prepare_output(str(d), overwrite=True)
+    assert (d / "notes.txt").exists() and (d / shards.INCOMPLETE / "runs" / "x.run").exists()
+    (d / "notes.txt").unlink()
+    shards.prepare_output(str(d), overwrite=True)   # an interrupted run's leftovers alone are removed
     assert list(d.iterdir()) == []

@@ -1,0 +1,324 @@
+"""The shuffle: records grouped by ranges of a seeded hash of their keys, with two interchangeable back ends.
+
+Every big regrouping in bertprep goes through `Shuffle`: documents dealt over the workers (SpreadDocuments),
+tokenized documents into random-next buckets (MakePairs) and records into output files (shards.WriteShards).
+
+    batches of (key, payload, stats)
+      | hash      a seeded 128-bit hash (h1, h2) of each key: it places and orders every record
+      | count     the histogram of the top 16 bits of h1 over all records, and the sums of their stats
+      | plan      plan(Counts) -> Slices: group `index` (part `part` of `parts`) holds histogram bins [lo, hi)
+      | group     each Slice gets its records
+    -> (Slice, Group): Group.frames() in hash order (a file's order), Group.payloads() in any order
+
+The plan sees only the counts, so both back ends form the same groups, and Group.frames() gives the same order:
+the same bytes whichever one ran.
+
+- `files`: each bundle sorts its records into run files on this machine's disk (pipeline/runfiles.py); a
+  Slice reads its hash range of every run, merging at most 64 runs at a time. For Beam's local FnApiRunner,
+  which holds a GroupByKey's whole input (and a side input's) in memory: memory stays flat whatever the input.
+- `groupbykey`: the runner's own GroupByKey on the Slice: Dataflow's shuffle service, Flink's or Spark's; a group
+  is sorted in memory by the worker that receives it (a shard or a bucket: the plans keep them well inside a
+  worker). On the local runner it is the user's choice: the runner holds all the records in memory.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Iterator, NamedTuple, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.transforms.window import GlobalWindows
+
+from pipeline import runfiles, tfrecord
+from pipeline.runfiles import HIST_BITS, RunInfo
+
+BACKENDS = ("files", "groupbykey")
+RUN_BYTES = 16 << 20    # default sort buffer: a bundle flushes a sorted run every 16 MiB of payload
+
+# (sort key, payload bytes, per-record stats tuple of ints summed per group)
+Record = tuple[str, bytes, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class ShuffleConfig:
+    """How a job shuffles: the back end, and for `files` the local directory of its runs and their size."""
+    backend: str = "files"
+    runs_dir: str = ""
+    run_bytes: int = RUN_BYTES
+
+
+class Slice(NamedTuple):
+    """One group of a plan: group `index`, part `part` of `parts`, holding histogram bins [lo, hi). A group in
+    several parts (a bucket paired by several workers) sends every record of its range to each part."""
+    index: int
+    lo: int
+    hi: int
+    part: int = 0
+    parts: int = 1
+
+
+class Counts(NamedTuple):
+    histogram: np.ndarray   # (2**HIST_BITS,) int64 records per bin
+    totals: np.ndarray      # (num_stats,) int64 sums of the records' stats
+
+
+def key_hashes(seed: int | str, keys: Sequence[str]) -> np.ndarray:
+    """(n, 2) uint64: a seeded 128-bit hash of each key; records are placed and ordered by it."""
+    salt = str(seed).encode()
+    raw = b"".join(hashlib.blake2b(k.encode(), digest_size=16, key=salt[:64]).digest() for k in keys)
+    return np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
+
+
+def hash_order(hashes: np.ndarray, frames: Sequence[bytes]) -> list[int]:
+    """The order of records by (h1, h2, frame bytes): equal keys (rare) are ordered by their bytes, so any
+    sort or merge of the same records gives the same sequence."""
+    order = np.lexsort((hashes[:, 1], hashes[:, 0]))
+    hs = hashes[order]
+    if np.any((hs[1:, 0] == hs[:-1, 0]) & (hs[1:, 1] == hs[:-1, 1])):
+        return sorted(range(len(frames)), key=lambda i: (int(hashes[i, 0]), int(hashes[i, 1]), frames[i]))
+    return order.tolist()
+
+
+def shard_bounds(histogram: np.ndarray, num_shards: int) -> np.ndarray:
+    """(num_shards + 1,) histogram bin edges: group s holds bins [b[s], b[s+1]), balanced by count."""
+    cumulative = np.cumsum(histogram)
+    total = int(cumulative[-1]) if len(cumulative) else 0
+    targets = (np.arange(1, num_shards) * total) / num_shards
+    inner = np.searchsorted(cumulative, targets, side="left")
+    # bin i ends at cumulative[i]: cut after it when that lands closer to the target than cutting before
+    before = np.where(inner > 0, cumulative[np.maximum(inner - 1, 0)], 0)
+    inner = np.where(np.abs(cumulative[inner] - targets) < np.abs(before - targets), inner + 1, inner)
+    return np.concatenate(([0], inner, [len(histogram)])).astype(np.int64)
+
+
+def hash_ranges(histogram: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """`n` contiguous ranges [lo, hi) of histogram bins holding about the same number of records each."""
+    bounds = shard_bounds(histogram, n).tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def plan_shards(num_shards: int, counts: Counts) -> list[Slice]:
+    """One Slice per output file, empty ones included (every shard is written)."""
+    return [Slice(s, lo, hi) for s, (lo, hi) in enumerate(hash_ranges(counts.histogram, num_shards))]
+
+
+def plan_ranges(n: int, counts: Counts) -> list[Slice]:
+    """Up to `n` balanced, non-empty Slices (work items to deal records over)."""
+    return [Slice(i, lo, hi) for i, (lo, hi) in enumerate(hash_ranges(counts.histogram, n)) if hi > lo]
+
+
+# ---------------------------------------------------------------------------------------------- groups
+
+class _RunsGroup:
+    """A Slice of every run (files back end): read from this machine's disk, merged in hash order."""
+
+    def __init__(self, runs: list[RunInfo], piece: Slice, runs_dir: str):
+        self.runs, self.piece, self.runs_dir = runs, piece, runs_dir
+
+    def payloads(self) -> Iterator[bytes]:
+        return runfiles.read_payloads(self.runs, self.piece.lo, self.piece.hi)
+
+    def frames(self, totals: np.ndarray | None = None) -> Iterator[bytes]:
+        scratch = os.path.join(self.runs_dir, f"merge-{uuid.uuid4().hex}")
+        try:
+            for _, _, frame in runfiles.merge(self.runs, self.piece.lo, self.piece.hi, totals, scratch):
+                yield frame
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _GroupedRecords:
+    """A Slice's records as the runner's GroupByKey delivered them: pieces of input batches, in any order."""
+
+    def __init__(self, values):
+        self.values = values   # the group: its Slice marker and pieces (hashes bytes, payloads, stats bytes, k)
+
+    def _pieces(self):
+        return (v for v in self.values if not isinstance(v, Slice))
+
+    def payloads(self) -> Iterator[bytes]:
+        for _, payloads, _, _ in self._pieces():
+            yield from payloads
+
+    def frames(self, totals: np.ndarray | None = None) -> Iterator[bytes]:
+        hashes, payloads, stats = [], [], []
+        for h, p, s, k in self._pieces():
+            hashes.append(np.frombuffer(h, "<u8").reshape(-1, 2))
+            payloads.extend(p)
+            stats.append(np.frombuffer(s, "<i8").reshape(-1, k))
+        if not payloads:
+            return
+        h = np.concatenate(hashes)
+        if totals is not None and len(totals):
+            totals += np.concatenate(stats).sum(axis=0)
+        frames = [tfrecord.frame(p) for p in payloads]
+        for i in hash_order(h, frames):
+            yield frames[i]
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+class _SortRuns(beam.DoFn):
+    """Buffers a bundle's records, writes them sorted by hash as local run files of about `run_bytes`."""
+
+    def __init__(self, salt: str, num_stats: int, runs_dir: str, run_bytes: int):
+        self.salt, self.num_stats, self.runs_dir, self.run_bytes = salt, num_stats, runs_dir, run_bytes
+
+    def start_bundle(self):
+        self._records: list[Record] = []
+        self._bytes = 0
+
+    def process(self, batch: list[Record]):
+        self._records.extend(batch)
+        self._bytes += sum(len(r[1]) for r in batch)
+        if self._bytes >= self.run_bytes:
+            yield self._flush()
+
+    def finish_bundle(self):
+        if self._records:
+            yield GlobalWindows.windowed_value(self._flush())
+
+    def _flush(self) -> RunInfo:
+        records, self._records, self._bytes = self._records, [], 0
+        hashes = key_hashes(self.salt, [r[0] for r in records])
+        frames = [tfrecord.frame(r[1]) for r in records]
+        order = hash_order(hashes, frames)
+        stats = (np.array([records[i][2] for i in order], np.int64).reshape(len(records), self.num_stats)
+                 if self.num_stats else None)
+        os.makedirs(self.runs_dir, exist_ok=True)
+        # a bundle that fails or runs twice leaves an unused run: only the RunInfo of a committed bundle is read
+        path = os.path.join(self.runs_dir, f"{uuid.uuid4().hex}.run")
+        return runfiles.write_run(path, hashes[order], [frames[i] for i in order], stats)
+
+
+class _CountRuns(beam.CombineFn):
+    def __init__(self, num_stats: int):
+        self.num_stats = num_stats
+
+    def create_accumulator(self):
+        return Counts(np.zeros(1 << HIST_BITS, np.int64), np.zeros(self.num_stats, np.int64))
+
+    def add_input(self, acc, run: RunInfo):
+        acc.histogram[:] += runfiles.histogram(run)
+        if self.num_stats:
+            acc.totals[:] += np.asarray(run.totals, np.int64)
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        return Counts(np.sum([a.histogram for a in accs], axis=0), np.sum([a.totals for a in accs], axis=0))
+
+    def extract_output(self, acc):
+        return acc
+
+
+class _ShuffleFiles(beam.PTransform):
+    def __init__(self, salt: str, plan: Callable[[Counts], list[Slice]], num_stats: int, config: ShuffleConfig):
+        super().__init__()
+        self.salt, self.plan, self.num_stats, self.config = salt, plan, num_stats, config
+
+    def expand(self, batches):
+        plan, runs_dir = self.plan, self.config.runs_dir
+        runs = batches | "SortRuns" >> beam.ParDo(_SortRuns(self.salt, self.num_stats, runs_dir,
+                                                            self.config.run_bytes))
+        counts = runs | "CountHashes" >> beam.CombineGlobally(_CountRuns(self.num_stats))
+        return (batches.pipeline
+                | "Start" >> beam.Create([None])
+                | "Plan" >> beam.FlatMap(lambda _, c: plan(c), beam.pvalue.AsSingleton(counts))
+                | "SpreadSlices" >> beam.Reshuffle()
+                | "OpenSlices" >> beam.Map(lambda piece, rs: (piece, _RunsGroup(rs, piece, runs_dir)),
+                                           beam.pvalue.AsList(runs)))
+
+
+# ---------------------------------------------------------------------------------------------- groupbykey
+
+def _hash_batch(batch: list[Record], salt: str, num_stats: int):
+    """A batch -> (hashes (n, 2) uint64, payloads, stats (n, k) int64)."""
+    stats = np.array([r[2] for r in batch], np.int64).reshape(len(batch), num_stats)
+    return key_hashes(salt, [r[0] for r in batch]), [r[1] for r in batch], stats
+
+
+class _CountBatches(beam.CombineFn):
+    def __init__(self, num_stats: int):
+        self.num_stats = num_stats
+
+    def create_accumulator(self):
+        return Counts(np.zeros(1 << HIST_BITS, np.int64), np.zeros(self.num_stats, np.int64))
+
+    def add_input(self, acc, hashed):
+        hashes, _, stats = hashed
+        acc.histogram[:] += np.bincount(runfiles.hist_bins(hashes[:, 0]), minlength=1 << HIST_BITS)
+        acc.totals[:] += stats.sum(axis=0)
+        return acc
+
+    merge_accumulators = _CountRuns.merge_accumulators
+    extract_output = _CountRuns.extract_output
+
+
+def _route(hashed, slices: list[Slice]):
+    """Splits a hashed batch into one piece per Slice whose range holds some of its records."""
+    hashes, payloads, stats = hashed
+    ranges = sorted({(s.lo, s.hi) for s in slices})
+    starts = np.array([lo for lo, _ in ranges], np.int64)
+    which = np.searchsorted(starts, runfiles.hist_bins(hashes[:, 0]), side="right") - 1
+    parts = {}
+    for s in slices:
+        parts.setdefault((s.lo, s.hi), []).append(s)
+    for r in np.unique(which).tolist():
+        rows = np.flatnonzero(which == r)
+        piece = (hashes[rows].tobytes(), [payloads[i] for i in rows.tolist()], stats[rows].tobytes(),
+                 stats.shape[1])
+        for s in parts[ranges[r]]:
+            yield (s.index, s.part), piece
+
+
+def _open_group(keyed):
+    _, values = keyed
+    piece = next(v for v in values if isinstance(v, Slice))   # every Slice has exactly one marker
+    return piece, _GroupedRecords(values)
+
+
+class _ShuffleGroupByKey(beam.PTransform):
+    def __init__(self, salt: str, plan: Callable[[Counts], list[Slice]], num_stats: int):
+        super().__init__()
+        self.salt, self.plan, self.num_stats = salt, plan, num_stats
+
+    def expand(self, batches):
+        plan = self.plan
+        hashed = batches | "HashRecords" >> beam.Map(_hash_batch, self.salt, self.num_stats)
+        counts = hashed | "CountHashes" >> beam.CombineGlobally(_CountBatches(self.num_stats))
+        slices = (batches.pipeline
+                  | "Start" >> beam.Create([None])
+                  | "Plan" >> beam.FlatMap(lambda _, c: plan(c), beam.pvalue.AsSingleton(counts)))
+        keyed = hashed | "KeyBySlice" >> beam.FlatMap(_route, beam.pvalue.AsList(slices))
+        markers = slices | "KeySlices" >> beam.Map(lambda s: ((s.index, s.part), s))   # empty groups too
+        return ((keyed, markers)
+                | "Join" >> beam.Flatten()
+                | "GroupBySlice" >> beam.GroupByKey()
+                | "OpenGroups" >> beam.Map(_open_group))
+
+
+class Shuffle(beam.PTransform):
+    """Batches (lists) of (key, payload, stats) records -> (Slice, Group) for each Slice of `plan(Counts)`.
+
+    `salt` seeds the key hash; `plan` must be picklable (a module-level function or a functools.partial)."""
+
+    def __init__(self, salt: int | str, plan: Callable[[Counts], list[Slice]], num_stats: int,
+                 config: ShuffleConfig):
+        super().__init__()
+        if config.backend not in BACKENDS:
+            raise ValueError(f"unknown shuffle back end {config.backend!r}: {', '.join(BACKENDS)}")
+        if config.backend == "files" and not config.runs_dir:
+            raise ValueError("the files shuffle needs a local runs directory")
+        self.salt, self.plan, self.num_stats, self.config = str(salt), plan, num_stats, config
+
+    def expand(self, batches):
+        if self.config.backend == "files":
+            return batches | "Files" >> _ShuffleFiles(self.salt, self.plan, self.num_stats, self.config)
+        return batches | "GroupByKey" >> _ShuffleGroupByKey(self.salt, self.plan, self.num_stats)
+
+

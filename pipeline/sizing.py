@@ -1,0 +1,76 @@
+"""How many output files a job writes by default: estimated from the size of its input, so that a file stays well
+inside one worker (with the groupbykey shuffle a whole file is sorted in one worker's memory).
+
+The estimates are deliberately high (more, smaller files): measured on the shared samples, google-format books
+give 0.246 WordPieces per byte, the English Wikipedia sample 0.31 per byte of .bz2 dump; a shard record at
+L=128, P=20 is 832 bytes and averages 118 tokens (`bench/bench_scaling.py` prints estimate against result).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+MiB = 1 << 20
+TARGET_FILE_BYTES = 128 * MiB   # estimated bytes per output file: <= 256 MiB even if the estimate is 2x low
+
+# WordPieces per input byte, by what the input is (high side of what was measured)
+_TOKENS_PER_BYTE = {"bz2": 0.35, "gz": 0.75, "xml": 0.1, "text": 0.3}
+
+
+def input_tokens(corpus: str, sizes: dict[str, int]) -> float:
+    """Estimated WordPieces in input files {path: bytes} of a corpus kind (wikipedia, books, text, documents)."""
+    total = 0.0
+    for path, size in sizes.items():
+        name = path.lower()
+        if name.endswith(".bz2"):
+            kind = "bz2"
+        elif name.endswith((".gz", ".tgz")):
+            kind = "gz"
+        elif corpus == "wikipedia":
+            kind = "xml"
+        else:
+            kind = "text"
+        total += size * _TOKENS_PER_BYTE[kind]
+    return total
+
+
+def instances(tokens: float, dupe_factor: int, max_seq_length: int) -> float:
+    """NSP instances from `tokens`: each dupe pass cuts a document into instances of ~0.92 L tokens (measured
+    0.92 at L=128, short_seq_prob 0.1; documents shorter than L give shorter instances, so this is high)."""
+    return tokens * dupe_factor / (0.92 * max_seq_length)
+
+
+def shard_record_bytes(max_seq_length: int, max_predictions_per_seq: int) -> float:
+    """Bytes of one google-schema Example: per position an id varint (~2.2 bytes), mask and segment bytes; per
+    prediction a position, an id and a float weight; ~150 bytes of names and headers (832 at 128/20)."""
+    return 4.1 * max_seq_length + 8 * max_predictions_per_seq + 150
+
+
+def pair_record_bytes(max_seq_length: int) -> float:
+    """Bytes of one pair record: ~3.4 bytes a token (id varint, word start) and ~60 of key and headers."""
+    return 3.4 * 0.92 * max_seq_length + 60
+
+
+def document_bytes(tokens: float) -> float:
+    """gzip JSON Lines documents: ~4 bytes of text a token, compressed to ~40%."""
+    return tokens * 4 * 0.4
+
+
+def file_count(estimated_bytes: float, minimum: int = 1) -> int:
+    """Output files that keep each at about TARGET_FILE_BYTES or less."""
+    return max(minimum, math.ceil(estimated_bytes / TARGET_FILE_BYTES))
+
+
+def local_sizes(paths: list[str]) -> dict[str, int]:
+    """{file: bytes} for paths that may be directories (books), through Beam's file systems."""
+    from apache_beam.io.filesystems import FileSystems
+
+    sizes = {}
+    for p in paths:
+        if os.path.isdir(p):
+            for d, _, fs in os.walk(p):
+                for f in fs:
+                    sizes[os.path.join(d, f)] = os.path.getsize(os.path.join(d, f))
+        else:
+            sizes[p] = FileSystems.match([p])[0].metadata_list[0].size_in_bytes
+    return sizes
