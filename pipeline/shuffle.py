@@ -168,15 +168,19 @@ class _SortRuns(beam.DoFn):
     def __init__(self, salt: str, num_stats: int, runs_dir: str, run_bytes: int):
         self.salt, self.num_stats, self.runs_dir, self.run_bytes = salt, num_stats, runs_dir, run_bytes
 
+    def setup(self):
+        self.runs = beam.metrics.Metrics.counter("shuffle", "runs")
+
     def start_bundle(self):
         self._records: list[Record] = []
         self._bytes = 0
 
     def process(self, batch: list[Record]):
-        self._records.extend(batch)
-        self._bytes += sum(len(r[1]) for r in batch)
-        if self._bytes >= self.run_bytes:
-            yield self._flush()
+        for record in batch:   # a run may end inside a batch: runs are as small as --sort-buffer-mb says
+            self._records.append(record)
+            self._bytes += len(record[1])
+            if self._bytes >= self.run_bytes:
+                yield self._flush()
 
     def finish_bundle(self):
         if self._records:
@@ -192,6 +196,7 @@ class _SortRuns(beam.DoFn):
         os.makedirs(self.runs_dir, exist_ok=True)
         # a bundle that fails or runs twice leaves an unused run: only the RunInfo of a committed bundle is read
         path = os.path.join(self.runs_dir, f"{uuid.uuid4().hex}.run")
+        self.runs.inc()
         return runfiles.write_run(path, hashes[order], [frames[i] for i in order], stats)
 
 

@@ -262,3 +262,23 @@ def test_progress_line(capsys, monkeypatch):
     p.add(instances=512)
     err = capsys.readouterr().err
     assert "[mask worker " in err and "1,024 instances (" in err
+
+
+def test_thousands_of_runs_merge_within_160_open_files(tmp_path):
+    """A tiny sort buffer makes over 1,000 run files; every merge holds at most 64 open, so the job runs under a
+    160-file limit (2 worker processes) and writes what the default buffer writes."""
+    import subprocess
+    import sys
+
+    argv = ["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB),
+            "--dupe-factor", "2", "--num-shards", "3", *TWO]
+    assert cli.main([*argv, "--output", str(tmp_path / "default")]) == 0
+    code = "import sys; from pipeline import cli; sys.exit(cli.main(sys.argv[1:]))"
+    done = subprocess.run(["bash", "-c", 'ulimit -n 160 && exec "$@"', "bash", sys.executable, "-c", code, *argv,
+                           "--sort-buffer-mb", "0.0015", "--output", str(tmp_path / "tiny")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = json.loads((tmp_path / "tiny" / "manifest.json").read_text())
+    assert m["counts"]["counters"]["shuffle/runs"] >= 1000
+    for entry in m["files"]:
+        assert (tmp_path / "tiny" / entry["file"]).read_bytes() == (tmp_path / "default" / entry["file"]).read_bytes()

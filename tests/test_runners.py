@@ -7,6 +7,7 @@
   same bytes as the `local-1` preset.
 """
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -215,12 +216,18 @@ COMMANDS = {   # command line -> the stage labels the job must hold (run.py's ch
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", COMMANDS)
-def test_dataflow_dry_run_translates_every_stage(name, sample_inputs, dataflow_jobs, tmp_path):
+def test_dataflow_dry_run_translates_every_stage(name, sample_inputs, dataflow_jobs, tmp_path, capsys):
     argv, stages = COMMANDS[name]
+    capsys.readouterr()
     proto = _dry_run(dataflow_jobs, [a.replace("{inputs}", str(sample_inputs)) for a in argv], tmp_path / "out")
     labels = _labels(proto)
     assert stages <= labels, f"missing from the Dataflow job: {sorted(stages - labels)}"
     assert "workflow.tar.gz" in _staged(proto)   # bertprep itself, built from pyproject.toml for the workers
+    # the plan a user checks before paying: the shuffle, the files and their size, the stages
+    err = capsys.readouterr().err
+    assert ": shuffle: groupbykey\n" in err and "/GroupByKey/GroupBySlice" in " ".join(labels)
+    assert re.search(r": \d+ (documents|pairs|shard) file\(s\) of ~[\d.,]+ MiB each \(estimated from ", err)
+    assert re.search(r": stages: [A-Za-z]+ \| .*(WriteShards|WritePairs|WriteDocuments)\n", err)
 
 
 # ---------------------------------------------------------------------------------------------- portable

@@ -142,3 +142,49 @@ def test_overwrite_never_removes_files_bertprep_did_not_write(tmp_path):
     (d / "notes.txt").unlink()
     shards.prepare_output(str(d), overwrite=True)   # an interrupted run's leftovers alone are removed
     assert list(d.iterdir()) == []
+
+
+def _drive_sort_runs(records, runs_dir, fail_after=None):
+    """One bundle of shuffle._SortRuns by hand: its RunInfos, or an exception after `fail_after` runs (the
+    attempt then never commits: its RunInfos are lost, its files stay behind)."""
+    dofn = shuffle._SortRuns("7", 1, runs_dir, 400)
+    dofn.setup()
+    dofn.start_bundle()
+    out = []
+    for batch in (records[i:i + 10] for i in range(0, len(records), 10)):
+        out += list(dofn.process(batch))
+        if fail_after is not None and len(out) >= fail_after:
+            raise RuntimeError("worker lost")
+    out += [w.value for w in dofn.finish_bundle() or []]
+    return out
+
+
+def test_a_retried_or_repeated_bundle_gives_the_same_bytes(tmp_path):
+    """Attempt 1 of each step writes files and fails; attempt 2 commits; a step that runs twice rewrites the
+    same file. Only committed outputs are read, so the shard is the clean run's, byte for byte."""
+    records = [(f"k{i}", f"payload {i}".encode() * 3, (1,)) for i in range(300)]
+    clean_dir, retry_dir = tmp_path / "clean", tmp_path / "retry"
+    clean_runs = _drive_sort_runs(records, str(clean_dir / "runs"))
+    with pytest.raises(RuntimeError):
+        _drive_sort_runs(records, str(retry_dir / "runs"), fail_after=2)
+    retried_runs = _drive_sort_runs(records, str(retry_dir / "runs"))
+    assert len(os.listdir(retry_dir / "runs")) > len(retried_runs)   # the failed attempt's runs are there, unread
+
+    def write(directory, runs, frames=None):
+        counts = shuffle.Counts(sum(runfiles.histogram(r) for r in runs), np.array([300]))
+        piece = shuffle.plan_shards(1, counts)[0]
+        group = shuffle._RunsGroup(runs, piece, str(directory / "runs"))
+        if frames is not None:
+            group.frames = frames
+        return list(shards._WriteShard(str(directory), "part", 1, "tfrecord", ("n",)).process((piece, group)))
+
+    def dies_midway(totals=None):
+        yield tfrecord.frame(b"half a shard")
+        raise RuntimeError("worker lost while writing")
+
+    assert write(clean_dir, clean_runs)[0]["records"] == 300
+    with pytest.raises(RuntimeError):
+        write(retry_dir, retried_runs, frames=dies_midway)
+    assert write(retry_dir, retried_runs) == write(retry_dir, retried_runs)   # retried, then run twice
+    name = shards.shard_name("part", 0, 1, ".tfrecord")
+    assert (retry_dir / shards.INCOMPLETE / name).read_bytes() == (clean_dir / shards.INCOMPLETE / name).read_bytes()
