@@ -135,10 +135,10 @@ class _GroupedRecords:
     """A Slice's records as the runner's GroupByKey delivered them: pieces of input batches, in any order."""
 
     def __init__(self, values):
-        self.values = values   # the group: its Slice marker and pieces (hashes bytes, payloads, stats bytes, k)
+        self.values = values   # the group: an empty marker, and pieces (hashes bytes, payloads, stats bytes, k)
 
     def _pieces(self):
-        return (v for v in self.values if not isinstance(v, Slice))
+        return (v for v in self.values if v)
 
     def payloads(self) -> Iterator[bytes]:
         for _, payloads, _, _ in self._pieces():
@@ -281,9 +281,9 @@ def _route(hashed, slices: list[Slice]):
             yield (s.index, s.part), piece
 
 
-def _open_group(keyed):
-    _, values = keyed
-    piece = next(v for v in values if isinstance(v, Slice))   # every Slice has exactly one marker
+def _open_group(keyed, slices: list[Slice]):
+    (index, part), values = keyed
+    piece = next(s for s in slices if s.index == index and s.part == part)
     return piece, _GroupedRecords(values)
 
 
@@ -300,11 +300,11 @@ class _ShuffleGroupByKey(beam.PTransform):
                   | "Start" >> beam.Create([None])
                   | "Plan" >> beam.FlatMap(lambda _, c: plan(c), beam.pvalue.AsSingleton(counts)))
         keyed = hashed | "KeyBySlice" >> beam.FlatMap(_route, beam.pvalue.AsList(slices))
-        markers = slices | "KeySlices" >> beam.Map(lambda s: ((s.index, s.part), s))   # empty groups too
+        markers = slices | "KeySlices" >> beam.Map(lambda s: ((s.index, s.part), ()))   # empty groups too
         return ((keyed, markers)
                 | "Join" >> beam.Flatten()
                 | "GroupBySlice" >> beam.GroupByKey()
-                | "OpenGroups" >> beam.Map(_open_group))
+                | "OpenGroups" >> beam.Map(_open_group, beam.pvalue.AsList(slices)))
 
 
 class Shuffle(beam.PTransform):
