@@ -12,7 +12,6 @@ batches and records exactly which batches were consumed, so a resumed run contin
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import random
@@ -48,63 +47,37 @@ class ShardSet:
 
 def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int | None = None,
                 max_predictions_per_seq: int | None = None, allow_incomplete: bool = False) -> ShardSet:
-    """The shard files matching a glob (or a directory's listed files), checked against their manifest.json.
+    """The shard files of a directory, glob or comma list (manifest.open_output), checked against their manifests.
 
-    Each directory's manifest must be a shards manifest whose vocab size and lengths equal the ones given. Without
-    a manifest the directory is refused, unless both lengths are given (google-made shards) or allow_incomplete
-    (lengths then read from the first record).
+    Every manifest must be a shards manifest whose vocab size and lengths equal the ones given. Files without a
+    manifest are refused, unless both lengths are given (google-made shards) or allow_incomplete (lengths then read
+    from the first record).
     """
-    if os.path.isdir(pattern):
+    google = max_seq_length is not None and max_predictions_per_seq is not None
+    if (google or allow_incomplete) and os.path.isdir(pattern) and not os.path.exists(os.path.join(pattern, MANIFEST)):
         pattern = os.path.join(pattern, "*.tfrecord")
-    files = sorted(f for f in glob.glob(pattern) if os.path.basename(f) != MANIFEST)
-    if not files:
-        raise ShardSpecError(f"--data {pattern!r} matches no files")
-    by_dir: dict[str, list[str]] = {}
-    for f in files:
-        by_dir.setdefault(os.path.dirname(os.path.abspath(f)), []).append(f)
-
-    shape, data_vocab, records = None, None, {}
-    for directory, dir_files in by_dir.items():
-        manifest_path = os.path.join(directory, MANIFEST)
-        if os.path.exists(manifest_path):
-            with open(manifest_path) as f:
-                m = json.load(f)
-            if m.get("format") != SHARDS_FORMAT:
-                raise ShardSpecError(f"{directory}: manifest says {m.get('format')!r}, not masked-LM shards "
-                                     f"({SHARDS_FORMAT!r})")
-            dir_shape = schema.Shape(int(m["max_seq_length"]), int(m["max_predictions_per_seq"]))
-            listed = {e["file"]: int(e["records"]) for e in m.get("files", [])}
-            for f in dir_files:
-                name = os.path.relpath(os.path.abspath(f), directory)
-                if name not in listed:
-                    raise ShardSpecError(f"{f}: not listed in {manifest_path} (a leftover of another run?)")
-                records[f] = listed[name]
-            dir_vocab = int(m["vocab"]["size"])
-            if vocab_size is not None and dir_vocab != vocab_size:
-                raise ShardSpecError(f"{directory}: shards use a vocab of {dir_vocab} ids, the model has "
-                                     f"vocab_size {vocab_size}")
-            for flag, given, have in (("--max-seq-length", max_seq_length, dir_shape.max_seq_length),
-                                      ("--max-predictions-per-seq", max_predictions_per_seq,
-                                       dir_shape.max_predictions_per_seq)):
-                if given is not None and given != have:
-                    raise ShardSpecError(f"{directory}: {flag} {given} but the shards were made with {have}")
-            if data_vocab is not None and dir_vocab != data_vocab:
-                raise ShardSpecError(f"{directory}: vocab size {dir_vocab} differs from other directories' "
-                                     f"{data_vocab}")
-            data_vocab = dir_vocab
-        elif max_seq_length is not None and max_predictions_per_seq is not None:
-            dir_shape = schema.Shape(max_seq_length, max_predictions_per_seq)  # google-made shards
-        elif allow_incomplete:
-            dir_shape = _shape_of_first_record(dir_files[0])
-        else:
-            raise ShardSpecError(
-                f"{directory}: no {MANIFEST}, so not a complete bertprep output (the `mask` stage did not finish, "
-                "or these shards were made elsewhere). For google-made shards pass --max-seq-length and "
-                "--max-predictions-per-seq; to read an unfinished output anyway pass --allow-incomplete.")
-        if shape is not None and dir_shape != shape:
-            raise ShardSpecError(f"{directory}: shards of shape {dir_shape} mixed with {shape}")
-        shape = dir_shape
-    return ShardSet(files, shape, data_vocab, records)
+    try:
+        opened = manifest.open_output(pattern, (SHARDS_FORMAT,), allow_incomplete, what="--data", foreign=google,
+                                      advice="for shards made by google's tool pass --max-seq-length and "
+                                             "--max-predictions-per-seq, or --allow-incomplete to read an unfinished "
+                                             "output's files anyway")
+    except manifest.ManifestError as e:
+        raise ShardSpecError(str(e)) from None
+    m = opened.manifest
+    if m is None:
+        shape = (schema.Shape(max_seq_length, max_predictions_per_seq) if google
+                 else _shape_of_first_record(opened.files[0]))
+        return ShardSet(opened.files, shape, None, opened.records)
+    shape = schema.Shape(int(m["max_seq_length"]), int(m["max_predictions_per_seq"]))
+    data_vocab = int(m["vocab"]["size"])
+    if vocab_size is not None and data_vocab != vocab_size:
+        raise ShardSpecError(f"{pattern}: shards use a vocab of {data_vocab} ids, the model has vocab_size "
+                             f"{vocab_size}")
+    for flag, given, have in (("--max-seq-length", max_seq_length, shape.max_seq_length),
+                              ("--max-predictions-per-seq", max_predictions_per_seq, shape.max_predictions_per_seq)):
+        if given is not None and given != have:
+            raise ShardSpecError(f"{pattern}: {flag} {given} but the shards were made with {have}")
+    return ShardSet(opened.files, shape, data_vocab, opened.records)
 
 
 def _shape_of_first_record(path: str) -> schema.Shape:
@@ -312,28 +285,15 @@ class DynamicMasker:
 
 
 def open_pairs(pattern: str, max_predictions_per_seq: int) -> tuple[ShardSet, masking.VocabIds]:
-    """Pair files (a `pairs` output directory or a glob in one) for dynamic masking, checked by their manifest."""
-    if os.path.isdir(pattern):
-        pattern = os.path.join(pattern, "pairs-*.tfrecord")
-    files = sorted(glob.glob(pattern))
-    directories = {os.path.dirname(os.path.abspath(f)) for f in files}
-    if not files:
-        raise ShardSpecError(f"--data {pattern!r} matches no pair files")
-    if len(directories) != 1:
-        raise ShardSpecError("--dynamic-masking reads the pair files of one `pairs` output directory")
-    directory = directories.pop()
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.exists(path):
-        raise ShardSpecError(f"{directory}: no {MANIFEST}, so not a complete `pairs` output")
-    with open(path) as f:
-        m = json.load(f)
-    if m.get("format") != manifest.PAIRS:
-        raise ShardSpecError(f"{directory}: manifest says {m.get('format')!r}; --dynamic-masking needs pair "
-                             f"records ({manifest.PAIRS!r}) made by `bertprep pairs`")
-    listed = {e["file"]: int(e["records"]) for e in m["files"]}
-    records = {f: listed[os.path.basename(f)] for f in files if os.path.basename(f) in listed}
+    """Pair files (a `pairs` output directory, a glob or a comma list) for dynamic masking, checked by their
+    manifests (manifest.open_output)."""
+    try:
+        opened = manifest.open_output(pattern, (manifest.PAIRS,), what="--data")
+    except manifest.ManifestError as e:
+        raise ShardSpecError(f"{e} (--dynamic-masking reads the pair records made by `bertprep pairs`)") from None
+    m = opened.manifest
     shape = schema.Shape(int(m["max_seq_length"]), max_predictions_per_seq)
-    return (ShardSet(files, shape, int(m["vocab"]["size"]), records),
+    return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records),
             masking.VocabIds.from_json(m["vocab"]["ids"]))
 
 

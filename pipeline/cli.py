@@ -1,29 +1,300 @@
 """`bertprep`: the one console script. Parses options once and hands plain values to the stages.
 
-Flags bertprep does not know are Beam's: they go to PipelineOptions after the `--preset` flags, so
-`--runner`, `--direct_num_workers`, `--project`, ... work as Beam users expect.
+Each command is one row of COMMANDS: (help, add_arguments, handler). A command's parser accepts exactly its own
+flags; the Beam commands (extract, pairs, mask, prepare) also take every flag Beam's PipelineOptions defines
+(`--runner`, `--direct_num_workers`, `--project`, ...), which go to Beam after the `--preset` flags. Anything
+else ends in one line naming the flag and the closest known one. A failure a user can cause ends in one line on
+stderr and a non-zero exit; `--debug` (or `-v`) shows the traceback.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
+from typing import Callable
 
-COMMANDS = {
-    "extract": "corpus files -> documents (gzip JSON Lines)",
-    "vocab": "documents -> a WordPiece vocab.txt",
-    "pairs": "documents -> NSP pair records (tokenized, unmasked)",
-    "mask": "pair records -> TFRecord shards in google's schema (re-mask without re-tokenizing)",
-    "prepare": "corpus files -> TFRecord shards in one Beam pipeline (extract + pairs + mask)",
-    "inspect": "counts, length/masking stats and decoded examples of an output directory",
-    "verify": "read every record of an output directory: framing, CRCs, schema, invariants, counts",
-    "train": "train BERT on the shards (PyTorch)",
-    "export-hf": "convert a training run to a HuggingFace BertForPreTraining checkpoint",
-    "plot": "draw a training run's loss/accuracy curves to PNG",
-    "demo": "everything above on the bundled sample, then a short CPU training run",
-}
+from pipeline import flags
+from pipeline.flags import nonnegative_int, positive_float, positive_int, probability, readable_file, vocab_file
+
 BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare")
+GOOGLE_DUPE_FACTOR = 10   # create_pretraining_data.py's default
 
+
+# ---------------------------------------------------------------------------------------------- flag groups
+
+def _add_output(p: flags.Parser) -> None:
+    p.add_argument("--output", required=True, help="output directory (local path or gs://...)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output set in --output")
+    p.add_argument("--preset", default="local", help="Beam option preset from beam_options/ (local, local-1, "
+                                                     "...) or a file of Beam flags; explicit Beam flags win")
+    p.add_argument("--gcs-bucket", default=None,
+                   help="dataflow preset: gs://BUCKET[/prefix] for temp_location and staging_location")
+    p.add_argument("--retries", type=nonnegative_int, default=0,
+                   help="run the whole pipeline again up to N times if it fails (local runners do not retry a "
+                        "failed bundle; Dataflow does)")
+    p.add_argument("--shuffle", choices=("auto", "files", "groupbykey"), default="auto",
+                   help="how records are regrouped (into buckets, output files): 'files' = sorted run files on this "
+                        "machine's disk, memory flat whatever the input; 'groupbykey' = the runner's GroupByKey "
+                        "(Dataflow's shuffle service, Flink, Spark). auto: files on the local runner, groupbykey "
+                        "on every other. groupbykey on the local runner holds all records in memory: your choice "
+                        "for inputs that fit. Same bytes either way")
+    p.add_argument("--sort-buffer-mb", type=positive_float, default=16,
+                   help="files shuffle: MiB of records a worker sorts per run file (default 16)")
+    p.add_argument("--runs-dir", default=None,
+                   help="files shuffle: local directory for run files (default: OUTPUT/.incomplete/runs for a "
+                        "local output, else the system's temporary directory); removed when the job ends")
+    p.add_argument("-v", "--verbose", action="store_true", help="Beam's and bertprep's INFO logging; tracebacks")
+
+
+def _add_allow_incomplete(p: flags.Parser, what: str) -> None:
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help=f"read {what} anyway (no manifest.json: its stage did not finish or it was copied in part)")
+
+
+def _add_corpus(p: flags.Parser) -> None:
+    p.add_argument("corpus", choices=("wikipedia", "books", "text"))
+    p.add_argument("--input", required=True, help="GLOB[,GLOB...] of corpus files (books: also directories)")
+    p.add_argument("--wiki-index", default=None, type=readable_file,
+                   help="wikipedia: the multistream index (default: found beside the dump when present)")
+    p.add_argument("--keep-disambiguation", action="store_true", help="wikipedia: keep disambiguation pages")
+    p.add_argument("--max-document-bytes", type=positive_int, default=None,
+                   help="books: split books larger than this into documents of at most this size")
+    p.add_argument("--skip-bad-files", action="store_true",
+                   help="count and skip corrupt input files instead of failing the job")
+
+
+def _add_pairs(p: flags.Parser) -> None:
+    p.add_argument("--vocab", required=True, type=vocab_file, help="google-format vocab.txt")
+    p.add_argument("--cased", action="store_true", help="cased vocab: no lowercasing, accents kept")
+    p.add_argument("--max-seq-length", type=positive_int, default=128)
+    p.add_argument("--dupe-factor", type=positive_int, default=5,
+                   help=f"passes over each document, each with new randomness (google's default is "
+                        f"{GOOGLE_DUPE_FACTOR}; BERT's data used 10 with a different mask each pass)")
+    p.add_argument("--short-seq-prob", type=probability, default=0.1)
+    p.add_argument("--bucket-docs", type=positive_int, default=10_000,
+                   help="documents per random-next pool: random B segments come from the same bucket (google's "
+                        "pool is the whole corpus; a pool of thousands is statistically the same for NSP). At "
+                        "least 2; below 1,000 it is warned about")
+    p.add_argument("--pair-parallelism", type=nonnegative_int, default=0,
+                   help="workers that pair a corpus of few buckets, each spilling a copy of the pool, and that "
+                        "tokenize an input of few files (0: the local worker count, or 32 on a distributed runner); "
+                        "the output does not depend on it")
+
+
+def _add_mask(p: flags.Parser) -> None:
+    p.add_argument("--masked-lm-prob", type=probability, default=0.15)
+    p.add_argument("--max-predictions-per-seq", type=positive_int, default=20,
+                   help="at most --max-seq-length")
+    p.add_argument("--mask-token-prob", type=probability, default=0.8, help="chosen tokens replaced by [MASK]")
+    p.add_argument("--random-token-prob", type=probability, default=0.1,
+                   help="chosen tokens replaced by a random id (drawn from the non-special tokens; google draws "
+                        "from the whole vocab, [CLS]/[SEP]/[PAD] included)")
+    p.add_argument("--whole-word-mask", action="store_true",
+                   help="mask whole words, one 80/10/10 draw per word (google draws per piece)")
+    p.add_argument("--ngram-max", type=positive_int, default=1, help="mask spans of 1..n whole words (weights 1/n)")
+
+
+def _add_seed(p: flags.Parser) -> None:
+    p.add_argument("--seed", type=int, default=12345)
+
+
+def add_extract(p: flags.Parser) -> None:
+    _add_corpus(p)
+    p.add_argument("--num-shards", type=nonnegative_int, default=0,
+                   help="document files to write (0: from the input's size, ~128 MiB each)")
+    _add_output(p)
+
+
+def add_pairs(p: flags.Parser) -> None:
+    p.add_argument("--input", required=True, help="document directories or GLOBs of documents-*.jsonl.gz")
+    _add_allow_incomplete(p, "the documents-*.jsonl.gz of a directory without manifest")
+    _add_pairs(p)
+    _add_seed(p)
+    p.add_argument("--num-shards", type=nonnegative_int, default=0,
+                   help="pair files to write (0: from the input's size, ~128 MiB each, at least 8)")
+    _add_output(p)
+
+
+def add_mask(p: flags.Parser) -> None:
+    p.add_argument("--input", required=True, help="a pairs directory (with its manifest.json)")
+    p.add_argument("--vocab", default=None, type=vocab_file,
+                   help="optional: refuse unless the pairs were made with this vocab")
+    _add_allow_incomplete(p, "the pairs-*.tfrecord of a directory without manifest (then give --vocab and "
+                             "--max-seq-length)")
+    p.add_argument("--max-seq-length", type=positive_int, default=None,
+                   help="with --allow-incomplete: the pairs' max_seq_length (otherwise from their manifest)")
+    _add_mask(p)
+    _add_seed(p)
+    p.add_argument("--num-shards", type=nonnegative_int, default=0,
+                   help="TFRecord shards (0: from the records' size, ~128 MiB each)")
+    _add_output(p)
+
+
+def add_prepare(p: flags.Parser) -> None:
+    _add_corpus(p)
+    _add_pairs(p)
+    _add_mask(p)
+    _add_seed(p)
+    p.add_argument("--num-shards", type=nonnegative_int, default=0,
+                   help="TFRecord shards (0: from the input's size, ~128 MiB each)")
+    _add_output(p)
+
+
+def add_inspect(p: flags.Parser) -> None:
+    p.add_argument("directory")
+    p.add_argument("--examples", type=nonnegative_int, default=3, help="decoded examples to print")
+    p.add_argument("--vocab", default=None, type=vocab_file, help="vocab to decode with (default: the manifest's)")
+    _add_allow_incomplete(p, "the data files of a directory without manifest")
+
+
+def add_verify(p: flags.Parser) -> None:
+    p.add_argument("directory")
+    p.add_argument("--max-seq-length", type=nonnegative_int, default=0,
+                   help="for shards without a manifest (google's)")
+    p.add_argument("--max-predictions-per-seq", type=nonnegative_int, default=0,
+                   help="for shards without a manifest")
+    p.add_argument("--vocab-size", type=nonnegative_int, default=0,
+                   help="for shards without a manifest: check ids below it")
+    p.add_argument("--vocab", default=None, type=vocab_file,
+                   help="for shards without a manifest: their vocab (size, [CLS], [SEP])")
+    p.add_argument("--cls-id", type=nonnegative_int, default=101,
+                   help="without a manifest or --vocab (google's vocabs: 101)")
+    p.add_argument("--sep-id", type=nonnegative_int, default=102,
+                   help="without a manifest or --vocab (google's vocabs: 102)")
+    p.add_argument("--pattern", default="*.tfrecord", help="files to read when there is no manifest")
+
+
+def add_demo(p: flags.Parser) -> None:
+    p.add_argument("--output", default="demo_out")
+    p.add_argument("--steps", type=positive_int, default=300, help="training steps of the tiny model")
+
+
+# ---------------------------------------------------------------------------------------------- the table
+
+# command: (help, add_arguments, handler); "module:function" is imported only when that command runs, so
+# `bertprep prepare` never imports torch and no module imports this one back.
+COMMANDS: dict[str, tuple[str, Callable | str, str]] = {
+    "extract": ("corpus files -> documents (gzip JSON Lines)", add_extract, "pipeline.run:main"),
+    "vocab": ("documents -> a WordPiece vocab.txt", "pipeline.vocab:add_arguments", "pipeline.vocab:run"),
+    "pairs": ("documents -> NSP pair records (tokenized, unmasked)", add_pairs, "pipeline.run:main"),
+    "mask": ("pair records -> TFRecord shards in google's schema (re-mask without re-tokenizing)", add_mask,
+             "pipeline.run:main"),
+    "prepare": ("corpus files -> TFRecord shards in one Beam pipeline (extract + pairs + mask)", add_prepare,
+                "pipeline.run:main"),
+    "inspect": ("counts, length/masking stats and decoded examples of an output directory", add_inspect,
+                "pipeline.inspection:main"),
+    "verify": ("read every record of an output directory: framing, CRCs, schema, invariants, counts",
+               add_verify, "pipeline.verify:main"),
+    "train": ("train BERT on the shards (PyTorch)", "model.train:add_arguments", "model.train:run"),
+    "export-hf": ("convert a training run to a HuggingFace BertForPreTraining checkpoint",
+                  "model.export_hf:add_arguments", "model.export_hf:run"),
+    "plot": ("draw a training run's loss/accuracy curves to PNG", "model.plot:add_arguments", "model.plot:run"),
+    "demo": ("everything above on the bundled sample, then a short CPU training run", add_demo,
+             "pipeline.demo:main"),
+}
+
+
+def _resolve(ref: Callable | str) -> Callable:
+    if callable(ref):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def handler(command: str) -> Callable:
+    """The function that runs a command, given its parsed args."""
+    return _resolve(COMMANDS[command][2])
+
+
+def _usage() -> str:
+    return ("usage: bertprep COMMAND [flags]   (bertprep COMMAND --help lists every flag)\n\n"
+            + __doc__.split("\n")[0] + "\n\ncommands:\n"
+            + "\n".join(f"  {name:<10} {text}" for name, (text, _, _) in COMMANDS.items()))
+
+
+def build_parser(command: str) -> flags.Parser:
+    """The parser of one command: its own flags, plus --debug."""
+    text, add_arguments, _ = COMMANDS[command]
+    p = flags.Parser(prog=f"bertprep {command}", description=text)
+    _resolve(add_arguments)(p)
+    p.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    return p
+
+
+def beam_flag_names() -> set[str]:
+    """Every flag Beam's PipelineOptions defines, in all its option classes (the runners' included)."""
+    from apache_beam.options import pipeline_options as po
+
+    class Recorder(po._BeamArgumentParser):   # Beam's own parser class: its options use its extra methods
+        names: set[str] = set()
+
+        def add_argument(self, *names, **kwargs):
+            Recorder.names.update(n for n in names if n.startswith("-"))
+            return super().add_argument(*names, **kwargs)
+
+    recorder, todo, seen = Recorder(allow_abbrev=False), [po.PipelineOptions], set()
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        cls._add_argparse_args(recorder)   # how Beam itself collects them (PipelineOptions.get_all_options)
+        todo.extend(cls.__subclasses__())
+    return Recorder.names
+
+
+def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
+    """`COMMAND FLAGS...` -> (command, args); exits 2 with one line on any flag the command does not take. For a
+    Beam command, args.beam_args holds the Beam flags (checked against Beam's option classes)."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        raise SystemExit(0 if argv else 2)
+    command = argv[0]
+    if command not in COMMANDS:
+        near = __import__("difflib").get_close_matches(command, list(COMMANDS), n=1)
+        raise SystemExit(f"bertprep: unknown command {command!r}" + (f"; did you mean {near[0]}?" if near else "")
+                         + f" (commands: {', '.join(COMMANDS)})")
+    parser = build_parser(command)
+    args, extra = parser.parse_known_args(argv[1:])
+    args.command, args.beam_args = command, []
+    if extra and command in BEAM_COMMANDS:
+        beam = beam_flag_names()
+        for i, token in enumerate(extra):
+            name = token.split("=", 1)[0]
+            if name.startswith("--") and name in beam:
+                continue
+            previous = extra[i - 1].split("=", 1)[0] if i else ""
+            if not token.startswith("-") and "=" not in extra[i - 1] and previous in beam:
+                continue   # the value of `--beam_flag VALUE`
+            parser.unknown(token, beam)
+        args.beam_args = extra
+    elif extra:
+        parser.unknown(extra[0])
+    _check(parser, args)
+    return command, args
+
+
+def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
+    """What one flag's type cannot check: flags that must agree with each other."""
+    if hasattr(args, "mask_token_prob") and args.mask_token_prob + args.random_token_prob > 1:
+        parser.error(f"--mask-token-prob {args.mask_token_prob} + --random-token-prob {args.random_token_prob} "
+                     "exceeds 1 (the rest of the chosen tokens are kept)")
+    length = getattr(args, "max_seq_length", None)
+    if length is not None and hasattr(args, "max_predictions_per_seq") and args.max_predictions_per_seq > length:
+        parser.error(f"--max-predictions-per-seq {args.max_predictions_per_seq} exceeds --max-seq-length {length}")
+    if hasattr(args, "bucket_docs"):
+        if args.bucket_docs < 2:
+            parser.error(f"--bucket-docs {args.bucket_docs}: a random-next pool needs at least 2 documents (a "
+                         "1-document pool would draw 'random' segments from the same document)")
+        if args.bucket_docs < 1000:
+            flags.warn(f"--bucket-docs {args.bucket_docs}: pools under ~1,000 documents draw random-next "
+                       "segments from few documents, unlike google's whole-corpus pool")
+    if getattr(args, "max_seq_length", None) is not None and args.max_seq_length < 5 and hasattr(args, "dupe_factor"):
+        parser.error(f"--max-seq-length {args.max_seq_length}: [CLS] A [SEP] B [SEP] needs at least 5")
+
+
+# ---------------------------------------------------------------------------------------------- running
 
 def _quiet_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
@@ -33,202 +304,37 @@ def _quiet_logging(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
 
 
-def _add_output(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--output", required=True, help="output directory (local path or gs://...)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output set in --output")
-    p.add_argument("--preset", default="local", help="Beam option preset from beam_options/ (local, local-1, "
-                                                     "...) or a file of Beam flags; explicit Beam flags win")
-    p.add_argument("--gcs-bucket", default=None,
-                   help="dataflow preset: gs://BUCKET[/prefix] for temp_location and staging_location")
-    p.add_argument("--retries", type=int, default=0,
-                   help="run the whole pipeline again up to N times if it fails (local runners do not retry a "
-                        "failed bundle; Dataflow does)")
-    p.add_argument("--shuffle", choices=("auto", "files", "groupbykey"), default="auto",
-                   help="how records are regrouped (into buckets, output files): 'files' = sorted run files on this "
-                        "machine's disk, memory flat whatever the input; 'groupbykey' = the runner's GroupByKey "
-                        "(Dataflow's shuffle service, Flink, Spark). auto: files on the local runner, groupbykey "
-                        "on every other. groupbykey on the local runner holds all records in memory: your choice "
-                        "for inputs that fit. Same bytes either way")
-    p.add_argument("--sort-buffer-mb", type=float, default=16,
-                   help="files shuffle: MiB of records a worker sorts per run file (default 16)")
-    p.add_argument("--runs-dir", default=None,
-                   help="files shuffle: local directory for run files (default: OUTPUT/.incomplete/runs for a "
-                        "local output, else the system's temporary directory); removed when the job ends")
-    p.add_argument("-v", "--verbose", action="store_true", help="Beam's and bertprep's INFO logging")
-
-
-def _add_allow_incomplete(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--allow-incomplete", action="store_true",
-                   help=f"read {what} anyway (no manifest.json: its stage did not finish or it was copied in part)")
-
-
-def _add_corpus(p: argparse.ArgumentParser, with_kind: bool = True) -> None:
-    if with_kind:
-        p.add_argument("corpus", choices=("wikipedia", "books", "text"))
-    p.add_argument("--input", required=True, help="GLOB[,GLOB...] of corpus files (books: also directories)")
-    p.add_argument("--wiki-index", default=None,
-                   help="wikipedia: the multistream index (default: found beside the dump when present)")
-    p.add_argument("--keep-disambiguation", action="store_true", help="wikipedia: keep disambiguation pages")
-    p.add_argument("--max-document-bytes", type=int, default=None,
-                   help="books: split books larger than this into documents of at most this size")
-    p.add_argument("--skip-bad-files", action="store_true",
-                   help="count and skip corrupt input files instead of failing the job")
-
-
-def _add_pairs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vocab", required=True, help="google-format vocab.txt")
-    p.add_argument("--cased", action="store_true", help="cased vocab: no lowercasing, accents kept")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--dupe-factor", type=int, default=5, help="passes over each document, each with new randomness")
-    p.add_argument("--short-seq-prob", type=float, default=0.1)
-    p.add_argument("--bucket-docs", type=int, default=10_000,
-                   help="documents per random-next pool: random B segments come from the same bucket (google's "
-                        "pool is the whole corpus; a pool of thousands is statistically the same for NSP)")
-    p.add_argument("--pair-parallelism", type=int, default=0,
-                   help="workers that pair a corpus of few buckets, each spilling a copy of the pool, and that "
-                        "tokenize an input of few files (0: the local worker count, or 32 on a distributed runner); "
-                        "the output does not depend on it")
-    p.add_argument("--seed", type=int, default=12345)
-
-
-def _add_mask(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--masked-lm-prob", type=float, default=0.15)
-    p.add_argument("--max-predictions-per-seq", type=int, default=20)
-    p.add_argument("--mask-token-prob", type=float, default=0.8, help="chosen tokens replaced by [MASK]")
-    p.add_argument("--random-token-prob", type=float, default=0.1, help="chosen tokens replaced by a random id")
-    p.add_argument("--whole-word-mask", action="store_true", help="mask whole words, one 80/10/10 draw per word")
-    p.add_argument("--ngram-max", type=int, default=1, help="mask spans of 1..n whole words (weights 1/n)")
-    p.add_argument("--seed", type=int, default=12345)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertprep", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(f"  {k:<10} {v}" for k, v in COMMANDS.items()))
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    p = sub.add_parser("extract", help=COMMANDS["extract"])
-    _add_corpus(p)
-    p.add_argument("--num-shards", type=int, default=0, help="document files to write (0: one per 64 MiB in)")
-    _add_output(p)
-
-    p = sub.add_parser("pairs", help=COMMANDS["pairs"])
-    p.add_argument("--input", required=True, help="document directories or GLOBs of documents-*.jsonl.gz")
-    _add_allow_incomplete(p, "the documents-*.jsonl.gz of a directory without manifest")
-    _add_pairs(p)
-    p.add_argument("--num-shards", type=int, default=0, help="pair files to write (0: one per 16 MiB in)")
-    _add_output(p)
-
-    p = sub.add_parser("mask", help=COMMANDS["mask"])
-    p.add_argument("--input", required=True, help="a pairs directory (with its manifest.json)")
-    p.add_argument("--vocab", default=None, help="optional: refuse unless the pairs were made with this vocab")
-    _add_allow_incomplete(p, "the pairs-*.tfrecord of a directory without manifest (then give --vocab and "
-                             "--max-seq-length)")
-    p.add_argument("--max-seq-length", type=int, default=None,
-                   help="with --allow-incomplete: the pairs' max_seq_length (otherwise from their manifest)")
-    _add_mask(p)
-    p.add_argument("--num-shards", type=int, default=0, help="TFRecord shards (0: as many as pair files)")
-    _add_output(p)
-
-    p = sub.add_parser("prepare", help=COMMANDS["prepare"])
-    _add_corpus(p)
-    _add_pairs(p)
-    _add_mask_no_seed(p)
-    p.add_argument("--num-shards", type=int, default=0, help="TFRecord shards (0: one per 8 MiB of input)")
-    _add_output(p)
-
-    p = sub.add_parser("inspect", help=COMMANDS["inspect"])
-    p.add_argument("directory")
-    p.add_argument("--examples", type=int, default=3, help="decoded examples to print")
-    p.add_argument("--vocab", default=None, help="vocab to decode with (default: the manifest's)")
-    _add_allow_incomplete(p, "the data files of a directory without manifest")
-
-    p = sub.add_parser("verify", help=COMMANDS["verify"])
-    p.add_argument("directory")
-    p.add_argument("--max-seq-length", type=int, default=0, help="for shards without a manifest (google's)")
-    p.add_argument("--max-predictions-per-seq", type=int, default=0, help="for shards without a manifest")
-    p.add_argument("--vocab-size", type=int, default=0, help="for shards without a manifest: check ids below it")
-    p.add_argument("--vocab", default=None, help="for shards without a manifest: their vocab (size, [CLS], [SEP])")
-    p.add_argument("--cls-id", type=int, default=101, help="without a manifest or --vocab (google's vocabs: 101)")
-    p.add_argument("--sep-id", type=int, default=102, help="without a manifest or --vocab (google's vocabs: 102)")
-    p.add_argument("--pattern", default="*.tfrecord", help="files to read when there is no manifest")
-
-    for name in ("vocab", "train", "export-hf", "plot"):
-        sub.add_parser(name, help=COMMANDS[name], add_help=False)
-
-    p = sub.add_parser("demo", help=COMMANDS["demo"])
-    p.add_argument("--output", default="demo_out")
-    p.add_argument("--steps", type=int, default=300, help="training steps of the tiny model")
-    return parser
-
-
-def _add_mask_no_seed(p: argparse.ArgumentParser) -> None:
-    """The masking flags for `prepare`, whose --seed is shared with pairing."""
-    scratch = argparse.ArgumentParser(add_help=False)
-    _add_mask(scratch)
-    for action in scratch._actions:
-        if "--seed" not in action.option_strings:
-            p._add_action(action)
+def one_line(error: BaseException) -> str:
+    """The message of an error as one line: a pipeline failure's last line (Beam wraps a worker's error, with
+    its traceback, in its own), without the exception's class when the message names it already."""
+    text = str(error).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[-1] if lines else type(error).__name__
+    if isinstance(error, OSError) and error.filename and not lines:
+        line = f"{error.filename}: {error.strerror}"
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Commands owned by other modules parse their own flags.
-    if argv and argv[0] in ("vocab", "train", "export-hf", "plot"):
-        _quiet_logging("-v" in argv)
-        if argv[0] == "vocab":
-            from pipeline import vocab
-            from pipeline.manifest import ManifestError
-            try:
-                return vocab.main(argv[1:])
-            except ManifestError as e:
-                raise SystemExit(f"bertprep vocab: {e}") from None
-        if argv[0] == "train":
-            from model import train
-            return train.main(argv[1:])
-        if argv[0] == "export-hf":
-            from model import export_hf
-            return export_hf.main(argv[1:])
-        from model import plot
-        return plot.main(argv[1:])
-
-    parser = build_parser()
-    args, beam_args = parser.parse_known_args(argv)
-    if args.command not in BEAM_COMMANDS and beam_args:
-        parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
+    command, args = parse(argv)
+    debug = args.debug or getattr(args, "verbose", False)
     _quiet_logging(getattr(args, "verbose", False))
-
-    if args.command == "verify":
-        from pipeline import verify
-        return verify.main(args)
-    if args.command == "demo":
-        from pipeline import demo
-        return demo.main(args)
-
-    from pipeline.manifest import ManifestError
     try:
-        if args.command == "inspect":
-            from pipeline import inspection
-            return inspection.main(args)
-        from pipeline import options, run
-        opts = options.pipeline_options(args.preset, beam_args, gcs_bucket=args.gcs_bucket)
-        stage = {"extract": run.extract, "pairs": run.make_pairs, "mask": run.mask, "prepare": run.prepare}
-        if options.is_dry_run(opts) and args.overwrite:
-            parser.error("--overwrite with --dry_run would delete the old output for a job that never runs")
-        if options.is_dataflow(opts) and not options.is_dry_run(opts):
-            keys = ("input", "output") + (("vocab",) if args.command in ("pairs", "prepare") else ())
-            local = [f"--{k}" for k in keys if any("://" not in s for s in getattr(args, k).split(","))]
-            if local:
-                parser.error(f"Dataflow workers cannot read local paths: give gs:// paths for {', '.join(local)}")
-        try:
-            stage[args.command](args, opts)
-        except run.DryRun as e:   # translated and staged for Dataflow, nothing ran: nothing was written
-            print(e, file=sys.stderr)
-            return 0
-    except ManifestError as e:   # a missing or mismatched input: the message says what to do, no traceback
-        raise SystemExit(f"bertprep {args.command}: {e}") from None
-    print(f"wrote {args.output}/manifest.json", file=sys.stderr)
-    return 0
+        return handler(command)(args) or 0
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        raise SystemExit(f"bertprep {command}: interrupted") from None
+    except SystemExit as e:   # a refusal with its message: one line, named for the command
+        if isinstance(e.code, str) and not e.code.startswith("bertprep"):
+            raise SystemExit(f"bertprep {command}: {e.code}") from None
+        raise
+    except Exception as e:   # anything else a user can cause (a missing file, a full disk, a damaged input)
+        if debug:
+            raise
+        raise SystemExit(f"bertprep {command}: {one_line(e)}" + ("" if isinstance(e, (OSError, ValueError))
+                         else " (run with --debug for the traceback)")) from None
 
 
 if __name__ == "__main__":

@@ -17,9 +17,15 @@ def _step(title: str) -> None:
     print(f"\n=== {title}", flush=True)
 
 
-def main(args) -> int:
+def _run(*argv: str) -> None:
+    """One command's handler, on args parsed by that command's own parser (strict flags and value checks)."""
     from pipeline import cli
 
+    command, args = cli.parse(list(argv))
+    cli.handler(command)(args)
+
+
+def main(args) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     vocab = str(SAMPLES / "vocab-uncased.txt")
@@ -27,30 +33,29 @@ def main(args) -> int:
     start = time.time()
 
     _step("extract wikipedia: 20 real articles (+ redirects) from corpora/samples/enwiki-sample.xml.bz2")
-    cli.main(["extract", "wikipedia", "--input", str(SAMPLES / "enwiki-sample.xml.bz2"),
-              "--output", str(out / "documents/wikipedia"), *beam])
+    _run("extract", "wikipedia", "--input", str(SAMPLES / "enwiki-sample.xml.bz2"),
+         "--output", str(out / "documents/wikipedia"), *beam)
     _step("extract books: 3 Project Gutenberg books from corpora/samples/books/")
-    cli.main(["extract", "books", "--input", str(SAMPLES / "books"),
-              "--output", str(out / "documents/books"), *beam])
+    _run("extract", "books", "--input", str(SAMPLES / "books"), "--output", str(out / "documents/books"), *beam)
     _step("vocab: a 5,000-piece WordPiece vocab trained on those documents (pairs below use google's vocab)")
-    cli.main(["vocab", "--input", str(out / "documents/*/documents-*.jsonl.gz"), "--vocab-size", "5000",
-              "--output", str(out / "vocab-demo.txt")])
+    _run("vocab", "--input", str(out / "documents/*/documents-*.jsonl.gz"), "--vocab-size", "5000",
+         "--output", str(out / "vocab-demo.txt"))
     _step("pairs: sentences -> WordPieces -> NSP pairs (max_seq_length 128, dupe_factor 5)")
-    cli.main(["pairs", "--input", f"{out / 'documents/wikipedia'},{out / 'documents/books'}", "--vocab", vocab,
-              "--max-seq-length", "128", "--dupe-factor", "5", "--output", str(out / "pairs"), *beam])
+    _run("pairs", "--input", f"{out / 'documents/wikipedia'},{out / 'documents/books'}", "--vocab", vocab,
+         "--max-seq-length", "128", "--dupe-factor", "5", "--output", str(out / "pairs"), *beam)
     _step("mask: 15% of WordPieces, 80/10/10, into 4 TFRecord shards in google's schema")
-    cli.main(["mask", "--input", str(out / "pairs"), "--max-predictions-per-seq", "20", "--num-shards", "4",
-              "--output", str(out / "shards"), *beam])
+    _run("mask", "--input", str(out / "pairs"), "--max-predictions-per-seq", "20", "--num-shards", "4",
+         "--output", str(out / "shards"), *beam)
     _step("inspect")
-    cli.main(["inspect", str(out / "shards"), "--examples", "1"])
+    _run("inspect", str(out / "shards"), "--examples", "1")
     data_seconds = time.time() - start
 
     _step(f"train: a tiny BERT on CPU for {args.steps} steps")
     run_dir = out / "run"
-    cli.main(["train", "--data", str(out / "shards" / "shard-*.tfrecord"), "--model", "tiny",
-              "--output", str(run_dir), "--steps", str(args.steps), "--batch-size", "32", "--lr", "1e-3",
-              "--warmup-steps", str(max(1, args.steps // 10)), "--log-every", str(max(1, args.steps // 10)),
-              "--eval-every", "0", "--overwrite"])
+    _run("train", "--data", str(out / "shards" / "shard-*.tfrecord"), "--model", "tiny",
+         "--output", str(run_dir), "--steps", str(args.steps), "--batch-size", "32", "--lr", "1e-3",
+         "--warmup-steps", str(max(1, args.steps // 10)), "--log-every", str(max(1, args.steps // 10)),
+         "--eval-every", "0", "--overwrite")
     log = [json.loads(line) for line in open(run_dir / "log.jsonl") if line.strip()]
     train_log = [r for r in log if "mlm_accuracy" in r and r.get("split", "train") == "train"]
     first, last = train_log[0], train_log[-1]

@@ -9,7 +9,6 @@ import json
 import os
 
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
 
 from pipeline import documents, example_proto, manifest, masking, pair_records, schema, tfrecord, tokenization
 
@@ -29,10 +28,10 @@ def _decode(vocab: list[str] | None, ids) -> str:
     return " ".join(vocab[i] if 0 <= i < len(vocab) else f"<{i}>" for i in ids)
 
 
-def inspect_documents(directory: str, m: dict, examples: int) -> None:
+def inspect_documents(paths: list[str], m: dict, examples: int) -> None:
     n = paragraphs = chars = 0
     shown = 0
-    for path in manifest.data_files(directory, m):
+    for path in paths:
         for doc in documents.read_file(path):
             n += 1
             paragraphs += len(doc.paragraphs)
@@ -87,8 +86,7 @@ def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
             print("    masked: " + ", ".join(f"{p}={_decode(vocab, [l])}" for p, l in zip(pos, labels)))
 
 
-def inspect_records(directory: str, m: dict, examples: int, vocab: list[str] | None) -> None:
-    paths = manifest.data_files(directory, m)
+def inspect_records(paths: list[str], m: dict, examples: int, vocab: list[str] | None) -> None:
     if m["format"] == manifest.SHARDS:
         shape = schema.Shape(m["max_seq_length"], m["max_predictions_per_seq"])
         stats = shard_statistics(paths, shape, m["vocab"]["ids"]["mask_id"], examples)
@@ -107,20 +105,9 @@ def inspect_records(directory: str, m: dict, examples: int, vocab: list[str] | N
     _print_stats(m, stats, vocab)
 
 
-_DATA_FILES = ((manifest.SHARDS, "shard-*.tfrecord"), (manifest.PAIRS, "pairs-*.tfrecord"),
-               (manifest.DOCUMENTS, "documents-*.jsonl.gz"))
-
-
-def _stand_in_manifest(directory: str, vocab_path: str | None) -> dict:
+def _stand_in_manifest(opened: manifest.Opened, vocab_path: str | None) -> dict:
     """For --allow-incomplete: the data files present, the shard shape from the first record, no counts."""
-    for fmt, pattern in _DATA_FILES:
-        found = sorted(x.path for x in FileSystems.match([FileSystems.join(directory, pattern)])[0].metadata_list)
-        if found:
-            break
-    else:
-        raise manifest.ManifestError(f"{directory} has no {manifest.NAME} and no shard-*, pairs-* or documents-* "
-                                     "files to read (an interrupted run's partial files under .incomplete/ are "
-                                     "never read)")
+    fmt, found = opened.format, opened.files
     m = {"format": fmt, "stage": None, "created_by": f"no {manifest.NAME}: --allow-incomplete", "counts": {},
          "files": [{"file": os.path.basename(f)} for f in found]}
     if fmt == manifest.SHARDS:
@@ -135,17 +122,11 @@ def _stand_in_manifest(directory: str, vocab_path: str | None) -> dict:
 
 
 def main(args) -> int:
-    if FileSystems.exists(manifest.path_in(args.directory)):
-        m = manifest.read(args.directory)
-    elif args.allow_incomplete:
-        m = _stand_in_manifest(args.directory, args.vocab)
-    else:
-        raise manifest.ManifestError(
-            f"{args.directory} has no {manifest.NAME}: it is not a complete bertprep output (the stage writing it "
-            "did not finish, or this is not a bertprep directory). Re-run that stage with --overwrite, or pass "
-            "--allow-incomplete to inspect its data files anyway.")
+    opened = manifest.open_output(args.directory, (manifest.DOCUMENTS, manifest.PAIRS, manifest.SHARDS),
+                                  args.allow_incomplete, what="DIR")
+    m = opened.manifest or _stand_in_manifest(opened, args.vocab)
     print(f"{args.directory}: {m['format']} written by `{m.get('stage')}` ({m.get('created_by')}), "
-          f"{len(m['files'])} file(s)")
+          f"{len(opened.files)} file(s)")
     print("  parameters " + json.dumps(m.get("parameters", {}), sort_keys=True))
     vocab = None
     if m["format"] != manifest.DOCUMENTS:
@@ -154,7 +135,7 @@ def main(args) -> int:
             vocab = tokenization.read_vocab(path) if path else None
         except (OSError, IOError):
             print(f"  (vocab {path} not readable: showing ids)")
-        inspect_records(args.directory, m, args.examples, vocab)
+        inspect_records(opened.files, m, args.examples, vocab)
     else:
-        inspect_documents(args.directory, m, args.examples)
+        inspect_documents(opened.files, m, args.examples)
     return 0

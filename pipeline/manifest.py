@@ -15,20 +15,19 @@ Its presence marks the directory complete (data files are published before it). 
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
+import os
+import sys
+from dataclasses import dataclass, field
 from typing import Any
+
+from pipeline import storage
 
 NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
 VERSION = "0.1.0"
-
-
-def _filesystems():
-    """Beam's FileSystems, imported on use: the trainer imports this module's constants without Beam."""
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems
 
 
 class ManifestError(ValueError):
@@ -36,8 +35,7 @@ class ManifestError(ValueError):
 
 
 def path_in(directory: str) -> str:
-    FileSystems = _filesystems()
-    return FileSystems.join(directory, NAME)
+    return storage.join(directory, NAME)
 
 
 def dumps(manifest: dict[str, Any]) -> bytes:
@@ -45,7 +43,8 @@ def dumps(manifest: dict[str, Any]) -> bytes:
 
 
 def write(directory: str, manifest: dict[str, Any]) -> None:
-    FileSystems = _filesystems()
+    from apache_beam.io.filesystems import FileSystems
+
     manifest = {"created_by": f"bertprep {VERSION}", **manifest}
     with FileSystems.create(path_in(directory)) as f:
         f.write(dumps(manifest))
@@ -53,23 +52,18 @@ def write(directory: str, manifest: dict[str, Any]) -> None:
 
 def read(directory: str) -> dict[str, Any]:
     """The manifest of a bertprep output directory; ManifestError if it has none (incomplete output)."""
-    FileSystems = _filesystems()
     path = path_in(directory)
-    if not FileSystems.exists(path):
+    if not storage.exists(path):
         raise ManifestError(f"{directory}: no {NAME}: not a complete bertprep output "
                             "(the stage that writes it did not finish, or this is not a bertprep directory)")
-    with FileSystems.open(path) as f:
-        raw = f.read()
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:
+        return json.loads(storage.read_bytes(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ManifestError(f"{path}: not valid JSON: {e}") from None
 
 
 def sha256_of(directory: str) -> str:
-    FileSystems = _filesystems()
-    with FileSystems.open(path_in(directory)) as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    return hashlib.sha256(storage.read_bytes(path_in(directory))).hexdigest()
 
 
 def expect_format(manifest: dict[str, Any], fmt: str, directory: str) -> None:
@@ -79,5 +73,152 @@ def expect_format(manifest: dict[str, Any], fmt: str, directory: str) -> None:
 
 def data_files(directory: str, manifest: dict[str, Any]) -> list[str]:
     """Full paths of the data files a manifest lists, in shard order."""
-    FileSystems = _filesystems()
-    return [FileSystems.join(directory, entry["file"]) for entry in manifest["files"]]
+    return [storage.join(directory, entry["file"]) for entry in manifest["files"]]
+
+
+# ---------------------------------------------------------------------------------------------- opening outputs
+
+# The data files of each format, as the stages name them. Shards made elsewhere (google's) may have any name.
+INCOMPLETE_DIR = ".incomplete"   # where a running stage writes (pipeline/shards.py); never read
+PATTERNS = {DOCUMENTS: "documents-*.jsonl.gz", PAIRS: "pairs-*.tfrecord", SHARDS: "shard-*.tfrecord"}
+KIND = {DOCUMENTS: "documents", PAIRS: "pair records", SHARDS: "masked-LM shards"}
+EXTENSION = {DOCUMENTS: ".jsonl.gz", PAIRS: ".tfrecord", SHARDS: ".tfrecord"}
+# What must agree for files of several directories to be read as one input
+_SAME = (("vocab", lambda m: (m.get("vocab") or {}).get("sha256")), ("max_seq_length", lambda m: m.get("max_seq_length")),
+         ("max_predictions_per_seq", lambda m: m.get("max_predictions_per_seq")))
+
+
+@dataclass
+class Opened:
+    """What a user's --input (or --data, or DIR) names: data files, the manifests they come with, provenance."""
+    files: list[str]                                      # data files, in order
+    format: str                                           # DOCUMENTS | PAIRS | SHARDS
+    manifests: dict[str, dict] = field(default_factory=dict)   # directory -> its manifest (complete outputs)
+    inputs: list[dict] = field(default_factory=list)      # provenance for the manifest a stage writes
+    skipped: list[str] = field(default_factory=list)      # files a glob caught that are not data files
+    records: dict[str, int] = field(default_factory=dict)  # file -> record count, where a manifest lists it
+
+    @property
+    def manifest(self) -> dict | None:
+        """The one manifest (all agree on what matters), or None for files without one."""
+        return next(iter(self.manifests.values()), None)
+
+
+def _format_of_name(name: str) -> str | None:
+    for fmt, pattern in PATTERNS.items():
+        if fnmatch.fnmatch(name, pattern):
+            return fmt
+    return None
+
+
+def no_manifest(directory: str, formats: tuple[str, ...], advice: str = "") -> ManifestError:
+    """The one refusal of a directory without manifest.json."""
+    patterns = " or ".join(PATTERNS[f] for f in formats)
+    advice = advice or f"pass --allow-incomplete to read its {patterns} files anyway"
+    return ManifestError(f"{directory} has no {NAME}: it is not a complete bertprep output (the stage writing it did "
+                         f"not finish, or this is not a bertprep directory). Re-run that stage with --overwrite, or "
+                         f"{advice}.")
+
+
+def open_output(spec: str, formats: tuple[str, ...], allow_incomplete: bool = False, what: str = "--input",
+                foreign: bool = False, advice: str = "") -> Opened:
+    """The one way to open a stage's output: `spec` is a directory (its manifest's files), a glob, a file, or a comma
+    list of them. `formats` are the formats the caller reads.
+
+    A glob's non-data files (manifest.json, stats, anything that is not a data file) are skipped and reported in
+    `skipped`; a data file must be listed in its directory's manifest. Files of several directories must be of one
+    format and made with the same vocab and lengths. A directory or file without a manifest is refused, unless
+    `allow_incomplete` (a directory's own data files, never those under .incomplete/) or `foreign`: files made
+    elsewhere, named by a glob or path, with the extension of formats[0] (google's shards for the trainer,
+    hand-made documents for pairs and vocab). `advice` replaces the refusal's hint at --allow-incomplete for a
+    command that has another way.
+    """
+    opened = Opened([], "")
+    seen_format: dict[str, str] = {}   # format -> the first place it came from
+    for part in [s.strip() for s in spec.split(",") if s.strip()]:
+        if storage.exists(storage.join(part, NAME)):
+            m = read(part)
+            fmt = m.get("format")
+            _check_format(fmt, formats, part)
+            opened.files += data_files(part, m)
+            opened.records.update({storage.join(part, e["file"]): int(e["records"]) for e in m["files"]})
+            _add_manifest(opened, part, m)
+            opened.inputs.append({"path": part, "manifest_sha256": sha256_of(part)})
+            seen_format.setdefault(fmt, part)
+        elif storage.is_dir(part):
+            if not allow_incomplete:
+                raise no_manifest(part, formats, advice)
+            found = [f for f in storage.match(storage.join(part, "*")) if _format_of_name(os.path.basename(f))
+                     in formats]
+            if not found:
+                raise ManifestError(f"{part} has no {NAME} and no {' or '.join(PATTERNS[f] for f in formats)} "
+                                    "files to read (an interrupted run's partial files under .incomplete/ are never "
+                                    "read): re-run the stage that writes it")
+            opened.files += found
+            opened.inputs.append({"path": part, "incomplete": True})
+            for f in found:
+                seen_format.setdefault(_format_of_name(os.path.basename(f)), part)
+        else:
+            _open_glob(opened, part, formats, allow_incomplete, foreign, what, seen_format, advice)
+    if len(seen_format) > 1:
+        (fa, a), (fb, b) = list(seen_format.items())[:2]
+        raise ManifestError(f"{a} holds {KIND[fa]} and {b} holds {KIND[fb]}: give one stage's output at a time")
+    if not opened.files:
+        raise ManifestError(f"{what} {spec!r} names no data files")
+    opened.format = next(iter(seen_format))
+    if opened.skipped:
+        print(f"{what} {spec}: skipped {len(opened.skipped)} file(s) that are not data files "
+              f"(e.g. {opened.skipped[0]})", file=sys.stderr)
+    return opened
+
+
+def _check_format(fmt: str | None, formats: tuple[str, ...], where: str) -> None:
+    if fmt not in formats:
+        have = KIND.get(fmt, repr(fmt))
+        raise ManifestError(f"{where} holds {have}, not {' or '.join(KIND[f] for f in formats)}")
+
+
+def _add_manifest(opened: Opened, directory: str, m: dict) -> None:
+    for other_dir, other in opened.manifests.items():
+        for name, get in _SAME:
+            if get(m) != get(other):
+                raise ManifestError(f"{other_dir} and {directory} were made with different {name} ({get(other)} vs "
+                                    f"{get(m)}): they cannot be read as one input")
+    opened.manifests[directory] = m
+
+
+def _open_glob(opened: Opened, part: str, formats, allow_incomplete: bool, foreign: bool, what: str,
+               seen_format: dict, advice: str) -> None:
+    matched = storage.match(part)
+    if not matched:
+        raise ManifestError(f"{what} {part!r} matches no files")
+    for f in matched:
+        name, directory = os.path.basename(f), os.path.dirname(f)
+        if INCOMPLETE_DIR in f.replace("\\", "/").split("/"):
+            raise ManifestError(f"{f}: under {INCOMPLETE_DIR}/, an unfinished run's partial files, which are never "
+                                "read: re-run the stage that writes it with --overwrite")
+        fmt = _format_of_name(name) or (formats[0] if foreign and name.endswith(EXTENSION[formats[0]]) else None)
+        if fmt is None:
+            opened.skipped.append(f)
+            continue
+        if storage.exists(storage.join(directory, NAME)):
+            m = opened.manifests.get(directory) or read(directory)
+            if directory not in opened.manifests:
+                _check_format(m.get("format"), formats, directory)
+                _add_manifest(opened, directory, m)
+                opened.inputs.append({"path": directory, "manifest_sha256": sha256_of(directory)})
+            listed = {e["file"]: int(e["records"]) for e in m["files"]}
+            if name not in listed:
+                raise ManifestError(f"{f}: not listed in {storage.join(directory, NAME)} (a leftover of another "
+                                    "run?)")
+            opened.records[f] = listed[name]
+            fmt = m["format"]
+        elif not (allow_incomplete or foreign):
+            raise no_manifest(directory, formats, advice)
+        elif fmt not in formats:
+            opened.skipped.append(f)
+            continue
+        else:
+            opened.inputs.append({"path": f, "incomplete": True} if not foreign else {"path": f})
+        opened.files.append(f)
+        seen_format.setdefault(fmt, directory)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 
 from pipeline import manifest, masking, pairs, shards, sizing, storage, tokenization, transforms
@@ -35,58 +34,19 @@ MiB = 1 << 20
 # ---------------------------------------------------------------------------------------------- inputs
 
 def expand_inputs(spec: str, what: str = "input") -> list[str]:
-    """Comma-separated globs (or directories, kept as they are) -> sorted file paths; each must match."""
+    """Comma-separated globs (or directories, kept as they are) of corpus files -> sorted paths; each must match."""
     paths: list[str] = []
     for pattern in [s.strip() for s in spec.split(",") if s.strip()]:
         if os.path.isdir(pattern):
             paths.append(pattern.rstrip("/"))
             continue
-        found = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+        found = storage.match(pattern)
         if not found:
-            raise SystemExit(f"--{what} {pattern!r} matches no file")
-        paths.extend(sorted(found))
+            raise manifest.ManifestError(f"--{what} {pattern!r} matches no files")
+        paths.extend(found)
     if not paths:
-        raise SystemExit(f"--{what} is empty")
+        raise manifest.ManifestError(f"--{what} is empty")
     return sorted(set(paths))
-
-
-def stage_input_files(spec: str, fmt: str, pattern: str,
-                      allow_incomplete: bool = False) -> tuple[list[str], list[dict]]:
-    """Files of an earlier stage's output: a directory (its manifest's files) or globs of files.
-
-    A directory without manifest.json is refused (its stage did not finish) unless `allow_incomplete`: then its
-    `pattern` files are read. Returns the files and, for each directory, {"path", "manifest_sha256"} (or
-    {"path", "incomplete": true}) to record as provenance.
-    """
-    files, inputs = [], []
-    for part in [s.strip() for s in spec.split(",") if s.strip()]:
-        if os.path.isdir(part) and not FileSystems.exists(manifest.path_in(part)):
-            files.extend(incomplete_files(part, pattern, allow_incomplete))
-            inputs.append({"path": part, "incomplete": True})
-        elif FileSystems.exists(manifest.path_in(part)) or os.path.isdir(part):
-            m = manifest.read(part)
-            manifest.expect_format(m, fmt, part)
-            files.extend(manifest.data_files(part, m))
-            inputs.append({"path": part, "manifest_sha256": manifest.sha256_of(part)})
-        else:
-            files.extend(expand_inputs(part))
-            inputs.append({"path": part})
-    return files, inputs
-
-
-def incomplete_files(directory: str, pattern: str, allow_incomplete: bool) -> list[str]:
-    """The `pattern` files of a directory that has no manifest.json, if the user allowed reading it."""
-    if not allow_incomplete:
-        raise manifest.ManifestError(
-            f"{directory} has no {manifest.NAME}: it is not a complete bertprep output (the stage writing it did "
-            "not finish, or this is not a bertprep directory). Re-run that stage with --overwrite, or pass "
-            f"--allow-incomplete to read its {pattern} files anyway.")
-    found = sorted(m.path for m in FileSystems.match([FileSystems.join(directory, pattern)])[0].metadata_list)
-    if not found:
-        raise manifest.ManifestError(f"{directory} has no {manifest.NAME} and no {pattern} files to read (an "
-                                     "interrupted run's partial files under .incomplete/ are never read): re-run "
-                                     "the stage that writes it")
-    return found
 
 
 def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
@@ -299,8 +259,8 @@ def _instances_basis(input_bytes: int, tokens: float, args) -> str:
 
 
 def make_pairs(args, options) -> dict:
-    files, inputs = stage_input_files(args.input, manifest.DOCUMENTS, "documents-*.jsonl.gz",
-                                      args.allow_incomplete)
+    opened = manifest.open_output(args.input, (manifest.DOCUMENTS,), args.allow_incomplete, foreign=True)
+    files, inputs = opened.files, opened.inputs
     vocab = vocab_entry(args.vocab, not args.cased)
     sizes = sizing.local_sizes(files)
     tokens = sizing.input_tokens("documents", sizes)
@@ -350,29 +310,26 @@ def _shards_manifest(stage, args, params, vocab, max_seq_length, documents, writ
 
 
 def mask(args, options) -> dict:
-    if FileSystems.exists(manifest.path_in(args.input)):
-        pairs_manifest = manifest.read(args.input)
-        manifest.expect_format(pairs_manifest, manifest.PAIRS, args.input)
+    opened = manifest.open_output(args.input, (manifest.PAIRS,), args.allow_incomplete)
+    files, pairs_manifest = opened.files, opened.manifest
+    if pairs_manifest is not None:
         vocab = pairs_manifest["vocab"]
         if args.vocab and tokenization.vocab_sha256(args.vocab) != vocab["sha256"]:
             raise SystemExit(f"--vocab {args.vocab} is not the vocabulary {args.input} was made with "
                              f"({vocab['path']}, sha256 {vocab['sha256'][:12]}...)")
-        files = manifest.data_files(args.input, pairs_manifest)
         L = pairs_manifest["max_seq_length"]
-        documents, pair_parameters = pairs_manifest["counts"]["documents"], pairs_manifest["parameters"]
-        source = {"path": args.input, "manifest_sha256": manifest.sha256_of(args.input)}
+        documents = sum(m["counts"]["documents"] for m in opened.manifests.values())
+        pair_parameters = pairs_manifest["parameters"]
     else:   # --allow-incomplete: no manifest to give the vocab ids and the length the pairs were made with
-        files = incomplete_files(args.input, "pairs-*.tfrecord", args.allow_incomplete)
         if not (args.vocab and args.max_seq_length):
             raise SystemExit(f"{args.input} has no {manifest.NAME} to say which vocab and max_seq_length its pairs "
                              "were made with: with --allow-incomplete also pass --vocab and --max-seq-length")
         vocab = vocab_entry(args.vocab, lowercase=None)
         L, documents, pair_parameters = args.max_seq_length, None, None
-        source = {"path": args.input, "incomplete": True}
     params = _mask_params(args)
     record = sizing.shard_record_bytes(L, params.max_predictions_per_seq)
     if pair_parameters is not None:   # the pairs manifest counts the instances
-        instances = pairs_manifest["counts"]["instances"]
+        instances = sum(opened.records.values())
         basis = f"{instances:,} pair records"
     else:
         pair_bytes = sum(sizing.local_sizes(files).values())
@@ -390,7 +347,7 @@ def mask(args, options) -> dict:
      | "WriteShards" >> shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
                                            stat_names=transforms.MASK_STATS))
     written, values = run_and_publish("mask", p, out, shuffle, basis, args.retries)
-    m = _shards_manifest("mask", args, params, vocab, L, documents, written, values, [source],
+    m = _shards_manifest("mask", args, params, vocab, L, documents, written, values, opened.inputs,
                          {"pairs": pair_parameters})
     manifest.write(args.output, m)
     return m
@@ -428,3 +385,29 @@ def prepare(args, options) -> dict:
                          [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)})
     manifest.write(args.output, m)
     return m
+
+
+# ---------------------------------------------------------------------------------------------- the command
+
+STAGES = {"extract": extract, "pairs": make_pairs, "mask": mask, "prepare": prepare}
+
+
+def main(args) -> int:
+    """The handler of the Beam commands: Beam options from the preset and the Beam flags, then the stage."""
+    from pipeline import options
+
+    opts = options.pipeline_options(args.preset, args.beam_args, gcs_bucket=args.gcs_bucket)
+    if options.is_dry_run(opts) and args.overwrite:
+        raise SystemExit("--overwrite with --dry_run would delete the old output for a job that never runs")
+    if options.is_dataflow(opts) and not options.is_dry_run(opts):
+        keys = ("input", "output") + (("vocab",) if args.command in ("pairs", "prepare") else ())
+        local = [f"--{k}" for k in keys if any("://" not in s for s in getattr(args, k).split(","))]
+        if local:
+            raise SystemExit(f"Dataflow workers cannot read local paths: give gs:// paths for {', '.join(local)}")
+    try:
+        STAGES[args.command](args, opts)
+    except DryRun as e:   # translated and staged for Dataflow, nothing ran: nothing was written
+        print(e, file=sys.stderr)
+        return 0
+    print(f"wrote {args.output}/manifest.json", file=sys.stderr)
+    return 0

@@ -3,14 +3,20 @@
 An object store (GCS, S3) has no directories: `gs://b/out/.incomplete` is not an object, so `exists()` of it is
 false and `delete([it])` matches nothing, although thousands of objects may sit under it. Every check and removal
 of a "directory" here therefore goes by its prefix (`DIR/**`), which also works on a local disk. Nothing here
-creates a local directory for a path that is not local.
+creates a local directory for a path that is not local. Local paths use the os module directly (Beam is imported
+only for other schemes, so the trainer can use these without it).
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 
-from apache_beam.io.filesystems import FileSystems
+
+def _filesystems():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
 
 
 def is_local(path: str) -> bool:
@@ -18,10 +24,47 @@ def is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 
 
+def join(directory: str, *names: str) -> str:
+    return os.path.join(directory, *names) if is_local(directory) else _filesystems().join(directory, *names)
+
+
+def has_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def match(pattern: str) -> list[str]:
+    """The files a path or glob names, sorted (`**` crosses directories)."""
+    if is_local(pattern):
+        pattern = pattern.removeprefix("file://")
+        return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    return sorted(m.path for m in _filesystems().match([pattern])[0].metadata_list)
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(path.removeprefix("file://")) if is_local(path) else _filesystems().exists(path)
+
+
+def is_dir(path: str) -> bool:
+    """A local directory, or on an object store a prefix with objects under it."""
+    if is_local(path):
+        return os.path.isdir(path.removeprefix("file://"))
+    return not has_glob(path) and bool(files_under(path))
+
+
+def read_bytes(path: str) -> bytes:
+    if is_local(path):
+        with open(path.removeprefix("file://"), "rb") as f:
+            return f.read()
+    with _filesystems().open(path, compression_type="uncompressed") as f:
+        return f.read()
+
+
 def files_under(directory: str) -> list[str]:
-    """Every file (object) under `directory`, at any depth, sorted."""
-    pattern = FileSystems.join(directory, "**")
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    """Every file (object) under `directory`, at any depth, hidden ones included, sorted."""
+    if is_local(directory):
+        local = directory.removeprefix("file://")
+        return sorted(os.path.join(d, f) for d, _, names in os.walk(local) for f in names)
+    return match(join(directory, "**"))
 
 
 def remove_tree(directory: str) -> None:
@@ -34,4 +77,4 @@ def remove_tree(directory: str) -> None:
         return
     found = files_under(directory)
     if found:
-        FileSystems.delete(found)
+        _filesystems().delete(found)

@@ -17,9 +17,8 @@ import os
 import sys
 
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
 
-from pipeline import documents, manifest, pair_records, schema, tfrecord
+from pipeline import documents, manifest, pair_records, schema, storage, tfrecord
 
 MAX_REPORTED = 20
 
@@ -128,16 +127,16 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
 def main(args) -> int:
     directory = args.directory
     problems = Problems()
-    if not FileSystems.exists(manifest.path_in(directory)):
-        if not (args.max_seq_length and args.max_predictions_per_seq):
-            print(f"{directory}: no manifest.json: incomplete output (a stage did not finish). For shards made "
-                  "by google's tool, pass --max-seq-length and --max-predictions-per-seq.", file=sys.stderr)
-            return 1
-        files = sorted(m.path for m in FileSystems.match([FileSystems.join(directory, args.pattern)])[0]
-                       .metadata_list)
-        if not files:
-            print(f"{directory}: no files match {args.pattern}", file=sys.stderr)
-            return 1
+    google = bool(args.max_seq_length and args.max_predictions_per_seq)   # shards made by google's tool
+    spec = directory
+    if google and storage.is_dir(directory) and not storage.exists(manifest.path_in(directory)):
+        spec = storage.join(directory, args.pattern)
+    formats = (manifest.SHARDS,) if google else (manifest.DOCUMENTS, manifest.PAIRS, manifest.SHARDS)
+    opened = manifest.open_output(spec, formats, foreign=google,
+                                  what="DIR", advice="for shards made by google's tool pass --max-seq-length and "
+                                                     "--max-predictions-per-seq")
+    m, files = opened.manifest, opened.files
+    if m is None:   # google-style shards
         vocab_size, cls_id, sep_id = args.vocab_size or 1 << 31, args.cls_id, args.sep_id
         if args.vocab:   # the ids of this vocab, not google's defaults
             from pipeline import masking, tokenization
@@ -150,31 +149,25 @@ def main(args) -> int:
                               vocab_size, cls_id, sep_id)
         print(f"{directory}: {len(files)} file(s), {sum(counts):,} records (no manifest: google-style shards)")
     else:
-        m = manifest.read(directory)
-        kind = {manifest.SHARDS: "shards", manifest.PAIRS: "pairs", manifest.DOCUMENTS: "documents"}.get(
-            m.get("format"))
-        if kind is None:
-            print(f"{directory}: unknown format {m.get('format')!r}", file=sys.stderr)
-            return 1
+        kind = {manifest.SHARDS: "shards", manifest.PAIRS: "pairs", manifest.DOCUMENTS: "documents"}[m["format"]]
         vocab = m.get("vocab", {})
         ids = vocab.get("ids", {})
         shape = schema.Shape(m.get("max_seq_length", 0), m.get("max_predictions_per_seq", 0))
-        files = manifest.data_files(directory, m)
         counts = verify_files(files, kind, problems, shape, vocab.get("size", 1 << 31), ids.get("cls_id", 101),
                               ids.get("sep_id", 102))
-        for entry, n in zip(m["files"], counts):
-            if entry["records"] != n:
-                problems.add(entry["file"], f"{n} records read, manifest says {entry['records']}")
+        for path, n in zip(files, counts):
+            if opened.records.get(path) != n:
+                problems.add(os.path.basename(path), f"{n} records read, manifest says {opened.records.get(path)}")
         total_key = "documents" if kind == "documents" else "instances"
-        if m["counts"].get(total_key) != sum(counts):
+        if len(opened.manifests) == 1 and len(files) == len(m["files"]) and m["counts"].get(total_key) != sum(counts):
             problems.add("manifest.json", f"{sum(counts)} records in all, manifest counts {m['counts'].get(total_key)}")
-        listed = {e["file"] for e in m["files"]}
-        present = [os.path.basename(x.path) for x in
-                   FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list]
-        for name in sorted(present):
-            if name not in listed and name != manifest.NAME and (
-                    fnmatch.fnmatch(name, "*.tfrecord") or fnmatch.fnmatch(name, "*.jsonl.gz")):
-                problems.add(name, "data file not listed in manifest.json (stale output from another run?)")
+        for d, dm in opened.manifests.items():
+            listed = {e["file"] for e in dm["files"]}
+            for path in storage.match(storage.join(d, "*")):
+                name = os.path.basename(path)
+                if name not in listed and name != manifest.NAME and (
+                        fnmatch.fnmatch(name, "*.tfrecord") or fnmatch.fnmatch(name, "*.jsonl.gz")):
+                    problems.add(name, "data file not listed in manifest.json (stale output from another run?)")
         print(f"{directory}: {m['format']}, {len(files)} file(s), {sum(counts):,} records")
     if problems.items:
         more = len(problems.items) - MAX_REPORTED

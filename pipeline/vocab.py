@@ -72,10 +72,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def input_files(spec: str) -> list[str]:
     """Document files of an `extract` directory (from its manifest) or of globs, in a stable order."""
-    from pipeline.run import stage_input_files
-
-    files, _ = stage_input_files(spec, manifest.DOCUMENTS, FILE_PATTERN)
-    return files
+    return manifest.open_output(spec, (manifest.DOCUMENTS,), foreign=True).files
 
 
 def read_documents(files: list[str]) -> Iterator[Document]:

@@ -207,8 +207,9 @@ def test_verify_passes_clean_output_and_names_damage(staged, tmp_path, capsys):
     assert "not listed in manifest.json" in capsys.readouterr().err
 
     (stale / "manifest.json").unlink()
-    assert cli.main(["verify", str(stale)]) == 1
-    assert "incomplete output" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"^bertprep verify: .*stale has no manifest.json: it is not a complete "
+                                         r"bertprep output.*--max-seq-length"):
+        cli.main(["verify", str(stale)])
 
 
 def test_verify_reads_googles_own_shards(tmp_path):

@@ -1,0 +1,113 @@
+"""Command-line flags: the strict parser every bertprep command uses, and value types that check what they are given.
+
+A mistake on the command line ends in one line on stderr naming the flag (exit 2), never a traceback and never a
+silent default: `Parser` prints argparse's complaints on one line and records its flag names, so that an unknown
+flag can be met with the closest known one.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors, no abbreviated flags, and the set of its flag names in `flag_names`."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        self.flag_names: set[str] = set()
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *names, **kwargs):
+        self.flag_names.update(n for n in names if n.startswith("-"))
+        return super().add_argument(*names, **kwargs)
+
+    def add_argument_group(self, *args, **kwargs):
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+
+        def recording(*names, **kw):
+            self.flag_names.update(n for n in names if n.startswith("-"))
+            return add(*names, **kw)
+
+        group.add_argument = recording
+        return group
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def unknown(self, flag: str, others: set[str] = frozenset()):
+        """Exits naming an unknown flag and the closest known one (the same name with - for _, one of the command's
+        own that it begins, else the most similar of all, Beam's `others` included)."""
+        name = flag.split("=", 1)[0]
+        if not name.startswith("-"):
+            self.error(f"unexpected argument {flag!r}")
+        own, every = sorted(self.flag_names), sorted(self.flag_names | set(others))
+        near = ([n for n in (name.replace("_", "-"), name.replace("-", "_")) if n in every]
+                or [n for n in own if n.startswith(name) and len(name) > 3]
+                or difflib.get_close_matches(name, every, n=1, cutoff=0.6))
+        self.error(f"unknown flag {name}" + (f"; did you mean {near[0]}?" if near else ""))
+
+
+def _number(kind, text: str, test, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if not test(value):
+        raise argparse.ArgumentTypeError(f"{text} is out of range: {what}")
+    return value
+
+
+def probability(text: str) -> float:
+    return _number(float, text, lambda v: 0.0 <= v <= 1.0, "a probability is between 0 and 1")
+
+
+def positive_int(text: str) -> int:
+    return _number(int, text, lambda v: v >= 1, "must be at least 1")
+
+
+def nonnegative_int(text: str) -> int:
+    return _number(int, text, lambda v: v >= 0, "must be 0 or more")
+
+
+def positive_float(text: str) -> float:
+    return _number(float, text, lambda v: v > 0, "must be more than 0")
+
+
+def readable_file(text: str) -> str:
+    """A local file that exists and can be read (other schemes are checked when they are read)."""
+    if "://" in text and not text.startswith("file://"):
+        return text
+    path = text.removeprefix("file://")
+    if not os.path.exists(path):
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text}: not readable (permission denied)")
+    return text
+
+
+def vocab_file(text: str) -> str:
+    """A google-format vocab.txt that holds [PAD] [UNK] [CLS] [SEP] [MASK]."""
+    readable_file(text)
+    if "://" in text and not text.startswith("file://"):
+        return text
+    try:
+        with open(text.removeprefix("file://"), encoding="utf-8") as f:
+            words = {line.rstrip("\n") for line in f}
+    except UnicodeDecodeError:
+        raise argparse.ArgumentTypeError(f"{text}: not a UTF-8 text file (a vocab.txt has one WordPiece a line)")
+    from pipeline.tokenization import SPECIAL_TOKENS
+
+    missing = [t for t in SPECIAL_TOKENS if t not in words]
+    if missing:
+        raise argparse.ArgumentTypeError(f"{text}: not a BERT vocab.txt: it lacks {' '.join(missing)}")
+    return text
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
