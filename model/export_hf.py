@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import struct
+import sys
 
 import torch
 
@@ -114,17 +115,29 @@ def export(checkpoint_path: str, out_dir: str) -> None:
     save_safetensors(tensors, os.path.join(out_dir, "model.safetensors"))
 
 
-def main(argv: list[str]) -> int:
-    from model.train import latest_checkpoint
-
-    parser = argparse.ArgumentParser(prog="bertprep export-hf", description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the `bertprep export-hf` arguments to `parser`."""
     parser.add_argument("run_dir", help="a `bertprep train` --output directory")
     parser.add_argument("out_dir", help="where to write config.json and model.safetensors")
     parser.add_argument("--checkpoint", help="a checkpoint file to export instead of RUN_DIR's latest")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`bertprep export-hf`: exports --checkpoint or RUN_DIR's latest; no checkpoint to read is one line, exit 2."""
+    from model.train import latest_checkpoint
+
     path = args.checkpoint or latest_checkpoint(args.run_dir)
-    if path is None:
-        parser.error(f"{args.run_dir}: no checkpoints (expected {args.run_dir}/checkpoints/step-*.pt)")
+    if path is None or not os.path.isfile(path):
+        missing = (f"--checkpoint {path}: no such file" if args.checkpoint else
+                   f"{args.run_dir}: no checkpoints (expected {args.run_dir}/checkpoints/step-*.pt)")
+        print(f"bertprep export-hf: error: {missing}", file=sys.stderr)
+        return 2
     export(path, args.out_dir)
     print(f"exported {path} -> {args.out_dir} (BertForPreTraining.from_pretrained({args.out_dir!r}))")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bertprep export-hf", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

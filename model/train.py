@@ -6,6 +6,10 @@ One process per device; for several, launch with torchrun (it sets RANK, WORLD_S
 --batch-size is the global batch (sequences per optimizer step), split over ranks and --grad-accum micro-steps, so
 a run's hyperparameters do not depend on the hardware. RUN_DIR gets config.json, log.jsonl, TensorBoard events
 (tb/) and checkpoints/step-N.pt; `--resume` continues from the latest checkpoint with the very next batch.
+
+Reads top to bottom: the flags; `train`, which sets up (ranks and device, the run directory, data, model and
+optimizer, a resumed state) and hands a `Session` to `train_loop`; the loop's parts (one optimizer step, the named
+statistics it logs, evaluation, checkpoints); LAMB; small helpers; the command's `run` and `main`.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import shutil
 import sys
 import time
 import types
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -30,16 +35,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from model import config as config_lib
 from model import data
 from model.bert import MLM_LOSS_EPS, Bert
-from pipeline import masking
+from pipeline import masking, schema
 from pipeline.tfrecord import CorruptRecordError
 
 
-class RunError(ValueError):
-    """Flags or the run directory do not allow the run (an existing run, an indivisible batch)."""
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="bertprep train", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds every `bertprep train` flag to `p`, grouped as in --help."""
     g = p.add_argument_group("data")
     g.add_argument("--data", required=True, help="glob of masked-LM shards, e.g. 'out/shards/*.tfrecord'")
     g.add_argument("--eval-data", help="glob of held-out shards (default: the last training file is held out)")
@@ -81,210 +82,277 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="exit (with a checkpoint) after this many steps of this invocation, e.g. to fit a job's "
                         "time limit; the schedule still spans --steps")
     g.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bertprep train", description=__doc__.splitlines()[0])
+    add_arguments(p)
     return p.parse_args(argv)
 
 
+class RunError(ValueError):
+    """Flags or the run directory do not allow the run (an existing run, an indivisible batch)."""
+
+
+# ---- the run: set up, then the loop --------------------------------------------------------------------------------
+
 def train(args: argparse.Namespace) -> dict:
     """Runs (or resumes) training; returns {"history": logged dicts, "step", "run_dir", "checkpoint"}."""
-    # ---- processes and devices: torchrun's environment, or a single process -------------------------------------
-    ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if ddp:
-        local_rank = int(os.environ["LOCAL_RANK"])
-        use_cuda = torch.cuda.is_available() and args.device != "cpu"
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-        rank, world = dist.get_rank(), dist.get_world_size()
-        device = f"cuda:{local_rank}" if use_cuda else "cpu"
-        if use_cuda:
-            torch.cuda.set_device(device)
+    ranks = setup_ranks(args.device)
+    if args.batch_size % (ranks.world * args.grad_accum):
+        raise RunError(f"--batch-size {args.batch_size} is not divisible by world size {ranks.world} x --grad-accum "
+                       f"{args.grad_accum}")
+    micro_batch = args.batch_size // (ranks.world * args.grad_accum)
+    resume_path = start_run_dir(args, ranks)
+    checkpoint = torch.load(resume_path, map_location="cpu", weights_only=False) if resume_path else None
+    if checkpoint:
+        config = config_lib.BertConfig.from_json(checkpoint["config"])
     else:
-        rank, world = 0, 1
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    master = rank == 0
-    device_type = "cuda" if device.startswith("cuda") else "cpu"
-    # bf16 autocast on GPUs (no loss scaling needed); fp32 on CPU, where bf16 matmuls are slow and inexact.
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device_type == "cuda"
-                else contextlib.nullcontext())
-    if device_type == "cuda":
+        config = config_lib.from_name_or_json(args.model)
+    preset = checkpoint is None and args.model in config_lib.PRESETS  # a preset takes the data's vocab
+    config, shards = open_data(args, config, preset)
+    loader = data.Loader(data.ShardDataset(shards.train_files, shards.shape, micro_batch,
+                                           vocab_size=config.vocab_size, seed=args.seed,
+                                           shuffle_buffer=args.shuffle_buffer, records=shards.records,
+                                           decoder=shards.decoder),
+                         num_workers=args.num_workers, pin_memory=ranks.device_type == "cuda")
+    model, optimizer, scheduler = build_model(args, config, ranks)
+    step = restore(checkpoint, model, optimizer, scheduler, loader, ranks.rank) if checkpoint else 0
+    del checkpoint  # its copies of the states are loaded: free them
+    step_model = torch.compile(model) if args.compile else model
+    if ranks.ddp:
+        step_model = DDP(step_model, device_ids=[ranks.local_rank] if ranks.device_type == "cuda" else None)
+
+    log = RunLog(args.output, args.steps, ranks.master)
+    if ranks.master:
+        os.makedirs(os.path.join(args.output, "checkpoints"), exist_ok=True)
+        with open(os.path.join(args.output, "config.json"), "w") as f:
+            f.write(config.to_json())
+        print(f"model: {model.num_params() / 1e6:.2f}M parameters ({args.model}); data: {len(shards.train_files)} "
+              f"train / {len(shards.eval_files)} eval file(s), L={shards.shape.max_seq_length} "
+              f"P={shards.shape.max_predictions_per_seq}; {ranks.world} rank(s) x {args.grad_accum} micro-step(s) "
+              f"of {micro_batch} on {ranks.device}; step {step}/{args.steps}")
+    session = Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, loader, log)
+    first_step = step
+    step, last_checkpoint = train_loop(session, step, resume_path)
+    if args.eval_every and shards.eval_files and step == args.steps > first_step:
+        log(evaluate(session, step))
+    log.close()
+    if ranks.ddp:
+        dist.destroy_process_group()
+    return {"history": log.history, "step": step, "run_dir": args.output, "checkpoint": last_checkpoint}
+
+
+@dataclass
+class Ranks:
+    """This process among the run's: torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK), or 0 of 1."""
+    rank: int
+    world: int
+    local_rank: int
+    device: str   # "cpu", "cuda", or "cuda:LOCAL_RANK" under torchrun
+    ddp: bool
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def device_type(self) -> str:
+        return "cuda" if self.device.startswith("cuda") else "cpu"
+
+    def autocast(self):
+        """bf16 autocast on GPUs (no loss scaling needed); fp32 on CPU, where bf16 matmuls are slow and inexact."""
+        if self.device_type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+
+def setup_ranks(device: str | None) -> Ranks:
+    """Joins torchrun's process group when WORLD_SIZE > 1 (NCCL on GPUs, gloo on CPUs); else one process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        local_rank = int(os.environ["LOCAL_RANK"])
+        use_cuda = torch.cuda.is_available() and device != "cpu"
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        ranks = Ranks(dist.get_rank(), dist.get_world_size(), local_rank,
+                      f"cuda:{local_rank}" if use_cuda else "cpu", ddp=True)
+        if use_cuda:
+            torch.cuda.set_device(ranks.device)
+    else:
+        ranks = Ranks(0, 1, 0, device or ("cuda" if torch.cuda.is_available() else "cpu"), ddp=False)
+    if ranks.device_type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    return ranks
 
-    if args.batch_size % (world * args.grad_accum):
-        raise RunError(f"--batch-size {args.batch_size} is not divisible by world size {world} x --grad-accum "
-                         f"{args.grad_accum}")
-    micro_batch = args.batch_size // (world * args.grad_accum)
-    warmup = args.warmup_steps if args.warmup_steps is not None else args.steps // 100
+
+def start_run_dir(args: argparse.Namespace, ranks: Ranks) -> str | None:
+    """Readies --output: refuses an old run unless --resume or --overwrite (which clears it); returns the
+    checkpoint to resume from, if any."""
     previous = [os.path.join(args.output, name) for name in ("log.jsonl", "tb", "checkpoints", "config.json")
                 if os.path.exists(os.path.join(args.output, name))
                 and not (name == "checkpoints" and not os.listdir(os.path.join(args.output, name)))]
     if previous and not args.resume:
         if not args.overwrite:
-            raise RunError(f"{args.output} already holds a run: pass --resume to continue it or "
-                                      "--overwrite to start over")
-        if master:
+            raise RunError(f"{args.output} already holds a run: pass --resume to continue it or --overwrite to "
+                           "start over")
+        if ranks.master:
             for path in previous:
                 shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-        if ddp:
+        if ranks.ddp:
             dist.barrier()
     resume_path = latest_checkpoint(args.output) if args.resume else None
-    if args.resume and resume_path is None and master:
+    if args.resume and resume_path is None and ranks.master:
         print(f"--resume: no checkpoint in {args.output} yet, starting from step 0")
-    checkpoint = torch.load(resume_path, map_location="cpu", weights_only=False) if resume_path else None
+    return resume_path
 
-    # ---- model config and data, checked against each other ------------------------------------------------------
-    if checkpoint:
-        config = config_lib.BertConfig.from_json(checkpoint["config"])
-    else:
-        config = config_lib.from_name_or_json(args.model)
-    preset = checkpoint is None and args.model in config_lib.PRESETS
+
+@dataclass
+class Shards:
+    """What the run reads: training and held-out files of one shape, and how their records become arrays."""
+    shape: schema.Shape
+    train_files: list[str]
+    eval_files: list[str]
+    records: dict[str, int]                 # file -> record count from its manifest, checked as files end
+    decoder: data.DynamicMasker | None      # --dynamic-masking: pairs masked afresh each epoch; None: shards
+
+
+def open_data(args: argparse.Namespace, config: config_lib.BertConfig,
+              preset: bool) -> tuple[config_lib.BertConfig, Shards]:
+    """The training and held-out files, checked against the model config; a preset config takes the data's vocab."""
     decoder = None
     if args.dynamic_masking:
-        shards, vocab_ids = data.open_pairs(args.data, args.max_predictions_per_seq or 20)
-        if not preset and shards.vocab_size != config.vocab_size:
-            raise data.ShardSpecError(f"pairs use a vocab of {shards.vocab_size} ids, the model has vocab_size "
+        found, vocab_ids = data.open_pairs(args.data, args.max_predictions_per_seq or 20)
+        if not preset and found.vocab_size != config.vocab_size:
+            raise data.ShardSpecError(f"pairs use a vocab of {found.vocab_size} ids, the model has vocab_size "
                                       f"{config.vocab_size}")
         decoder = data.DynamicMasker(
             masking.MaskParams(masked_lm_prob=args.masked_lm_prob,
-                               max_predictions_per_seq=shards.shape.max_predictions_per_seq,
+                               max_predictions_per_seq=found.shape.max_predictions_per_seq,
                                whole_word_mask=args.whole_word_mask, ngram_max=args.ngram_max),
-            vocab_ids, shards.shape.max_seq_length, args.seed)
+            vocab_ids, found.shape.max_seq_length, args.seed)
     else:
-        shards = data.open_shards(args.data, None if preset else config.vocab_size, args.max_seq_length,
-                                  args.max_predictions_per_seq, args.allow_incomplete)
-    if preset and shards.vocab_size is not None:
-        config = dataclasses.replace(config, vocab_size=shards.vocab_size)  # presets take the data's vocab
-    if shards.shape.max_seq_length > config.max_position_embeddings:
-        raise data.ShardSpecError(f"shards have max_seq_length {shards.shape.max_seq_length}, the model only "
+        found = data.open_shards(args.data, None if preset else config.vocab_size, args.max_seq_length,
+                                 args.max_predictions_per_seq, args.allow_incomplete)
+    if preset and found.vocab_size is not None:
+        config = dataclasses.replace(config, vocab_size=found.vocab_size)
+    if found.shape.max_seq_length > config.max_position_embeddings:
+        raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")
-    train_files, eval_files = shards.files, []
+    train_files, eval_files = held_out_split(args, found, config.vocab_size)
+    return config, Shards(found.shape, train_files, eval_files, found.records, decoder)
+
+
+def held_out_split(args: argparse.Namespace, found: data.ShardSet, vocab_size: int) -> tuple[list[str], list[str]]:
+    """(training files, held-out files): --eval-data's, or with --eval-every alone the last training file."""
+    shape = found.shape
     if args.eval_data and args.dynamic_masking:
-        eval_files = data.open_pairs(args.eval_data, shards.shape.max_predictions_per_seq)[0].files
-    elif args.eval_data:
-        eval_files = data.open_shards(args.eval_data, config.vocab_size, shards.shape.max_seq_length,
-                                      shards.shape.max_predictions_per_seq, args.allow_incomplete).files
-    elif args.eval_every:
-        if len(train_files) < 2:
+        return found.files, data.open_pairs(args.eval_data, shape.max_predictions_per_seq)[0].files
+    if args.eval_data:
+        return found.files, data.open_shards(args.eval_data, vocab_size, shape.max_seq_length,
+                                             shape.max_predictions_per_seq, args.allow_incomplete).files
+    if args.eval_every:
+        if len(found.files) < 2:
             raise data.ShardSpecError("--eval-every needs --eval-data or at least 2 shard files (the last one is "
                                       "held out)")
-        train_files, eval_files = train_files[:-1], train_files[-1:]
-    train_set = data.ShardDataset(train_files, shards.shape, micro_batch, vocab_size=config.vocab_size,
-                                  seed=args.seed, shuffle_buffer=args.shuffle_buffer, records=shards.records,
-                                  decoder=decoder)
-    loader = data.Loader(train_set, num_workers=args.num_workers, pin_memory=device_type == "cuda")
+        return found.files[:-1], found.files[-1:]
+    return found.files, []
 
-    # ---- model, optimizer, schedule ------------------------------------------------------------------------------
+
+def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: Ranks):
+    """(model, optimizer, schedule) for a fresh run: the same initial weights on every rank."""
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same init on every rank (DDP also broadcasts it)
-    raw_model = Bert(config).to(device)
-    decay = [p for p in raw_model.parameters() if p.dim() >= 2]      # matrices and embedding tables
-    no_decay = [p for p in raw_model.parameters() if p.dim() < 2]    # LayerNorm weights and all biases
+    model = Bert(config).to(ranks.device)
+    decay = [p for p in model.parameters() if p.dim() >= 2]      # matrices and embedding tables
+    no_decay = [p for p in model.parameters() if p.dim() < 2]    # LayerNorm weights and all biases
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if args.optimizer == "lamb":
         optimizer = Lamb(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-6)
     else:  # google's AdamWeightDecayOptimizer has no bias correction; torch's AdamW (and HF's) has.
         optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-6,
-                                      fused=device_type == "cuda")
+                                      fused=ranks.device_type == "cuda")
+    warmup = args.warmup_steps if args.warmup_steps is not None else args.steps // 100
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, args.steps))
-    torch.manual_seed(args.seed + rank)  # dropout masks differ across ranks
-    step = 0
-    if checkpoint:
-        raw_model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        step = checkpoint["step"]
-        own = checkpoint["ranks"][rank]
-        loader.load_state_dict(own["loader"])
-        set_rng_state(own["rng"])
-        del checkpoint
-    model = torch.compile(raw_model) if args.compile else raw_model
-    if ddp:
-        model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
+    torch.manual_seed(args.seed + ranks.rank)  # dropout masks differ across ranks
+    return model, optimizer, scheduler
 
-    # ---- logging ------------------------------------------------------------------------------------------------
-    history, writer = [], None
-    if master:
-        os.makedirs(os.path.join(args.output, "checkpoints"), exist_ok=True)
-        with open(os.path.join(args.output, "config.json"), "w") as f:
-            f.write(config.to_json())
-        writer = summary_writer(os.path.join(args.output, "tb"))
-        print(f"model: {raw_model.num_params() / 1e6:.2f}M parameters ({args.model}); data: {len(train_files)} "
-              f"train / {len(eval_files)} eval file(s), L={shards.shape.max_seq_length} "
-              f"P={shards.shape.max_predictions_per_seq}; {world} rank(s) x {args.grad_accum} micro-step(s) of "
-              f"{micro_batch} on {device}; step {step}/{args.steps}")
 
-    def log(record: dict) -> None:
-        history.append(record)
-        if not master:
-            return
-        with open(os.path.join(args.output, "log.jsonl"), "a") as f:
-            f.write(json.dumps(record) + "\n")
-        for key, value in record.items():
-            if key not in ("split", "step"):
-                writer.add_scalar(f"{record['split']}/{key}", value, record["step"])
-        writer.flush()
-        fields = [format_field(k, v) for k, v in record.items() if k not in ("split", "step")]
-        print(f"{record['split']:<5} step {record['step']:>6}/{args.steps} | " + " | ".join(fields))
+def restore(checkpoint: dict, model, optimizer, scheduler, loader: data.Loader, rank: int) -> int:
+    """Puts a checkpoint's states back (weights, optimizer, schedule, this rank's data position and RNGs); returns
+    its step."""
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    own = checkpoint["ranks"][rank]
+    loader.load_state_dict(own["loader"])
+    set_rng_state(own["rng"])
+    return checkpoint["step"]
 
-    # ---- the loop: evaluate, forward/backward over micro-batches, clip, step, log, checkpoint ---------------------
-    batches = iter(loader)
-    sums = torch.zeros(7, device=device)  # loss, mlm_loss, nsp_loss, mlm_correct, mlm_weight, nsp_correct, n_seq
+
+@dataclass
+class Session:
+    """Everything the loop touches, set up once by `train`."""
+    args: argparse.Namespace
+    ranks: Ranks
+    config: config_lib.BertConfig
+    shards: Shards
+    micro_batch: int                 # sequences per rank and micro-step
+    model: Bert                      # the module itself: state dicts, clipping, evaluation
+    step_model: torch.nn.Module      # what a training step calls: the model, compiled and/or DDP-wrapped
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    loader: data.Loader
+    log: RunLog
+
+
+def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tuple[int, str | None]:
+    """Evaluate, step, log, checkpoint until --steps (or --stop-after); returns (step, the last checkpoint)."""
+    args = session.args
+    batches, sums = iter(session.loader), Sums(TRAIN_STATS, session.ranks.device)
     interval_steps, interval_start, first_step = 0, time.time(), step
-    last_checkpoint = resume_path
     while step < args.steps:
-        if args.eval_every and step % args.eval_every == 0 and eval_files:
+        if args.eval_every and step % args.eval_every == 0 and session.shards.eval_files:
             eval_start = time.time()
-            log({"split": "eval", "step": step, **evaluate(raw_model, eval_files, shards.shape, micro_batch, config,
-                                                            decoder, args, device, autocast)})
+            session.log(evaluate(session, step))
             interval_start += time.time() - eval_start  # evaluation time is not training throughput
 
-        model.train()
-        for micro in range(args.grad_accum):
-            batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
-            last_micro = micro == args.grad_accum - 1
-            # DDP all-reduces gradients only on the last micro-step of an optimizer step.
-            with model.no_sync() if ddp and not last_micro else contextlib.nullcontext():
-                with autocast:
-                    out = model(**batch)
-                (out["loss"] / args.grad_accum).backward()
-            sums += batch_metrics(out, batch).detach()
-        grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), args.clip_norm)
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        lr, grad_norm = train_step(session, batches, sums)
         interval_steps += 1
 
         if step % args.log_every == 0 or step == args.steps - 1:
-            if ddp:
-                dist.all_reduce(sums)
-            s = sums.tolist()
-            micro_steps = interval_steps * args.grad_accum * world
             elapsed = time.time() - interval_start
-            seqs = s[6]
-            log({"split": "train", "step": step,
-                 "loss": s[0] / micro_steps, "mlm_loss": s[1] / micro_steps, "nsp_loss": s[2] / micro_steps,
-                 "mlm_accuracy": s[3] / max(s[4], 1.0), "nsp_accuracy": s[5] / max(seqs, 1.0),
-                 "lr": lr, "grad_norm": float(grad_norm),
-                 "sequences_per_s": seqs / elapsed, "tokens_per_s": seqs * shards.shape.max_seq_length / elapsed,
-                 "eta_s": (args.steps - step - 1) * elapsed / interval_steps})
-            sums.zero_()
+            session.log(train_record(session, step, sums.collect(), lr, grad_norm, interval_steps, elapsed))
             interval_steps, interval_start = 0, time.time()
 
         step += 1
         stopping = args.stop_after is not None and step - first_step >= args.stop_after
         if step == args.steps or stopping or (args.checkpoint_every and step % args.checkpoint_every == 0):
-            last_checkpoint = save_checkpoint(args, step, raw_model, optimizer, scheduler, config, loader, ddp)
+            last_checkpoint = save_checkpoint(session, step)
         if stopping:
             break
+    return step, last_checkpoint
 
-    if args.eval_every and eval_files and step == args.steps > first_step:
-        log({"split": "eval", "step": step, **evaluate(raw_model, eval_files, shards.shape, micro_batch, config,
-                                                        decoder, args, device, autocast)})
-    if writer:
-        writer.close()
-    if ddp:
-        dist.destroy_process_group()
-    return {"history": history, "step": step, "run_dir": args.output, "checkpoint": last_checkpoint}
+
+def train_step(session: Session, batches, sums: Sums) -> tuple[float, torch.Tensor]:
+    """One optimizer step: forward/backward over --grad-accum micro-batches, clip, step. Returns (the lr it used,
+    the gradient norm before clipping); adds each micro-batch's statistics to `sums`."""
+    session.step_model.train()
+    for micro in range(session.args.grad_accum):
+        batch = {k: v.to(session.ranks.device, non_blocking=True) for k, v in next(batches).items()}
+        # DDP all-reduces gradients only on the last micro-step of an optimizer step.
+        defer_sync = session.ranks.ddp and micro < session.args.grad_accum - 1
+        with session.step_model.no_sync() if defer_sync else contextlib.nullcontext():
+            with session.ranks.autocast():
+                out = session.step_model(**batch)
+            (out["loss"] / session.args.grad_accum).backward()
+        sums.add(batch_stats(out, batch))
+    grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), session.args.clip_norm)
+    lr = session.scheduler.get_last_lr()[0]
+    session.optimizer.step()
+    session.scheduler.step()
+    session.optimizer.zero_grad(set_to_none=True)
+    return lr, grad_norm
 
 
 def lr_multiplier(step: int, warmup: int, total: int) -> float:
@@ -294,39 +362,109 @@ def lr_multiplier(step: int, warmup: int, total: int) -> float:
     return max(0.0, 1.0 - step / total)
 
 
-def batch_metrics(out: dict, batch: dict) -> torch.Tensor:
-    """(loss, mlm_loss, nsp_loss, mlm correct, mlm weight, nsp correct, sequences) of one micro-batch, as sums."""
+# ---- statistics: named sums over micro-batches and ranks -----------------------------------------------------------
+
+TRAIN_STATS = ("loss", "mlm_loss", "nsp_loss", "mlm_correct", "mlm_weight", "nsp_correct", "sequences")
+EVAL_STATS = TRAIN_STATS + ("mlm_ce",)
+
+
+def batch_stats(out: dict, batch: dict) -> dict[str, torch.Tensor]:
+    """One micro-batch's statistics as scalar tensors: its mean losses, and counts summed over the batch."""
     w = batch["masked_lm_weights"]
-    mlm_correct = ((out["mlm_logits"].argmax(-1) == batch["masked_lm_ids"]).float() * w).sum()
-    nsp_correct = (out["nsp_logits"].argmax(-1) == batch["next_sentence_labels"]).float().sum()
-    n = torch.tensor(float(len(w)), device=w.device)
-    return torch.stack([out["loss"].float(), out["mlm_loss"].float(), out["nsp_loss"].float(), mlm_correct,
-                        w.sum(), nsp_correct, n])
+    return {"loss": out["loss"], "mlm_loss": out["mlm_loss"], "nsp_loss": out["nsp_loss"],
+            "mlm_correct": ((out["mlm_logits"].argmax(-1) == batch["masked_lm_ids"]).float() * w).sum(),
+            "mlm_weight": w.sum(),  # real predictions
+            "nsp_correct": (out["nsp_logits"].argmax(-1) == batch["next_sentence_labels"]).float().sum(),
+            "sequences": torch.tensor(float(len(w)), device=w.device)}
+
+
+class Sums:
+    """Named sums of batch statistics, kept on the device so that a step does not wait for the host.
+
+    `collect` adds them up over the ranks (one all-reduce), returns them by name and starts again from zero.
+    """
+
+    def __init__(self, names: tuple[str, ...], device: str):
+        self.names, self.total = names, torch.zeros(len(names), device=device)
+
+    def add(self, stats: dict[str, torch.Tensor]) -> None:
+        self.total += torch.stack([stats[name].float() for name in self.names]).detach()
+
+    def collect(self) -> dict[str, float]:
+        if dist.is_initialized():
+            dist.all_reduce(self.total)
+        values = dict(zip(self.names, self.total.tolist()))
+        self.total.zero_()
+        return values
+
+
+def train_record(session: Session, step: int, s: dict[str, float], lr: float, grad_norm: torch.Tensor, steps: int,
+                 seconds: float) -> dict:
+    """The log record of `steps` optimizer steps that took `seconds`, from their summed statistics `s`."""
+    micro_steps = steps * session.args.grad_accum * session.ranks.world
+    seqs = s["sequences"]
+    return {"split": "train", "step": step,
+            "loss": s["loss"] / micro_steps, "mlm_loss": s["mlm_loss"] / micro_steps,
+            "nsp_loss": s["nsp_loss"] / micro_steps,
+            "mlm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1.0),
+            "nsp_accuracy": s["nsp_correct"] / max(seqs, 1.0),
+            "lr": lr, "grad_norm": float(grad_norm),
+            "sequences_per_s": seqs / seconds, "tokens_per_s": seqs * session.shards.shape.max_seq_length / seconds,
+            "eta_s": (session.args.steps - step - 1) * seconds / steps}
 
 
 @torch.no_grad()
-def evaluate(model, files, shape, batch_size, config, decoder, args, device, autocast) -> dict:
+def evaluate(session: Session, step: int) -> dict:
     """Mean losses and accuracies over the first --eval-batches batches of the held-out files (no shuffling)."""
-    dataset = data.ShardDataset(files, shape, batch_size, vocab_size=config.vocab_size, shuffle=False,
-                                drop_last=False, decoder=decoder)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(args.num_workers, 1),
+    dataset = data.ShardDataset(session.shards.eval_files, session.shards.shape, session.micro_batch,
+                                vocab_size=session.config.vocab_size, shuffle=False, drop_last=False,
+                                decoder=session.shards.decoder)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(session.args.num_workers, 1),
                                          generator=torch.Generator())  # leaves the training RNG alone
-    model.eval()
-    sums = torch.zeros(8, device=device)
+    session.model.eval()
+    sums = Sums(EVAL_STATS, session.ranks.device)
     for i, batch in enumerate(loader):
-        if i == args.eval_batches:
+        if i == session.args.eval_batches:
             break
-        batch = {k: v.to(device) for k, v in batch.items() if k not in ("worker", "index")}
-        with autocast:
-            out = model(**batch)
-        w = batch["masked_lm_weights"]
-        ce = out["mlm_loss"] * (w.sum() + MLM_LOSS_EPS)  # back to a sum over predictions
-        sums += torch.cat([batch_metrics(out, batch), torch.stack([ce.float()])])
-    if dist.is_initialized():
-        dist.all_reduce(sums)
-    s = sums.tolist()
-    return {"mlm_loss": s[7] / max(s[4], 1.0), "mlm_accuracy": s[3] / max(s[4], 1.0),
-            "nsp_accuracy": s[5] / max(s[6], 1.0), "sequences": int(s[6])}
+        batch = {k: v.to(session.ranks.device) for k, v in batch.items() if k not in ("worker", "index")}
+        with session.ranks.autocast():
+            out = session.model(**batch)
+        stats = batch_stats(out, batch)
+        stats["mlm_ce"] = out["mlm_loss"] * (stats["mlm_weight"] + MLM_LOSS_EPS)  # back to a sum over predictions
+        sums.add(stats)
+    s = sums.collect()
+    return {"split": "eval", "step": step, "mlm_loss": s["mlm_ce"] / max(s["mlm_weight"], 1.0),
+            "mlm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1.0),
+            "nsp_accuracy": s["nsp_correct"] / max(s["sequences"], 1.0), "sequences": int(s["sequences"])}
+
+
+# ---- the log: history, log.jsonl, TensorBoard, stdout --------------------------------------------------------------
+
+class RunLog:
+    """Takes the run's records: each is kept in `history` and, on rank 0, appended to RUN_DIR/log.jsonl, written to
+    TensorBoard (RUN_DIR/tb, as SPLIT/KEY) and printed as one line."""
+
+    def __init__(self, run_dir: str, steps: int, master: bool):
+        self.history, self.steps, self.master = [], steps, master
+        self.path = os.path.join(run_dir, "log.jsonl")
+        self.writer = summary_writer(os.path.join(run_dir, "tb")) if master else None
+
+    def __call__(self, record: dict) -> None:
+        self.history.append(record)
+        if not self.master:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        for key, value in record.items():
+            if key not in ("split", "step"):
+                self.writer.add_scalar(f"{record['split']}/{key}", value, record["step"])
+        self.writer.flush()
+        fields = [format_field(k, v) for k, v in record.items() if k not in ("split", "step")]
+        print(f"{record['split']:<5} step {record['step']:>6}/{self.steps} | " + " | ".join(fields))
+
+    def close(self) -> None:
+        if self.writer:
+            self.writer.close()
 
 
 class Lamb(torch.optim.Optimizer):
@@ -383,29 +521,30 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(args, step, model, optimizer, scheduler, config, loader, ddp) -> str:
+def save_checkpoint(session: Session, step: int) -> str:
     """Writes checkpoints/step-N.pt atomically (temp file, then os.replace) and keeps the last --keep-checkpoints.
 
     Each rank's RNG states and data position are gathered into it, so every rank resumes exactly.
     """
-    own = {"rng": rng_state(), "loader": loader.state_dict()}
-    ranks = [None] * dist.get_world_size() if ddp else [own]
-    if ddp:
+    own = {"rng": rng_state(), "loader": session.loader.state_dict()}
+    ranks = [None] * session.ranks.world if session.ranks.ddp else [own]
+    if session.ranks.ddp:
         dist.all_gather_object(ranks, own)
-    path = os.path.join(args.output, "checkpoints", f"step-{step:08d}.pt")
-    if not ddp or dist.get_rank() == 0:
-        checkpoint = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                      "scheduler": scheduler.state_dict(), "config": config.to_json(), "ranks": ranks,
-                      "args": vars(args)}
+    path = os.path.join(session.args.output, "checkpoints", f"step-{step:08d}.pt")
+    if session.ranks.master:
+        checkpoint = {"step": step, "model": session.model.state_dict(), "optimizer": session.optimizer.state_dict(),
+                      "scheduler": session.scheduler.state_dict(), "config": session.config.to_json(), "ranks": ranks,
+                      "args": vars(session.args)}
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             torch.save(checkpoint, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        for old in sorted(glob.glob(os.path.join(args.output, "checkpoints", "step-*.pt")))[:-args.keep_checkpoints]:
+        for old in sorted(glob.glob(os.path.join(session.args.output, "checkpoints", "step-*.pt")))[
+                :-session.args.keep_checkpoints]:
             os.remove(old)
-    if ddp:
+    if session.ranks.ddp:
         dist.barrier()
     return path
 
@@ -436,8 +575,8 @@ def format_field(key: str, value) -> str:
     return f"{key} {value}"
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """`bertprep train`: trains; a problem with the flags, the run directory or the data is one line, exit 2."""
     try:
         train(args)
     except (RunError, data.ShardSpecError, data.BadRecordError, CorruptRecordError) as e:
@@ -447,6 +586,10 @@ def main(argv: list[str]) -> int:
         print(f"bertprep train: error: {message}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return run(parse_args(argv))
 
 
 if __name__ == "__main__":  # `torchrun --nproc_per_node N -m model.train ...` works without the CLI too

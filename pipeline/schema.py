@@ -121,3 +121,145 @@ def decode(record: bytes, shape: Shape) -> dict[str, np.ndarray]:
             raise ValueError(f"feature {name!r} has dtype {value.dtype}, expected {np.dtype(want)}")
         out[name] = value
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Decoding a batch of records at once (the trainer's fast path; `decode` above is the generic, per-record reader)
+#
+# A batch of records is laid end to end in one numpy buffer; the feature maps of all records are walked in lock
+# step and the packed varints of the batch decoded together (~10x `decode`). Records this walk does not recognise
+# (an extra feature, unpacked lists) make `decode_plain` return None: the caller then decodes them one by one with
+# `decode`, which also words the error when a record does not fit the schema.
+
+_INT64_LIST, _FLOAT_LIST = 0x1A, 0x12  # Feature's oneof tags: int64_list = 3, float_list = 2 (both LEN)
+_NAMES = [np.frombuffer(name.encode(), np.uint8) for name in FEATURES]
+_KINDS = np.array([_FLOAT_LIST if name == "masked_lm_weights" else _INT64_LIST for name in FEATURES])
+# The seven feature names have seven different lengths: a key's length byte tells which feature an entry holds
+# (its bytes are then compared in full).
+_FEATURE_BY_KEY_LENGTH = np.full(256, -1, np.int64)
+_FEATURE_BY_KEY_LENGTH[[len(name) for name in _NAMES]] = np.arange(len(_NAMES))
+assert len({len(name) for name in _NAMES}) == len(_NAMES), "feature names must differ in length"
+
+
+class _NotPlain(Exception):
+    """A batch the vectorised walk does not handle: the generic decoder takes it."""
+
+
+def _varints_at(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The varint starting at each position of `pos` (one per record): (values, positions just after)."""
+    byte = buf[np.minimum(pos, buf.size - 1)]
+    value = (byte & 0x7F).astype(np.int64)
+    more = byte >= 0x80
+    end, shift = pos + 1, 7
+    while more.any():
+        if shift > 35:  # lengths here are far below 2**35
+            raise _NotPlain
+        byte = buf[np.minimum(end, buf.size - 1)]
+        value |= np.where(more, (byte & 0x7F).astype(np.int64) << shift, 0)
+        end = end + more
+        more &= byte >= 0x80
+        shift += 7
+    return value, end
+
+
+def _expect(condition: np.ndarray) -> None:
+    if not condition.all():
+        raise _NotPlain
+
+
+def _locate_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Byte ranges (B, F) of each feature's packed payload, for B records laid end to end in `buf`.
+
+    Walks Example { Features { 7 x entry { key, Feature { XList { packed values } } } } } for all records at
+    once: step k reads the k-th entry of every record with numpy, in whatever feature order each writer used.
+    Raises _NotPlain for anything else (unpacked or empty lists, extra features, a float where an int is due).
+    """
+    B, F = len(starts), len(_NAMES)
+    rows = np.arange(B)
+    payload_start, payload_end = np.zeros((B, F), np.int64), np.zeros((B, F), np.int64)
+    key_start, kind, seen = np.zeros((B, F), np.int64), np.zeros((B, F), np.int64), np.zeros((B, F), np.int64)
+    _expect(buf[starts] == 0x0A)  # Example.features
+    length, pos = _varints_at(buf, starts + 1)
+    _expect(pos + length == ends)
+    for _ in range(F):
+        _expect(buf[np.minimum(pos, buf.size - 1)] == 0x0A)  # Features.feature (a map entry)
+        length, pos = _varints_at(buf, pos + 1)
+        entry_end = pos + length
+        _expect((entry_end <= ends) & (buf[pos] == 0x0A))  # entry.key
+        feature = _FEATURE_BY_KEY_LENGTH[buf[pos + 1]]
+        _expect(feature >= 0)
+        seen[rows, feature] += 1
+        key_start[rows, feature] = pos + 2
+        pos = pos + 2 + buf[pos + 1]
+        _expect(buf[pos] == 0x12)  # entry.value: a Feature
+        _, pos = _varints_at(buf, pos + 1)
+        kind[rows, feature] = buf[pos]  # its oneof: int64_list or float_list
+        _, pos = _varints_at(buf, pos + 1)
+        _expect(buf[pos] == 0x0A)  # the list's packed values
+        length, pos = _varints_at(buf, pos + 1)
+        _expect(pos + length == entry_end)
+        payload_start[rows, feature], payload_end[rows, feature] = pos, entry_end
+        pos = entry_end
+    _expect((pos == ends) & (seen == 1).all(axis=1) & (kind == _KINDS).all(axis=1))
+    for f, name in enumerate(_NAMES):  # the key bytes, in full
+        _expect(buf[key_start[:, f, None] + np.arange(len(name))] == name)
+    return payload_start, payload_end
+
+
+def _decode_varints(b: np.ndarray) -> np.ndarray:
+    """All varints of a uint8 buffer as int64 (same result as example_proto.decode_varints, about 4x faster).
+
+    Vectorised over values, looping over byte positions: ids of a 30k vocab take at most 3 bytes, so 3 passes.
+    """
+    ends = np.flatnonzero(b < 0x80)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lens = ends - starts + 1
+    maxlen = int(lens.max())
+    t = np.uint32 if maxlen <= 4 else np.uint64  # 4 bytes carry 28 bits: uint32 arithmetic is enough
+    low = b & np.uint8(0x7F)
+    values = low[starts].astype(t)
+    for k in range(1, maxlen):
+        part = low[np.minimum(starts + k, b.size - 1)].astype(t) << t(7 * k)
+        part[lens <= k] = 0
+        values |= part
+    return values.astype(np.int64) if t is np.uint32 else values.view(np.int64)
+
+
+def _int_payloads(buf: np.ndarray, start: np.ndarray, end: np.ndarray, width: int) -> np.ndarray:
+    """One int64 feature of every record, (B, width), from its packed payload ranges."""
+    B, lens = len(start), end - start
+    if (lens == width).all():  # one byte per value (masks, segments, positions < 128, labels) if all are < 128
+        b = buf[start[:, None] + np.arange(width)]  # (B, width)
+        if (b < 0x80).all():
+            return b.astype(np.int64)
+    _expect(lens > 0)
+    offsets = np.cumsum(lens)
+    b = buf[np.repeat(start - (offsets - lens), lens) + np.arange(offsets[-1])]  # the payloads, end to end
+    last = b < 0x80
+    _expect(last[offsets - 1])  # no varint runs over a record's end
+    _expect(np.diff(np.cumsum(last)[offsets - 1], prepend=0) == width)  # and each record has `width` of them
+    return _decode_varints(b).reshape(B, width)
+
+
+def decode_plain(records: list[bytes], shape: Shape) -> dict[str, np.ndarray] | None:
+    """The schema's arrays for a batch of records, decoded with numpy across the batch; None if not plain."""
+    lengths = np.fromiter(map(len, records), np.int64, len(records))
+    ends = np.cumsum(lengths)
+    buf = np.frombuffer(b"".join(records), np.uint8)
+    try:
+        start, end = _locate_payloads(buf, ends - lengths, ends)
+        out = {}
+        for f, name in enumerate(FEATURES):
+            width = shape.of(name)
+            if name == "masked_lm_weights":
+                _expect(end[:, f] - start[:, f] == 4 * width)
+                raw = buf[start[:, f, None] + np.arange(4 * width)]  # (B, 4P) bytes of little-endian floats
+                out[name] = raw.view("<f4").astype(np.float32)
+            else:
+                out[name] = _int_payloads(buf, start[:, f], end[:, f], width)
+    except (_NotPlain, IndexError):  # IndexError: a length pointing past the batch
+        return None
+    out["next_sentence_labels"] = out["next_sentence_labels"].reshape(len(records))
+    return out

@@ -1,10 +1,13 @@
 """`bertprep verify DIR`: read every record of an output directory and check it, before hours of training do.
 
 Checks TFRecord framing and both CRCs, parses each record against its schema, and checks the invariants:
-  shards: input_mask is 1s then 0s; [CLS] A [SEP] B [SEP] layout; segment ids 0 through the first [SEP], 1
-          to the end, 0 in padding; ids < vocab size and zero padding; masked positions sorted, inside the
-          real length and never on [CLS]/[SEP]; weights 1s then 0s; labels valid ids; next_sentence_labels 0/1.
-  pairs:  the same layout on the unpadded ids, length <= max_seq_length, word_starts aligned.
+  shards: input_mask is 1s then 0s; segment ids 0s then 1s over the real length, 0 in padding; the
+          [CLS] A [SEP] B [SEP] layout where those lengths put it ([CLS] at 0, [SEP] ending segment 0 and at
+          the end, no other [CLS]/[SEP] except at masked positions, whose random replacement may be any id);
+          ids < vocab size and zero padding; masked positions sorted, inside the real length and never on
+          [CLS]/[SEP]; weights 1s then 0s; labels valid ids; next_sentence_labels 0/1.
+  pairs:  the same layout on the unpadded ids (A's length from num_tokens_a), length <= max_seq_length,
+          word_starts aligned.
   documents: every line a valid document.
 and compares per-file and total record counts with manifest.json, and that no data file is left out of it.
 Works on google's own shards (no manifest) given --max-seq-length and --max-predictions-per-seq.
@@ -33,17 +36,26 @@ class Problems:
             print(f"  PROBLEM {where}: {message}", file=sys.stderr)
 
 
-def _layout(ids: np.ndarray, n: int, cls_id: int, sep_id: int) -> str | None:
-    """Checks [CLS] A [SEP] B [SEP] in ids[:n]; returns a message or None. Also gives the first [SEP]."""
+def _layout(ids: np.ndarray, n: int, first_sep: int, masked: np.ndarray, cls_id: int, sep_id: int) -> str | None:
+    """Checks [CLS] A [SEP] B [SEP] in ids[:n], the [SEP] ending A at `first_sep`; returns a message or None.
+
+    Where the specials belong comes from the lengths (n, and first_sep from segment ids or num_tokens_a), never
+    from searching the ids: a masked position may hold any id, [CLS] and [SEP] included, since google's random
+    replacement draws from the whole vocab (about 1 record in 8,000 at L=128). Anywhere else a stray one is an error.
+    """
     if n < 5:
         return f"real length {n} is too short for [CLS] A [SEP] B [SEP]"
-    if ids[0] != cls_id:
-        return f"first token {ids[0]} is not [CLS] ({cls_id})"
-    seps = np.flatnonzero(ids[:n] == sep_id)
-    if len(seps) != 2 or seps[1] != n - 1 or seps[0] < 2 or seps[0] > n - 3:
-        return f"[SEP] ({sep_id}) at {seps.tolist()} (want two: after A and at the end, position {n - 1})"
-    if (ids[1:n] == cls_id).any():
-        return "[CLS] inside the sequence"
+    if not 2 <= first_sep <= n - 3:
+        return f"segment A ends at {first_sep}: [CLS] A [SEP] B [SEP] needs 2 <= it <= {n - 3} (real length {n})"
+    for position, where, token, token_id in ((0, "the start", "[CLS]", cls_id),
+                                             (first_sep, "the end of A", "[SEP]", sep_id),
+                                             (n - 1, "the end", "[SEP]", sep_id)):
+        if ids[position] != token_id:
+            return f"position {position} ({where}) holds {ids[position]}, not {token} ({token_id})"
+    stray = np.flatnonzero((ids[:n] == cls_id) | (ids[:n] == sep_id))
+    stray = stray[~np.isin(stray, [0, first_sep, n - 1]) & ~np.isin(stray, masked)]
+    if len(stray):
+        return f"[CLS]/[SEP] at unmasked position(s) {stray.tolist()} inside the sequence"
     return None
 
 
@@ -57,12 +69,9 @@ def check_shard_record(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, s
         return "padding is not zero"
     if (ids < 0).any() or (ids >= vocab_size).any():
         return f"input_ids outside [0, {vocab_size})"
-    bad = _layout(ids, n, cls_id, sep_id)
-    if bad:
-        return bad
-    first_sep = int(np.flatnonzero(ids == sep_id)[0])
-    if (seg[:first_sep + 1] != 0).any() or (seg[first_sep + 1:n] != 1).any():
-        return "segment_ids are not 0 through the first [SEP] and 1 after it"
+    len_a = int((seg[:n] == 0).sum())   # [CLS] A [SEP]: segment 0; B [SEP]: segment 1
+    if (seg[:len_a] != 0).any() or (seg[len_a:n] != 1).any():
+        return f"segment_ids {seg[:n].tolist()} are not 0s then 1s over the real length {n}"
     w = r["masked_lm_weights"]
     k = int((w != 0).sum())
     if not np.all(w[:k] == 1.0) or (w[k:] != 0).any():
@@ -70,8 +79,12 @@ def check_shard_record(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, s
     pos, lm = r["masked_lm_positions"], r["masked_lm_ids"]
     if k and (np.any(np.diff(pos[:k]) <= 0) or pos[:k].min() < 1 or pos[:k].max() >= n - 1):
         return f"masked_lm_positions {pos[:k].tolist()} not sorted inside (0, {n - 1})"
-    if k and (ids[pos[:k]] == sep_id).any():   # a masked [SEP] would show as [SEP] only if kept; it is never chosen
-        return "a [SEP] position is masked"
+    bad = _layout(ids, n, len_a - 1, pos[:k], cls_id, sep_id)
+    if bad:
+        return bad
+    # google never picks [CLS]/[SEP] to predict: neither the position of one nor its id may be a target
+    if k and ((pos[:k] == len_a - 1).any() or np.isin(lm[:k], [cls_id, sep_id]).any()):
+        return "a [CLS]/[SEP] is masked"
     if (pos[k:] != 0).any() or (lm[k:] != 0).any():
         return "masked_lm padding is not zero"
     if k and ((lm[:k] <= 0).any() or (lm[:k] >= vocab_size).any()):
@@ -87,12 +100,7 @@ def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int
         return f"{n} tokens > max_seq_length {max_seq_length}"
     if len(pair.word_starts) != n:
         return "word_starts length differs from token_ids"
-    bad = _layout(pair.token_ids, n, cls_id, sep_id)
-    if bad:
-        return bad
-    if pair.token_ids[pair.num_tokens_a + 1] != sep_id:
-        return f"num_tokens_a {pair.num_tokens_a} does not point at the first [SEP]"
-    return None
+    return _layout(pair.token_ids, n, pair.num_tokens_a + 1, np.zeros(0, np.int64), cls_id, sep_id)
 
 
 def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.Shape | None = None,

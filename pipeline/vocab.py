@@ -45,8 +45,8 @@ from pipeline.documents import FILE_PATTERN, Document, read_gzip_jsonl
 GOOGLE_UNUSED_BEFORE_UNK = 99  # google puts [unused0..98] between [PAD] and [UNK]
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="bertprep vocab", description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds every `bertprep vocab` flag to `p`."""
     p.add_argument("--input", required=True,
                    help="an `extract` output directory, or GLOB[,GLOB...] of documents-*.jsonl.gz")
     p.add_argument("--output", required=True, help="vocab.txt to write (local path or gs://...); also OUTPUT.json")
@@ -59,15 +59,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--min-frequency", type=int, default=2, help="merges need a pair seen this often")
     p.add_argument("--limit-alphabet", type=int, default=1000, help="most frequent characters kept")
     p.add_argument("-v", "--verbose", action="store_true", help="(accepted for symmetry with the other commands)")
-    args = p.parse_args(argv)
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags' values, or None."""
     if args.vocab_size < len(tokenization.SPECIAL_TOKENS) + args.unused + 1:
-        p.error(f"--vocab-size {args.vocab_size} leaves no room beside {args.unused} unused and the special tokens")
+        return f"--vocab-size {args.vocab_size} leaves no room beside {args.unused} unused and the special tokens"
     for name in ("unused", "sample_docs", "min_frequency"):
         if getattr(args, name) < 0:
-            p.error(f"--{name.replace('_', '-')} must be >= 0")
+            return f"--{name.replace('_', '-')} must be >= 0"
     if args.limit_alphabet < 1:
-        p.error("--limit-alphabet must be >= 1")
-    return args
+        return "--limit-alphabet must be >= 1"
+    return None
 
 
 def input_files(spec: str) -> list[str]:
@@ -187,8 +190,12 @@ def check(vocab: list[str]) -> None:
         raise ValueError(f"vocab tokens google's reader would change: {bad[:5]!r}")
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """`bertprep vocab`: steps 1 to 5, then vocab.txt and its .json. Bad flag values exit 2 as argparse's own do."""
+    problem = argument_problem(args)
+    if problem:
+        print(f"bertprep vocab: error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     counts: collections.Counter = collections.Counter()
     documents = select_documents(input_files(args.input), args.sample_docs, args.seed, counts)
     words = count_words(documents, lowercase=not args.cased, counts=counts)
@@ -222,3 +229,9 @@ def main(argv: list[str]) -> int:
     print(f"wrote {args.output}: {len(vocab)} tokens{short} from {counts['documents']} documents, "
           f"{counts['words']} words")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bertprep vocab", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -69,7 +69,7 @@ def test_fast_decoder_equals_generic_decode(tmp_path):
     path = write_shards(tmp_path, [64], L=160, P=20, vocab=20000)[0]
     items = items_of(path)
     shape = schema.Shape(160, 20)
-    assert data.decode_plain([r for r, _, _ in items], shape) is not None  # the fast path is taken
+    assert schema.decode_plain([r for r, _, _ in items], shape) is not None  # the fast path is taken
     fast = data.BatchDecoder(shape, 20000)(items)
     for i, (record, _, _) in enumerate(items):
         ref = schema.decode(record, shape)
@@ -91,8 +91,8 @@ def test_any_feature_order_and_odd_layouts_decode(tmp_path):
             ordered["extra"] = [b"ignored", b"by the reader"]  # an extra bytes feature: generic path
         rows.append((example_proto.encode_example(ordered), "f", i))
     plain = [r for r, _, _ in rows if r is not rows[3][0]]
-    assert data.decode_plain(plain, shape) is not None  # mixed feature orders in one batch: still the fast path
-    assert data.decode_plain([r for r, _, _ in rows], shape) is None  # an extra feature: the generic path
+    assert schema.decode_plain(plain, shape) is not None  # mixed feature orders in one batch: still the fast path
+    assert schema.decode_plain([r for r, _, _ in rows], shape) is None  # an extra feature: the generic path
     out = data.BatchDecoder(shape, 300)(rows)
     for name in schema.FEATURES:
         assert np.array_equal(out[name].reshape(6, -1), getattr(batch, name).reshape(6, -1)), name

@@ -161,6 +161,40 @@ def test_plot_writes_png(short_run):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_commands_plug_into_a_subcommand_table(short_run, tmp_path, tiny_json, capsys):
+    """train, export-hf and plot as pipeline/cli.py's {command: (add_arguments, handler)} table calls them."""
+    import argparse
+
+    table = {"train": (train.add_arguments, train.run), "export-hf": (export_hf.add_arguments, export_hf.run),
+             "plot": (plot.add_arguments, plot.run)}
+    parser = argparse.ArgumentParser(prog="bertprep")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (add_arguments, _) in table.items():
+        add_arguments(sub.add_parser(name))
+
+    def call(*argv):
+        args = parser.parse_args(argv)
+        return table[args.command][1](args)
+
+    data = str(short_run.parent / "data" / "*.tfrecord")
+    argv = ["train", "--data", data, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "2",
+            "--batch-size", "4", "--num-workers", "0", "--log-every", "1"]
+    assert call(*argv) == 0 and os.listdir(tmp_path / "run" / "checkpoints") == ["step-00000002.pt"]
+    assert call(*argv) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert call("export-hf", str(tmp_path / "run"), str(tmp_path / "hf")) == 0
+    assert (tmp_path / "hf" / "model.safetensors").exists()
+    assert call("plot", str(tmp_path / "run"), "--out", str(tmp_path / "curves.png")) == 0
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    for refused, message in ((("export-hf", str(tmp_path / "none"), str(tmp_path / "hf2")), "no checkpoints"),
+                             (("export-hf", str(tmp_path / "run"), str(tmp_path / "hf2"), "--checkpoint",
+                               str(tmp_path / "none.pt")), "none.pt: no such file"),
+                             (("plot", str(tmp_path / "none")), "no log.jsonl")):
+        assert call(*refused) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+
+
 def test_mismatched_vocab_is_a_clear_error(tmp_path, tiny_json, capsys):
     data = write_shards(tmp_path / "data", [8], vocab=50)
     code = train.main(["--data", data, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "1"])

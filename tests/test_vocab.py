@@ -195,3 +195,18 @@ def test_bad_arguments(shards, tmp_path):
         vocab.main(["--input", shards, "--output", out, "--unused", "-1"])
     with pytest.raises(ValueError, match="cannot hold"):
         vocab.main(["--input", shards, "--output", out, "--vocab-size", "60"])
+
+
+def test_plugs_into_a_subcommand_table(shards, tmp_path, uncased, capsys):
+    """(add_arguments, run) on a subparser, as pipeline/cli.py's command table calls them: same result as main."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="bertprep")
+    vocab.add_arguments(parser.add_subparsers(dest="command", required=True).add_parser("vocab"))
+    out = tmp_path / "vocab.txt"
+    assert vocab.run(parser.parse_args(["vocab", "--input", shards, "--output", str(out), "--vocab-size", "2000"])) == 0
+    assert out.read_bytes() == uncased.read_bytes()
+    with pytest.raises(SystemExit) as exit_:
+        vocab.run(parser.parse_args(["vocab", "--input", shards, "--output", str(out), "--limit-alphabet", "0"]))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["bertprep vocab: error: --limit-alphabet must be >= 1"]
