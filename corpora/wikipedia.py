@@ -32,6 +32,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text, Wikilink
 
+from corpora import templates
 from pipeline.documents import Count, Document
 
 SOURCE = "wikipedia"
@@ -354,6 +355,9 @@ _NOWIKI = re.compile(r"<nowiki\s*>(.*?)</nowiki\s*>|<nowiki\s*/>", re.S | re.I)
 _EXTENSION_PAIR = re.compile(rf"<({_TAG_NAMES})(?:\s[^<>]*)?(?<!/)>.*?</\1\s*>", re.S | re.I)
 _EXTENSION_SINGLE = re.compile(rf"</?(?:{_TAG_NAMES})(?:\s[^<>]*)?/?>", re.I)  # self-closing or unpaired
 _BRACES = re.compile(r"\{\{|\}\}")
+_TEMPLATE_HEAD = re.compile(r"[^{}|]*(?=\||$)", re.S)   # a template's name, up to its first pipe
+_PARAM_TOKENS = re.compile(r"\{\{|\}\}|\[\[|\]\]|\|")
+_HOLE = "\x01"   # where a template was dropped; the tidying in _paragraphs works only at these seams
 _INDENTED_TABLE = re.compile(r"^[ \t]*:+[ \t]*(?=\{\|)", re.M)  # ":{|" is a table pushed right, not a list
 _MAGIC_WORDS = re.compile(
     r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|HIDDENCAT|"
@@ -390,6 +394,18 @@ _TABLE_RESIDUE = ("{|", "|", "! ")
 _HEADING_LINE = re.compile(r"=+[^=].*=+$")
 _WORD = re.compile(r"\w")
 _PARENTHETICAL = re.compile(r"\s*\([^()]*\)\s*$")
+_EDGE_HOLES = re.compile(r"^[\s\x01]+|[\s\x01]+$")
+_SEAM = re.compile(r"\s*\x01[\s\x01]*")   # one or more dropped templates and the spaces around them
+# Each needs a seam (" \x01 " or "\x01" once _tidy has made every seam one of these) where it acts.
+_SEPARATOR_OR_HOLE = r"(?: ?(?:[,;:]|\x01))"
+_TIDYING = [
+    (re.compile(rf" ?\((?: ?[,;:])* ?\x01{_SEPARATOR_OR_HOLE}* ?\)"), ""),   # a bracket left empty
+    (re.compile(rf"\( ?\x01{_SEPARATOR_OR_HOLE}* ?"), "("),                    # a bracket opening with separators
+    (re.compile(rf"{_SEPARATOR_OR_HOLE}* ?\x01 ?\)"), ")"),                    # ... or closing with them
+    (re.compile(r"[,;:](?: ?\x01 ?[,;:])+"), lambda m: m.group()[-1]),         # doubled separators: the last
+    (re.compile(r"^ ?\x01 ?[,;:] ?"), ""),                                     # a paragraph opening with one
+    (re.compile(r" ?\x01 ?(?=[,;:.!?)\]])"), ""),                              # a space before punctuation
+]
 _SPACES = re.compile(r"\s+")
 
 
@@ -416,7 +432,7 @@ def clean_wikitext(text: str) -> list[str]:
 
 def _pre_strip(text: str) -> str:
     """Cuts comments, extension tags and templates with regexes and a brace matcher (see above)."""
-    text = text.replace(_LIST_MARK, "")
+    text = text.replace(_LIST_MARK, "").replace(_HOLE, "")
     if "<!--" in text:
         text = _COMMENT.sub("", text)
     if "<" in text:
@@ -424,7 +440,7 @@ def _pre_strip(text: str) -> str:
             text = _NOWIKI.sub(lambda m: (m.group(1) or "").translate(_NOWIKI_TABLE), text)
         text = _EXTENSION_PAIR.sub(_block_or_inline, text)
         text = _EXTENSION_SINGLE.sub("", text)
-    text = _drop_templates(text)
+    text = _expand_templates(text)
     if "__" in text:
         text = _MAGIC_WORDS.sub("", text)
     if "{|" in text:
@@ -437,11 +453,12 @@ def _block_or_inline(m: re.Match) -> str:
     return _PARAGRAPH_BREAK if m.group(1).lower() in _BLOCK_TAGS else ""
 
 
-def _drop_templates(text: str) -> str:
-    """Removes every {{...}} (nesting included) and every unpaired "{{" or "}}".
+def _expand_templates(text: str) -> str:
+    """Renders the templates corpora.templates knows (nesting included) and replaces every other {{...}} by
+    _HOLE; cuts every unpaired "{{" or "}}".
 
     MediaWiki shows an unpaired "{{" as text; here it goes, since it is residue either way. Pairs nest or
-    are disjoint, so the outermost ones cover the rest.
+    are disjoint, so the outermost ones cover the rest; a rendered template's parameters are expanded first.
     """
     if "{{" not in text and "}}" not in text:
         return text
@@ -463,9 +480,48 @@ def _drop_templates(text: str) -> str:
     pieces, pos = [], 0
     for start, end in cuts:
         pieces.append(text[pos:start])
+        if end - start > 2:
+            pieces.append(_expand_template(text[start + 2:end - 2]))
         pos = end
     pieces.append(text[pos:])
     return "".join(pieces)
+
+
+def _expand_template(body: str) -> str:
+    """The text of one template ({{ and }} cut off): its rendering, or _HOLE."""
+    head = _TEMPLATE_HEAD.match(body)
+    name = templates.normal_name(head.group()) if head else ""
+    if not name or not templates.is_rendered(name):
+        return _HOLE
+    pos: list[str] = []
+    named: dict[str, str] = {}
+    for param in _template_params(body[head.end() + 1:]) if head.end() < len(body) else ():
+        key, equals, value = param.partition("=")
+        if equals and "{{" not in key and "[[" not in key:
+            named[key.strip()] = _expand_templates(value).strip()
+        else:
+            pos.append(_expand_templates(param))
+    for key in [k for k in named if k.isdigit()]:   # {{x|2=b|a}}: a positional parameter given by number
+        i = int(key) - 1
+        pos.extend([""] * (i + 1 - len(pos)))
+        pos[i] = named.pop(key)
+    rendered = templates.render(name, pos, named)
+    return _HOLE if rendered is None else rendered
+
+
+def _template_params(text: str) -> list[str]:
+    """Splits a template's parameters at the pipes that are not inside a nested {{...}} or [[...]]."""
+    params, depth, start = [], 0, 0
+    for m in _PARAM_TOKENS.finditer(text):
+        token = m.group()
+        if token == "|":
+            if depth == 0:
+                params.append(text[start:m.start()])
+                start = m.end()
+        else:
+            depth = depth + 1 if token in ("{{", "[[") else max(depth - 1, 0)
+    params.append(text[start:])
+    return params
 
 
 def _render(code, out: list[str]) -> None:
@@ -544,14 +600,28 @@ def _paragraphs(text: str) -> list[str]:
     paragraphs, lines = [], []
     for line in text.split("\n") + [""]:   # the final "" ends the last paragraph
         line = line.strip()
-        if line and not (line[0] == _LIST_MARK or line.startswith(_TABLE_RESIDUE) or _HEADING_LINE.match(line)):
+        bare = _EDGE_HOLES.sub("", line) if _HOLE in line else line   # what the line shows, for the checks
+        if bare and not (bare[0] == _LIST_MARK or bare.startswith(_TABLE_RESIDUE) or _HEADING_LINE.match(bare)):
             lines.append(line)
         elif lines:  # a blank line, a list item, a table row or a heading ends the paragraph
             paragraph = _SPACES.sub(" ", " ".join(lines).replace(_LIST_MARK, "")).strip()
+            if _HOLE in paragraph:
+                paragraph = _tidy(paragraph)
             if _WORD.search(paragraph):
                 paragraphs.append(paragraph)
             lines = []
     return paragraphs
+
+
+def _tidy(paragraph: str) -> str:
+    """Mends what dropped templates leave (each marked by _HOLE), and only there: "Alabama (\x01) is" ->
+    "Alabama is", "(\x01; born" -> "(born", "born 1947, \x01)" -> "born 1947)", ", \x01;" -> ";",
+    "thinking \x01." -> "thinking.", a paragraph opening "\x01, ...". Text without a seam is never touched, so
+    neither a quoted title nor a French " :" changes."""
+    paragraph = _SEAM.sub(lambda m: f" {_HOLE} " if m.group() != _HOLE * len(m.group()) else _HOLE, paragraph)
+    for pattern, replacement in _TIDYING:
+        paragraph = pattern.sub(replacement, paragraph)
+    return _SPACES.sub(" ", paragraph.replace(_HOLE, "")).strip()
 
 
 # ---------------------------------------------------------------------------------------------------------

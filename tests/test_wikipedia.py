@@ -20,7 +20,7 @@ SAMPLE = REPO / "corpora/samples/enwiki-sample.xml.bz2"
 
 # Expected paragraphs for every article of the fixture, by title: the contract of clean_wikitext.
 EXPECTED = {
-    "Nested templates": ["Jean Exemple was a painter. He lived in Paris.",
+    "Nested templates": ["Jean Exemple was a peintre painter. He lived in Paris.",
                          "His second paragraph ends here."],
     "Tables inside templates": ["Before the box.", "After the box.", "Last words of the page."],
     "Lists inside tables": ["Intro sentence.", "Outro with a link.", "Final sentence."],
@@ -146,6 +146,34 @@ def test_is_disambiguation(title, text, expected):
 ])
 def test_clean_wikitext_cases(wikitext, expected):
     assert clean_wikitext(wikitext) == expected
+
+
+@pytest.mark.parametrize("wikitext,expected", [
+    # templates that carry prose are rendered, their parameters expanded first (corpora/templates.py)
+    ("It is {{convert|10|km|mi}} long.{{citation needed|date=May 2010}}", "It is 10 kilometres (6.2 mi) long."),
+    ("He said ''{{lang|fr|[[bonjour]]}}'' {{small|(once)}}.", "He said bonjour (once)."),
+    ("{{As of|2010}}, it had {{nowrap|{{convert|5|km}} of road}}.",
+     "As of 2010, it had 5 kilometres (3.1 mi) of road."),
+    ("a {{math|''x''{{=}}2}} b {{lang|1=fr|2=oui}} c", "a x=2 b oui c"),
+    ("Text {{cite web|url=x|title={{lang|fr|a}}}} more.", "Text more."),
+    ("born {{birth date|1947|13|1}} in Ohio.", "born in Ohio."),            # broken parameters: dropped
+    # what a dropped template leaves is tidied, and only where a template was dropped
+    ("'''Alabama''' ({{IPAc-en|al}}) is a state.", "Alabama is a state."),
+    ("'''Aristotle''' ({{IPAc-en|x}}; {{lang-grc-gre|Ἀριστοτέλης}}, ''Aristotélēs'', {{IPA-grc|a}}; "
+     "384–322 BC) was a philosopher.",
+     "Aristotle (Ancient Greek: Ἀριστοτέλης, Aristotélēs; 384–322 BC) was a philosopher."),
+    ("'''Rand''' ({{IPAc-en|aɪ}}; born '''Alisa''', {{lang-ru|Али́са}}; "
+     "{{OldStyleDate|February 2|1905|January 20}} – March 6, 1982) wrote.",
+     "Rand (born Alisa, Russian: Али́са; February 2 [O.S. January 20] 1905 – March 6, 1982) wrote."),
+    ("(born 1947, {{IPA|x}}) and (born 1950 {{sfn|a}})", "(born 1947) and (born 1950)"),
+    ("from the Greek {{lang|grc}}{{IPA|z}}, i.e. anarchy", "from the Greek, i.e. anarchy"),
+    ("thinking {{sfn|A|2001}}. The picture, {{efn|n}}; more", "thinking. The picture; more"),
+    ("{{Use dmy dates}}, here", "here"),
+    ('The title "( , )" and "a , b" stay ( ; kept) : so do French spaces ; here.',
+     'The title "( , )" and "a , b" stay ( ; kept) : so do French spaces ; here.'),
+])
+def test_templates_rendered_and_holes_tidied(wikitext, expected):
+    assert clean_wikitext(wikitext) == [expected]
 
 
 # --- the bundled real sample ----------------------------------------------------------------------------
@@ -328,7 +356,8 @@ MARKUP = ["[[", "]]", "{{", "}}", "{{{", "}}}", "{|", "|}", "|-", "|", "!", "<re
           "<!--", "-->", "==", "=", "\n", "\n\n", "*", "#", ";", ":", "''", "'''", "<nowiki>", "</nowiki>",
           "<math>", "</math>", "<gallery>", "</gallery>", "<table>", "</table>", "<br>", "&nbsp;", "&amp;", "&#",
           "[http://x.org ", "]", "File:", "Category:", "de:", "__TOC__", "<", ">", "/>", "<div>", "</div>",
-          "----", " ", "\x00"]
+          "----", " ", "\x00", "\x01", "{{convert|", "{{lang|", "{{lang-ru|", "{{birth date|", "{{as of|",
+          "{{frac|", "{{val|", "|to|", "km", "1", "-3", "e=", "(", ")", ",", ";"]
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -338,4 +367,4 @@ def test_clean_wikitext_never_raises(tokens):
     assert isinstance(paragraphs, list)
     for paragraph in paragraphs:
         assert paragraph and paragraph == " ".join(paragraph.split())   # one line, single spaces
-        assert "\x00" not in paragraph
+        assert "\x00" not in paragraph and "\x01" not in paragraph
