@@ -5,9 +5,10 @@
     render("birth date", ["1947", "2", "1"], {})    -> "February 1, 1947"
     render("cite web", [...], {...})                -> None (dropped)
 
-`render(name, pos, named)` takes a template's normalised name (`normal_name`) and its parameters, each already
-expanded, and returns wikitext (links and italics are left for the caller's parser) or None: the template is
-not one of RENDERED, or its parameters are not what its rendering needs. None means "drop it", never an error: a
+`render(name, pos, named, language)` takes a template's normalised name (`normal_name`), its parameters, each
+already expanded, and the wiki's language, and returns wikitext (links and italics are left for the caller's
+parser) or None: the template is not one of RENDERED (NEUTRAL on a wiki not in English, see there), or its
+parameters are not what its rendering needs. None means "drop it", never an error: a
 template with broken parameters is dropped, as every template was before. Each rendering is a small pure function.
 
 Which templates: those that stand inside the sentences of articles and show prose, by how often they do so in
@@ -204,18 +205,23 @@ def normal_name(name: str) -> str:
     return name[len("template:"):].lstrip() if name.startswith("template:") else name
 
 
-def is_rendered(name: str) -> bool:
-    """Whether `render` may show something for the template `name` (a normal_name)."""
+def is_rendered(name: str, language: str = "en") -> bool:
+    """Whether `render` may show something for the template `name` (a normal_name) on a wiki in `language`."""
+    if language != "en":
+        return name in NEUTRAL
     return name in RENDERED or name.startswith(("lang-", "formatnum:"))
 
 
-def render(name: str, pos: list[str], named: dict[str, str]) -> str | None:
-    """The wikitext template `name` shows with these parameters, or None to drop it (see the module doc)."""
+def render(name: str, pos: list[str], named: dict[str, str], language: str = "en") -> str | None:
+    """The wikitext template `name` shows with these parameters on a wiki in `language`, or None to drop it
+    (see the module doc)."""
+    if not is_rendered(name, language):
+        return None
     renderer = RENDERED.get(name)
     if renderer is None and name.startswith("lang-"):   # {{lang-ru|...}} is {{langx|ru|...}}
         renderer, pos = _lang_x, [name[len("lang-"):]] + pos
     if renderer is None:
-        return _formatnum(name) if name.startswith("formatnum:") else None
+        return _formatnum(name)
     try:
         return renderer(pos, named)
     except (ValueError, IndexError, KeyError, ArithmeticError):
@@ -480,3 +486,13 @@ RENDERED: dict[str, Renderer] = {
     "·": _constant(" · "), "dot": _constant(" · "), "middot": _constant("·"), "bull": _constant(" • "),
     "=": _constant("="), "!": _constant("|"), "anchor": _constant(""),
 }
+
+# What a wiki in another language may share with English Wikipedia: templates of the same name and meaning whose
+# output holds no English word and no English number format (text as given, marks, formulas). The others are
+# English Wikipedia's own: ruwiki's {{lang-en}} shows "англ.", dewiki's numbers read "3.700.000", and words such
+# as "kilometres" or "As of" would be English in a German sentence; there they are dropped, as before.
+NEUTRAL = frozenset({
+    "nowrap", "nobr", "small", "smaller", "big", "larger", "nobold", "noitalic", "vanchor", "sup", "sub", "abbr",
+    "math", "mvar", "var", "chem2", "lang", "rtl-lang", "transl", "chem", "e", "angbr", "music", "'", "'s", "' \"",
+    "\" '", "'\"", "\"'", "ndash", "mdash", "nbsp", "thinsp", "=", "!", "anchor",
+})

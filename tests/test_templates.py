@@ -168,3 +168,12 @@ _WORDS = st.sampled_from(["", " ", "1", "0", "-3", "1e400", "2.5", "x", "km", "C
 def test_no_parameters_make_a_rendering_raise(name, pos, named):
     shown = render(name, pos, named)
     assert shown is None or isinstance(shown, str)
+
+
+def test_other_wikis_get_only_templates_without_english_words():
+    assert render("lang", ["en", "Moscow"], {}, "ru") == "Moscow"
+    assert render("nowrap", ["sehr alt"], {}, "de") == "sehr alt"
+    for name, pos in [("convert", ["10", "km"]), ("lang-en", ["Moscow"]), ("as of", ["2010"]),
+                      ("birth date", ["1947", "2", "1"]), ("formatnum:3700000", [])]:
+        assert render(name, pos, {}, "en") is not None
+        assert render(name, pos, {}, "de") is None and not is_rendered(name, "de")
