@@ -453,3 +453,28 @@ def test_clean_wikitext_never_raises(tokens):
         assert paragraph and paragraph == " ".join(paragraph.split())   # one line, single spaces
         assert "\x00" not in paragraph and "\x01" not in paragraph
 
+
+# --- the command line -----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_extract_with_disambiguation_templates(tmp_path):
+    from pipeline import cli
+
+    out = tmp_path / "docs"
+    assert cli.main(["extract", "wikipedia", "--input", str(LANGUAGES / "eo.xml"), "--disambiguation-templates",
+                     "Apartigilo,Alia", "--output", str(out), "--preset", "local-1"]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["parameters"]["disambiguation_templates"] == ["Apartigilo", "Alia"]
+    counters = m["counts"]["counters"]
+    assert counters["wikipedia/disambiguation"] == 1 and counters["wikipedia/articles"] == 1
+
+
+def test_disambiguation_templates_flag_refuses_an_empty_name(capsys):
+    from pipeline import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["extract", "wikipedia", "--input", str(FIXTURE), "--disambiguation-templates", "a,,b",
+                  "--output", "unused"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--disambiguation-templates" in err and "Traceback" not in err
