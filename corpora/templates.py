@@ -8,21 +8,21 @@
 `render(name, pos, named, language)` takes a template's normalised name (`normal_name`), its parameters, each
 already expanded, and the wiki's language, and returns wikitext (links and italics are left for the caller's
 parser) or None: the template is not one of RENDERED (NEUTRAL on a wiki not in English, see there), or its
-parameters are not what its rendering needs. None means "drop it", never an error: a
-template with broken parameters is dropped, as every template was before. Each rendering is a small pure function.
+parameters are not what its rendering needs. None means "drop it", never an error: a template with broken
+parameters is dropped, as every template was before. Each rendering is a small pure function.
 
 Which templates: those that stand inside the sentences of articles and show prose, by how often they do so in
 the shared enwiki sample (`bench/bench_wikipedia.py --templates` counts them: templates on a line of running
-text, outside <ref>s, in the 106 articles):
+text, outside <ref>s, in the 98 articles that are no redirect or disambiguation page):
 
-    convert 350, lang 194, lang-xx 56, transl 43, as of 29, chem 22, nowrap 21, nihongo 15, vanchor 10,
-    angbr 8, 's 8, vr 7, sc 6, nbsp 6, val 6, snd/ndash/mdashb 10, e 3, ' and ' " 4, music 2, USS 1, circa 1,
+    convert 350, lang 194, lang-xx 36, transl 43, as of 29, chem 22, nowrap 21, nihongo 15, vanchor 10,
+    angbr 8, 's 8, vr 7, sc 6, nbsp 6, val 6, snd/mdashb 7, e 3, ' and ' " 4, music 2, USS 2, circa 1,
     small 1, oldstyledate 1; the date templates (birth date, death date and age ...: 18 uses, all in infoboxes
-    here, in lead sentences on most biographies) and frac, abbr, sic, nobr, cvt (none here; listed in the issue).
+    here, in lead sentences on most biographies) and frac, abbr, sic, nobr, cvt (not inside running text here; named in the issue).
 
 Dropped on purpose, though as frequent: citation needed 115, rp 102, sfn/sfnp 185, refn 20, efn, clarify and
-the other inline cleanup tags (notes, no prose); IPAc-en 85, respell 56, IPA and IPA-xx 15 (pronunciation);
-main, see also, quote (blocks); coord (coordinates); inflation 36 and currentyear (a value that changes with the
+the other inline cleanup tags (notes, no prose); IPAc-en 85, respell 56, IPA and IPA-xx 23 (pronunciation);
+main, see also, quote (blocks); coord (coordinates); inflation and currentyear (a value that changes with the
 day the page is shown, as does the age of "birth date and age", which is left out of its rendering).
 """
 from __future__ import annotations
