@@ -201,7 +201,9 @@ _MONTHS = ("", "January", "February", "March", "April", "May", "June", "July", "
 
 def normal_name(name: str) -> str:
     """How a template name is looked up: "Template:Birth_date  and age" -> "birth date and age"."""
-    name = " ".join(name.replace("_", " ").split()).lower()
+    name = name.strip().lower()
+    if "_" in name or "  " in name or "\n" in name or "\t" in name:   # rare: spared the common case
+        name = " ".join(name.replace("_", " ").split())
     return name[len("template:"):].lstrip() if name.startswith("template:") else name
 
 
