@@ -1,6 +1,8 @@
-"""Sentence splitters compared: accuracy on the hand-labelled paragraphs, and speed in MB per CPU-second.
+"""Sentence splitters compared: accuracy on the hand-labelled paragraphs, and speed in MB per CPU-second;
+then bertprep and blingfire alone on gold sentences in six other languages.
 
     .venv/bin/python bench/bench_sentences.py [--corpora ../shared/corpora] [--mb 2] [--errors NAME]
+                                              [--examples 4]
 
 Accuracy, on tests/data/sentences/labelled.jsonl (hard cases; our rules were written looking at it) and
 heldout.jsonl (random paragraphs, labelled after the rules were fixed): the share of paragraphs split exactly
@@ -10,6 +12,12 @@ list once after a warm-up on its first 100 paragraphs, `time.process_time` (CPU 
 that are not installed are listed as such: syntok and sentencex are not dependencies of bertprep
 (`pip install syntok sentencex` to compare them).
 `--errors NAME` prints that splitter's wrong boundaries on the hard cases.
+
+Other languages: ../shared/corpora/sentences/pud-{ar,de,fr,hi,ru,zh}.txt (UD PUD, 1,000 sentences each, one a
+line, a blank line between documents). Each document's sentences are joined with one space (zh: with nothing)
+into a paragraph and split; exact share of documents and boundary F1, for the development share and for the held
+out one: the documents whose index in their file is 2 mod 3, never looked at while the rules were written.
+`--examples N` prints N wrong boundaries per language (from both shares): what remains.
 """
 from __future__ import annotations
 
@@ -25,6 +33,8 @@ from pipeline.sentences import split_paragraph
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "sentences"
 SHARED = REPO.parent / "shared" / "corpora"
+LANGUAGES = ("ar", "de", "fr", "hi", "ru", "zh")
+HELD_OUT = 3  # document k of a file is held out when k % 3 == 2
 
 
 def splitters() -> dict:
@@ -67,6 +77,42 @@ def boundaries(text: str, sentences: list[str]) -> set[int] | None:
             out.add(found)
         pos = found + len(s)
     return out
+
+
+def pud_paragraphs(path: Path, lang: str) -> tuple[list[dict], list[dict]]:
+    """A PUD file -> (development, held-out) lists of {"text", "sentences", "source"}, as the labelled sets."""
+    docs = path.read_text(encoding="utf-8").strip("\n").split("\n\n")
+    joiner = "" if lang == "zh" else " "
+    paragraphs = [{"text": joiner.join(d.split("\n")), "sentences": d.split("\n"), "source": f"pud-{lang}/{k}"}
+                  for k, d in enumerate(docs)]
+    return ([p for k, p in enumerate(paragraphs) if k % HELD_OUT != HELD_OUT - 1],
+            [p for k, p in enumerate(paragraphs) if k % HELD_OUT == HELD_OUT - 1])
+
+
+def other_languages(corpora: Path, examples: int) -> None:
+    folder = corpora / "sentences"
+    if not all((folder / f"pud-{lang}.txt").exists() for lang in LANGUAGES):
+        print(f"\nother languages: no pud-*.txt in {folder}")
+        return
+    split_of = {"bertprep": split_paragraph,
+                "blingfire": lambda t: blingfire.text_to_sentences(t).split("\n")}
+    print(f"\nother languages: UD PUD ({folder}); held out: documents k with k % {HELD_OUT} == {HELD_OUT - 1}")
+    print(f"{'lang':4s} {'splitter':10s} {'docs dev/held':>13s} {'dev exact':>9s} {'dev F1':>6s} "
+          f"{'held exact':>10s} {'held F1':>7s}")
+    remaining = []
+    for lang in LANGUAGES:
+        dev, held = pud_paragraphs(folder / f"pud-{lang}.txt", lang)
+        for name, split in split_of.items():
+            errors = [] if name == "bertprep" else None
+            d_exact, _, _, d_f1 = accuracy(split, dev, errors)
+            h_exact, _, _, h_f1 = accuracy(split, held, errors)
+            print(f"{lang:4s} {name:10s} {f'{len(dev)}/{len(held)}':>13s} {d_exact:9.1%} {d_f1:6.3f} "
+                  f"{h_exact:10.1%} {h_f1:7.3f}")
+            if errors is not None:
+                remaining += errors[:examples]
+    if remaining:
+        print("\nwhat remains (bertprep's wrong boundaries, the first per language):")
+        print("\n".join(remaining))
 
 
 def accuracy(split, labelled: list[dict], errors: list | None = None) -> tuple[float, float, float, float]:
@@ -124,6 +170,7 @@ def main() -> None:
     ap.add_argument("--corpora", default=str(SHARED), help="holds wikipedia/*.xml.bz2 and books/*.txt")
     ap.add_argument("--mb", type=float, default=2.0, help="MB of paragraphs for the speed column")
     ap.add_argument("--errors", help="print this splitter's errors on the hard cases")
+    ap.add_argument("--examples", type=int, default=4, help="wrong boundaries printed per other language")
     args = ap.parse_args()
 
     hard = [json.loads(line) for line in open(DATA / "labelled.jsonl", encoding="utf-8")]
@@ -151,6 +198,7 @@ def main() -> None:
               f"{n / seconds:9,.0f} {size / 1e6 / seconds:6.2f}")
     for line in errors:
         print(line)
+    other_languages(Path(args.corpora), args.examples)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,12 @@ Pipeline order, each step a free function the Beam wrapper calls:
     clean_wikitext(text)     -> [paragraph]                 pure; the whole of the text cleaning
 
 Counters reconcile: pages == articles + redirects + non_article_namespace + disambiguation + parse_error
-+ empty_after_cleaning; a damaged dump raises `BadDumpError`, or counts "bad_file" with skip_bad_files.
++ empty_after_cleaning; a damaged dump raises `BadDumpError`, or counts "bad_file" with skip_bad_files; a file
+without <siteinfo> counts "no_siteinfo" once (its pages get English Wikipedia's namespace names).
+
+Any language: each Page carries its wiki's `Site` (corpora/wikisites.py), built from the dump's <siteinfo>: the
+names of its File, Media and Category namespaces (with English's and the usual aliases) and the marks of its
+disambiguation pages. Templates that carry prose are rendered (corpora/templates.py), the rest dropped.
 
 Parallelism inside one dump: a Wikimedia `*-multistream.xml.bz2` is a chain of independent bz2 streams (the
 header, then 100 pages per stream, then the closing tag) and its `*-multistream-index.txt.bz2` lists
@@ -32,6 +37,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text, Wikilink
 
+from corpora import templates
+from corpora.wikisites import ENGLISH, Site, site_from_siteinfo
 from pipeline.documents import Count, Document
 
 SOURCE = "wikipedia"
@@ -62,6 +69,7 @@ class Page:
     title: str
     text: str               # wikitext of the last revision in the page ("" when the export omits it)
     redirect: bool
+    site: Site = ENGLISH    # its wiki's namespace names and disambiguation marks, from the dump's <siteinfo>
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -169,12 +177,19 @@ def _decompressed_blocks(f, path: str, start: int, end: int | None) -> Iterator[
         raise BadDumpError(f"{path}: bz2 stream starting at byte {stream_start} is truncated at {where}")
 
 
+_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"   # <mediawiki xml:lang="de">
+
+
 def _local(tag: str) -> str:
     return tag.rpartition("}")[2]  # exports put every element in the export-0.N XML namespace
 
 
 def read_pages(read: ReadRange, skip_bad_files: bool = False) -> Iterator[Page | Count]:
     """Streams the <page>s of one range: Count("pages") then the Page, for every page of any namespace.
+
+    Each Page carries its wiki's `Site`, from the <siteinfo> at the head of the file (a range that starts
+    further on reads the head first). A file without one gets the English names, and the range at its start
+    counts "no_siteinfo" once.
 
     A damaged range raises `BadDumpError` naming the file and byte offset; with `skip_bad_files` it yields
     Count("bad_file") instead and stops that range (pages before the damage have been yielded already).
@@ -196,11 +211,17 @@ def _read_pages(read: ReadRange) -> Iterator[Page | Count]:
     if read.start > 0:
         parser.feed(b"<mediawiki>")
     depth, root, text, where = 0, None, "", read.start
-    namespaces: dict[str, int] = {}  # from <siteinfo>, only for exports that predate <ns>
+    site, namespaces = None, {}   # namespaces: keys by name, for exports without <ns>
+    if read.start > 0:
+        site, namespaces = _head_site(path)
+        site = site or ENGLISH    # the range at byte 0 counts a missing <siteinfo>
     for event, elem, where in _xml_events(parser, read):
         if event == "start":
             depth += 1
             root = elem if root is None else root
+            if site is None and _local(elem.tag) == "page":
+                site = ENGLISH
+                yield Count("no_siteinfo")
             continue
         depth -= 1
         name = _local(elem.tag)
@@ -211,15 +232,13 @@ def _read_pages(read: ReadRange) -> Iterator[Page | Count]:
                     text = child.text or ""
             elem.clear()
         elif name == "page":
-            page = _page_from_element(elem, text, namespaces, path, where)
+            page = _page_from_element(elem, text, namespaces, site, path, where)
             text = ""
             root.clear()  # drops the finished page from the tree: memory stays one page deep
             yield Count("pages")
             yield page
-        elif name == "siteinfo":
-            namespaces = {(ns.text or "").strip().lower(): int(ns.get("key", 0))
-                          for section in elem if _local(section.tag) == "namespaces"
-                          for ns in section if (ns.text or "").strip()}
+        elif name == "siteinfo" and depth == 1:
+            site, namespaces = _site(root, elem)
             root.clear()
     if depth != 0 and not (depth == 1 and read.end is not None):
         raise BadDumpError(f"{path}: XML is truncated: {depth} element(s) still open at the end of the range "
@@ -232,6 +251,33 @@ def _read_pages(read: ReadRange) -> Iterator[Page | Count]:
     except ET.ParseError as e:
         raise BadDumpError(f"{path}: malformed XML at the end of the range starting at byte {read.start}: {e}") \
             from None
+
+
+def _site(root: ET.Element, siteinfo: ET.Element) -> tuple[Site, dict[str, int]]:
+    """(the Site, namespace keys by lower-cased name) of a <siteinfo> under the export's root element."""
+    names = {int(ns.get("key", 0)): (ns.text or "").strip()
+             for section in siteinfo if _local(section.tag) == "namespaces" for ns in section}
+    language = root.get(_XML_LANG) or ""
+    if not language:  # older exports: the database name says it ("dewiki")
+        dbname = next((e.text or "" for e in siteinfo if _local(e.tag) == "dbname"), "")
+        language = dbname[:-len("wiki")] if dbname.endswith("wiki") else ""
+    return site_from_siteinfo(names, language), {name.lower(): key for key, name in names.items() if name}
+
+
+def _head_site(path: str) -> tuple[Site | None, dict[str, int]]:
+    """The Site of a file's <siteinfo>, read from its head (the first bz2 stream of a multistream dump), for a
+    range that starts after it; (None, {}) when the file has none (the first range counts that)."""
+    root, events = None, _xml_events(ET.XMLPullParser(events=("start", "end")), ReadRange(path, 0, None))
+    try:
+        for event, elem, _ in events:
+            root = elem if root is None else root
+            if event == "end" and _local(elem.tag) == "siteinfo":
+                return _site(root, elem)
+            if event == "start" and _local(elem.tag) == "page":
+                break
+    finally:
+        events.close()
+    return None, {}
 
 
 def _xml_events(parser: ET.XMLPullParser, read: ReadRange) -> Iterator[tuple[str, ET.Element, int]]:
@@ -256,7 +302,8 @@ def _xml_events(parser: ET.XMLPullParser, read: ReadRange) -> Iterator[tuple[str
         raise BadDumpError(f"{path}: no data at byte {read.start} (an index offset beyond the end of the file?)")
 
 
-def _page_from_element(elem, text: str, namespaces: dict[str, int], path: str, where: int) -> Page:
+def _page_from_element(elem, text: str, namespaces: dict[str, int], site: Site | None, path: str,
+                       where: int) -> Page:
     fields, redirect = {}, False
     for child in elem:
         name = _local(child.tag)
@@ -276,51 +323,46 @@ def _page_from_element(elem, text: str, namespaces: dict[str, int], path: str, w
         raise BadDumpError(f"{path}: <page> {title!r} lacks a numeric <id> or <ns> "
                            f"(data from byte {where})") from None
     elem.clear()
-    return Page(page_id=page_id, namespace=namespace, title=title, text=text, redirect=redirect)
+    return Page(page_id=page_id, namespace=namespace, title=title, text=text, redirect=redirect,
+                site=site or ENGLISH)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Pages -> documents.
 
-_REDIRECT_TEXT = re.compile(r"\s*#redirect\b", re.I)  # old exports mark redirects only in the text
-_TEMPLATE_NAME = re.compile(r"\{\{\s*(?:template\s*:\s*)?([^{}|<>\n]+?)\s*(?:\||\}\})", re.I)
-
-# Template:Disambiguation, its redirects and its specialised variants. Hatnotes that merely point to a
-# disambiguation page ({{about}}, {{redirect}}, {{other uses}}) and {{disambiguation needed}} are not here.
-DISAMBIGUATION_TEMPLATES = frozenset({
-    "disambiguation", "disambig", "disamb", "dab", "dbig", "dis", "disambiguation page", "disambig-cleanup",
-    "disambiguation cleanup", "dab cleanup", "hndis", "hndis-cleanup", "human name disambiguation",
-    "human name disambiguation cleanup", "geodis", "place name disambiguation", "numberdis",
-    "number disambiguation", "letter-numbercombdisambig", "letter-number combination disambiguation",
-    "mil-unit-dis", "military unit disambiguation", "hospitaldis", "hospital disambiguation", "schooldis",
-    "school disambiguation", "roaddis", "road disambiguation", "species latin name disambiguation",
-    "genus disambiguation", "taxonomy disambiguation", "call sign disambiguation",
-    "chinese title disambiguation", "church disambiguation", "caselaw disambiguation",
-})
+_TEMPLATE_NAME = re.compile(r"\{\{\s*([^{}|<>\n]+?)\s*(?:\||\}\})")
 
 
-def is_disambiguation(title: str, text: str) -> bool:
-    """True for a disambiguation page: a title ending "(disambiguation)", a disambiguation template or
-    the __DISAMBIG__ switch."""
-    if title.rstrip().lower().endswith("(disambiguation)") or "__DISAMBIG__" in text:
+def is_disambiguation(title: str, text: str, site: Site = ENGLISH, templates_too: frozenset[str] = frozenset()) \
+        -> bool:
+    """True for a disambiguation page: the __DISAMBIG__ switch, a title qualifier such as "(disambiguation)",
+    or a disambiguation template of the site's language, of English, or among `templates_too` (normal names)."""
+    if "__DISAMBIG__" in text or title.rstrip().lower().endswith(site.disambiguation_titles):
         return True
-    return any(" ".join(m.group(1).replace("_", " ").lower().split()) in DISAMBIGUATION_TEMPLATES
-               for m in _TEMPLATE_NAME.finditer(text))
+    names = site.disambiguation_templates | templates_too
+    return any(templates.normal_name(m.group(1)) in names for m in _TEMPLATE_NAME.finditer(text))
 
 
-def page_to_document(page: Page, skip_disambiguation: bool = True) -> Iterator[Document | Count]:
-    """For each page exactly one of: Count("articles") and its Document, or Count(<why it was dropped>)."""
+def is_redirect(page: Page) -> bool:
+    """A <redirect/> page, or an old export's "#REDIRECT [[...]]" in the site's language or English."""
+    return page.redirect or page.text.lstrip()[:32].lower().startswith(page.site.redirect_words)
+
+
+def page_to_document(page: Page, skip_disambiguation: bool = True,
+                     disambiguation_templates: frozenset[str] = frozenset()) -> Iterator[Document | Count]:
+    """For each page exactly one of: Count("articles") and its Document, or Count(<why it was dropped>).
+    `disambiguation_templates`: more names of templates that mark a disambiguation page (normal names)."""
     if page.namespace != 0:
         yield Count("non_article_namespace")
         return
-    if page.redirect or _REDIRECT_TEXT.match(page.text):
+    if is_redirect(page):
         yield Count("redirects")
         return
-    if skip_disambiguation and is_disambiguation(page.title, page.text):
+    if skip_disambiguation and is_disambiguation(page.title, page.text, page.site, disambiguation_templates):
         yield Count("disambiguation")
         return
     try:
-        paragraphs = clean_wikitext(page.text)
+        paragraphs = clean_wikitext(page.text, page.site)
     except Exception:  # noqa: BLE001 - one unparsable page must cost that page only, never the rest of the file
         logging.warning("wikitext of page %d (%r) could not be cleaned", page.page_id, page.title, exc_info=True)
         yield Count("parse_error")
@@ -354,6 +396,9 @@ _NOWIKI = re.compile(r"<nowiki\s*>(.*?)</nowiki\s*>|<nowiki\s*/>", re.S | re.I)
 _EXTENSION_PAIR = re.compile(rf"<({_TAG_NAMES})(?:\s[^<>]*)?(?<!/)>.*?</\1\s*>", re.S | re.I)
 _EXTENSION_SINGLE = re.compile(rf"</?(?:{_TAG_NAMES})(?:\s[^<>]*)?/?>", re.I)  # self-closing or unpaired
 _BRACES = re.compile(r"\{\{|\}\}")
+_TEMPLATE_HEAD = re.compile(r"[^{}|]*(?=\||$)", re.S)   # a template's name, up to its first pipe
+_PARAM_TOKENS = re.compile(r"\{\{|\}\}|\[\[|\]\]|\|")
+_HOLE = "\x01"   # where a template was dropped; the tidying in _paragraphs works only at these seams
 _INDENTED_TABLE = re.compile(r"^[ \t]*:+[ \t]*(?=\{\|)", re.M)  # ":{|" is a table pushed right, not a list
 _MAGIC_WORDS = re.compile(
     r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|HIDDENCAT|"
@@ -364,10 +409,10 @@ _MAGIC_WORDS = re.compile(
 _NOWIKI_ESCAPES = {c: f"&#{ord(c)};" for c in "&<>[]{}|'=*#:;_~-"}
 _NOWIKI_TABLE = str.maketrans(_NOWIKI_ESCAPES)
 
-# Link prefixes: files (their captions go too), categories, and interlanguage links, which are language
-# codes ([[de:Foo]]). A 2-3 letter prefix is taken for a language unless it is one of enwiki's short
-# non-language prefixes; a leading colon ([[:de:Foo]], [[:File:X]]) makes any of these an ordinary link.
-_FILE_PREFIXES = frozenset({"file", "image", "media", "category"})
+# Link prefixes: files (their captions go too) and categories, by the names of the page's Site, and
+# interlanguage links, which are language codes ([[de:Foo]]). A 2-3 letter prefix is taken for a language unless
+# it is one of enwiki's short non-language prefixes; a leading colon ([[:de:Foo]], [[:File:X]]) makes any of
+# these an ordinary link.
 _LANGUAGE_PREFIX = re.compile(r"(?:[a-z]{2,3}(?:-[a-z]{1,12})*|simple)$")  # de, zh-min-nan, be-x-old
 _NOT_LANGUAGES = frozenset({"wp", "mw", "voy", "wmf", "mos", "doi", "rfc", "iso"})
 
@@ -390,10 +435,22 @@ _TABLE_RESIDUE = ("{|", "|", "! ")
 _HEADING_LINE = re.compile(r"=+[^=].*=+$")
 _WORD = re.compile(r"\w")
 _PARENTHETICAL = re.compile(r"\s*\([^()]*\)\s*$")
+_EDGE_HOLES = re.compile(r"^[\s\x01]+|[\s\x01]+$")
+_SEAM = re.compile(r"\s*\x01[\s\x01]*")   # one or more dropped templates and the spaces around them
+# Each needs a seam (" \x01 " or "\x01" once _tidy has made every seam one of these) where it acts.
+_SEPARATOR_OR_HOLE = r"(?: ?(?:[,;:]|\x01))"
+_TIDYING = [
+    (re.compile(rf" ?\((?: ?[,;:])* ?\x01{_SEPARATOR_OR_HOLE}* ?\)"), ""),   # a bracket left empty
+    (re.compile(rf"\( ?\x01{_SEPARATOR_OR_HOLE}* ?"), "("),                    # a bracket opening with separators
+    (re.compile(rf"{_SEPARATOR_OR_HOLE}* ?\x01 ?\)"), ")"),                    # ... or closing with them
+    (re.compile(r"[,;:](?: ?\x01 ?[,;:])+"), lambda m: m.group()[-1]),         # doubled separators: the last
+    (re.compile(r"^ ?\x01 ?[,;:] ?"), ""),                                     # a paragraph opening with one
+    (re.compile(r" ?\x01 ?(?=[,;:.!?)\]])"), ""),                              # a space before punctuation
+]
 _SPACES = re.compile(r"\s+")
 
 
-def clean_wikitext(text: str) -> list[str]:
+def clean_wikitext(text: str, site: Site = ENGLISH) -> list[str]:
     """Wikitext -> paragraphs of prose, each one line of single-spaced text.
 
     Kept: running text; the display text of wikilinks ([[A|b]] -> b, [[A]] -> A, [[A]]s -> As) and of
@@ -403,20 +460,21 @@ def clean_wikitext(text: str) -> list[str]:
     Dropped: section headings with their title; list items (lines starting with * # ; :) and HTML lists;
     wiki and HTML tables with everything in them; every template and parser function ({{...}}); <ref>s and
     the other extension tags listed in _DROPPED_EXTENSION_TAGS (math, gallery, code, timelines, ...);
-    File/Image/Media links with their captions; category and interlanguage links; bare URLs and [url] links
+    File/Image/Media links with their captions and category links, by the site's names for them (`Site`,
+    corpora/wikisites.py: English Wikipedia's by default); interlanguage links; bare URLs and [url] links
     with no label; HTML comments; behaviour switches (__TOC__ ...); <br> becomes a space.
     Paragraphs are blocks of lines between blank lines; headings, lists and block-level tags (tables, <div>,
     <blockquote>, <p>, ...) also end a paragraph. A paragraph with no letter or digit left is dropped.
     """
-    text = _pre_strip(text)
+    text = _pre_strip(text, site.language)
     out: list[str] = []
-    _render(mwparserfromhell.parse(text, skip_style_tags=True), out)
+    _render(mwparserfromhell.parse(text, skip_style_tags=True), out, site.link_prefixes)
     return _paragraphs("".join(out))
 
 
-def _pre_strip(text: str) -> str:
+def _pre_strip(text: str, language: str) -> str:
     """Cuts comments, extension tags and templates with regexes and a brace matcher (see above)."""
-    text = text.replace(_LIST_MARK, "")
+    text = text.replace(_LIST_MARK, "").replace(_HOLE, "")
     if "<!--" in text:
         text = _COMMENT.sub("", text)
     if "<" in text:
@@ -424,7 +482,7 @@ def _pre_strip(text: str) -> str:
             text = _NOWIKI.sub(lambda m: (m.group(1) or "").translate(_NOWIKI_TABLE), text)
         text = _EXTENSION_PAIR.sub(_block_or_inline, text)
         text = _EXTENSION_SINGLE.sub("", text)
-    text = _drop_templates(text)
+    text = _expand_templates(text, language)
     if "__" in text:
         text = _MAGIC_WORDS.sub("", text)
     if "{|" in text:
@@ -437,11 +495,12 @@ def _block_or_inline(m: re.Match) -> str:
     return _PARAGRAPH_BREAK if m.group(1).lower() in _BLOCK_TAGS else ""
 
 
-def _drop_templates(text: str) -> str:
-    """Removes every {{...}} (nesting included) and every unpaired "{{" or "}}".
+def _expand_templates(text: str, language: str) -> str:
+    """Renders the templates corpora.templates knows (nesting included) and replaces every other {{...}} by
+    _HOLE; cuts every unpaired "{{" or "}}".
 
     MediaWiki shows an unpaired "{{" as text; here it goes, since it is residue either way. Pairs nest or
-    are disjoint, so the outermost ones cover the rest.
+    are disjoint, so the outermost ones cover the rest; a rendered template's parameters are expanded first.
     """
     if "{{" not in text and "}}" not in text:
         return text
@@ -463,21 +522,61 @@ def _drop_templates(text: str) -> str:
     pieces, pos = [], 0
     for start, end in cuts:
         pieces.append(text[pos:start])
+        if end - start > 2:
+            pieces.append(_expand_template(text[start + 2:end - 2], language))
         pos = end
     pieces.append(text[pos:])
     return "".join(pieces)
 
 
-def _render(code, out: list[str]) -> None:
-    """Appends the visible prose of a parsed Wikicode to `out` (one walk, no strip_code)."""
+def _expand_template(body: str, language: str) -> str:
+    """The text of one template ({{ and }} cut off): its rendering, or _HOLE."""
+    head = _TEMPLATE_HEAD.match(body)
+    name = templates.normal_name(head.group()) if head else ""
+    if not name or not templates.is_rendered(name, language):
+        return _HOLE
+    pos: list[str] = []
+    named: dict[str, str] = {}
+    for param in _template_params(body[head.end() + 1:]) if head.end() < len(body) else ():
+        key, equals, value = param.partition("=")
+        if equals and "{{" not in key and "[[" not in key:
+            named[key.strip()] = _expand_templates(value, language).strip()
+        else:
+            pos.append(_expand_templates(param, language))
+    for key in [k for k in named if k.isdigit()]:   # {{x|2=b|a}}: a positional parameter given by number
+        i = int(key) - 1
+        pos.extend([""] * (i + 1 - len(pos)))
+        pos[i] = named.pop(key)
+    rendered = templates.render(name, pos, named, language)
+    return _HOLE if rendered is None else rendered
+
+
+def _template_params(text: str) -> list[str]:
+    """Splits a template's parameters at the pipes that are not inside a nested {{...}} or [[...]]."""
+    params, depth, start = [], 0, 0
+    for m in _PARAM_TOKENS.finditer(text):
+        token = m.group()
+        if token == "|":
+            if depth == 0:
+                params.append(text[start:m.start()])
+                start = m.end()
+        else:
+            depth = depth + 1 if token in ("{{", "[[") else max(depth - 1, 0)
+    params.append(text[start:])
+    return params
+
+
+def _render(code, out: list[str], no_text: frozenset[str]) -> None:
+    """Appends the visible prose of a parsed Wikicode to `out` (one walk, no strip_code). `no_text`: the
+    lower-cased namespace names whose links show nothing (files, media, categories)."""
     for node in code.nodes:
         kind = type(node)
         if kind is Text:
             out.append(node.value)
         elif kind is Wikilink:
-            _render_wikilink(node, out)
+            _render_wikilink(node, out, no_text)
         elif kind is Tag:
-            _render_tag(node, out)
+            _render_tag(node, out, no_text)
         elif kind is HTMLEntity:
             try:
                 out.append(node.normalize())
@@ -485,34 +584,34 @@ def _render(code, out: list[str]) -> None:
                 pass
         elif kind is ExternalLink:
             if node.brackets and node.title is not None:
-                _render(node.title, out)
+                _render(node.title, out, no_text)
         elif kind is Heading:
             out.append(_PARAGRAPH_BREAK)
         # Template, Argument and Comment nodes (normally cut before parsing) carry no prose: dropped.
 
 
-def _render_wikilink(node: Wikilink, out: list[str]) -> None:
+def _render_wikilink(node: Wikilink, out: list[str], no_text: frozenset[str]) -> None:
     title = str(node.title).strip()
     prefix, colon, _ = title.partition(":")
     if colon and prefix:  # no leading colon: a file, category or language prefix makes it no link
         prefix = prefix.strip().lower().replace("_", " ")
-        if prefix in _FILE_PREFIXES or (_LANGUAGE_PREFIX.match(prefix) and prefix not in _NOT_LANGUAGES):
+        if prefix in no_text or (_LANGUAGE_PREFIX.match(prefix) and prefix not in _NOT_LANGUAGES):
             return
     if node.text is not None:
         shown: list[str] = []
-        _render(node.text, shown)
+        _render(node.text, shown, no_text)
         if "".join(shown).strip():
             out.extend(shown)
             return
         # "[[Foo (bar)|]]", the pipe trick (normally expanded on save), shows "Foo"
         title = _PARENTHETICAL.sub("", title)
     if "&" in title:  # entities in a title show decoded
-        _render(mwparserfromhell.parse(title.lstrip(":"), skip_style_tags=True), out)
+        _render(mwparserfromhell.parse(title.lstrip(":"), skip_style_tags=True), out, no_text)
     else:
         out.append(title.lstrip(":"))
 
 
-def _render_tag(node: Tag, out: list[str]) -> None:
+def _render_tag(node: Tag, out: list[str], no_text: frozenset[str]) -> None:
     markup = node.wiki_markup
     if markup is not None:
         if markup in ("*", "#", ";", ":"):
@@ -520,7 +619,7 @@ def _render_tag(node: Tag, out: list[str]) -> None:
         elif markup in ("{|", "----"):
             out.append(_PARAGRAPH_BREAK)
         elif node.contents is not None:  # ''/''' only when a caller parses with style tags
-            _render(node.contents, out)
+            _render(node.contents, out, no_text)
         return
     name = str(node.tag).strip().lower()
     if name == "br":
@@ -532,7 +631,7 @@ def _render_tag(node: Tag, out: list[str]) -> None:
         block = name in _BLOCK_TAGS
         if block:
             out.append(_PARAGRAPH_BREAK)
-        _render(node.contents, out)
+        _render(node.contents, out, no_text)
         if block:
             out.append(_PARAGRAPH_BREAK)
 
@@ -544,14 +643,28 @@ def _paragraphs(text: str) -> list[str]:
     paragraphs, lines = [], []
     for line in text.split("\n") + [""]:   # the final "" ends the last paragraph
         line = line.strip()
-        if line and not (line[0] == _LIST_MARK or line.startswith(_TABLE_RESIDUE) or _HEADING_LINE.match(line)):
+        bare = _EDGE_HOLES.sub("", line) if _HOLE in line else line   # what the line shows, for the checks
+        if bare and not (bare[0] == _LIST_MARK or bare.startswith(_TABLE_RESIDUE) or _HEADING_LINE.match(bare)):
             lines.append(line)
         elif lines:  # a blank line, a list item, a table row or a heading ends the paragraph
             paragraph = _SPACES.sub(" ", " ".join(lines).replace(_LIST_MARK, "")).strip()
+            if _HOLE in paragraph:
+                paragraph = _tidy(paragraph)
             if _WORD.search(paragraph):
                 paragraphs.append(paragraph)
             lines = []
     return paragraphs
+
+
+def _tidy(paragraph: str) -> str:
+    """Mends what dropped templates leave (each marked by _HOLE), and only there: "Alabama (\x01) is" ->
+    "Alabama is", "(\x01; born" -> "(born", "born 1947, \x01)" -> "born 1947)", ", \x01;" -> ";",
+    "thinking \x01." -> "thinking.", a paragraph opening "\x01, ...". Text without a seam is never touched, so
+    neither a quoted title nor a French " :" changes."""
+    paragraph = _SEAM.sub(lambda m: f" {_HOLE} " if m.group() != _HOLE * len(m.group()) else _HOLE, paragraph)
+    for pattern, replacement in _TIDYING:
+        paragraph = pattern.sub(replacement, paragraph)
+    return _SPACES.sub(" ", paragraph.replace(_HOLE, "")).strip()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -52,12 +52,23 @@ def _add_allow_incomplete(p: flags.Parser, what: str) -> None:
                    help=f"read {what} anyway (no manifest.json: its stage did not finish or it was copied in part)")
 
 
+def _names(value: str) -> tuple[str, ...]:
+    """"A,B" -> ("A", "B"); an empty name is refused."""
+    names = tuple(name.strip() for name in value.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"a comma-separated list of names, got {value!r}")
+    return names
+
+
 def _add_corpus(p: flags.Parser) -> None:
     p.add_argument("corpus", choices=("wikipedia", "books", "text"))
     p.add_argument("--input", required=True, help="GLOB[,GLOB...] of corpus files (books: also directories)")
     p.add_argument("--wiki-index", default=None, type=readable_file,
                    help="wikipedia: the multistream index (default: found beside the dump when present)")
     p.add_argument("--keep-disambiguation", action="store_true", help="wikipedia: keep disambiguation pages")
+    p.add_argument("--disambiguation-templates", type=_names, default=(), metavar="NAME,...",
+                   help="wikipedia: more templates that mark a disambiguation page, for wikis whose own the "
+                        "built-in table lacks (English names and __DISAMBIG__ always count)")
     p.add_argument("--max-document-bytes", type=positive_int, default=None,
                    help="books: split books larger than this into documents of at most this size")
     p.add_argument("--skip-bad-files", action="store_true",

@@ -173,6 +173,7 @@ def _corpus_reader(kind: str, files: list[str], args) -> beam.PTransform:
     if kind == "wikipedia":
         return transforms.ExtractWikipedia(files, index=args.wiki_index,
                                            skip_disambiguation=not args.keep_disambiguation,
+                                           disambiguation_templates=args.disambiguation_templates,
                                            skip_bad_files=args.skip_bad_files)
     if kind == "books":
         return transforms.ExtractBooks(files, max_document_bytes=args.max_document_bytes,
@@ -201,6 +202,7 @@ def extract(args, options) -> dict:
                                       f"{sum(sizes.values()) / 1e6:,.1f} MB of input", args.retries)
     m = {"format": manifest.DOCUMENTS, "stage": "extract",
          "parameters": {"corpus": args.corpus, "skip_disambiguation": not args.keep_disambiguation,
+                        "disambiguation_templates": list(args.disambiguation_templates),
                         "max_document_bytes": args.max_document_bytes, "num_shards": out.num_shards},
          "counts": {**sum_stats(written, ("documents", "paragraphs", "characters")), "counters": values},
          "files": written, "inputs": [{"path": f} for f in files]}

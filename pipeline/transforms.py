@@ -79,11 +79,12 @@ class ExtractWikipedia(beam.PTransform):
     """MediaWiki XML dumps -> article Documents. Dumps with a multistream index are read in parallel ranges."""
 
     def __init__(self, files: list[str], index: str | None = None, skip_disambiguation: bool = True,
-                 skip_bad_files: bool = False, streams_per_read: int = 10):
-        from corpora import wikipedia
+                 skip_bad_files: bool = False, streams_per_read: int = 10, disambiguation_templates=()):
+        from corpora import templates, wikipedia
 
         super().__init__()
         self.skip_disambiguation, self.skip_bad_files = skip_disambiguation, skip_bad_files
+        self.disambiguation_templates = frozenset(map(templates.normal_name, disambiguation_templates))
         self.reads = wikipedia.plan_reads(files, index, streams_per_read)   # read units, planned once
 
     def expand(self, pipeline):
@@ -97,7 +98,8 @@ class ExtractWikipedia(beam.PTransform):
                 # no Reshuffle of pages: the local runner would hold a whole dump's wikitext in memory. Work is
                 # spread by the read ranges instead (about 1,000 pages each in a multistream dump).
                 | "CleanPages" >> beam.ParDo(_Counted("wikipedia", wikipedia.page_to_document,
-                                                      skip_disambiguation=self.skip_disambiguation)))
+                                                      skip_disambiguation=self.skip_disambiguation,
+                                                      disambiguation_templates=self.disambiguation_templates)))
 
 
 class ExtractBooks(beam.PTransform):

@@ -3,6 +3,7 @@ import collections
 import json
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -83,13 +84,18 @@ def test_round_trip_through_build_tokenizer(uncased):
         assert len(ids) > len(words) or all(p in tokens for p in words)
 
 
-def test_google_reads_the_file_with_the_same_ids(uncased):
+def google_tokenizer(path: Path, lowercase: bool):
+    """google's FullTokenizer on a vocab file (its tokenize() reads an absl flag, so flags count as parsed)."""
     from absl import flags
     from bert import tokenization as google
 
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
-    theirs = google.FullTokenizer(str(uncased), do_lower_case=True)
+    return google.FullTokenizer(str(path), do_lower_case=lowercase)
+
+
+def test_google_reads_the_file_with_the_same_ids(uncased):
+    theirs = google_tokenizer(uncased, lowercase=True)
     assert list(theirs.vocab) == tokenization.read_vocab(str(uncased))
     ours = tokenization.build_tokenizer(tokenization.read_vocab(str(uncased)), lowercase=True)
     for sentence, ids in zip(SENTENCES, tokenization.tokenize_sentences(ours, SENTENCES)):
@@ -210,3 +216,45 @@ def test_plugs_into_a_subcommand_table(shards, tmp_path, uncased, capsys):
         vocab.run(parser.parse_args(["vocab", "--input", shards, "--output", str(out), "--limit-alphabet", "0"]))
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == ["bertprep vocab: error: --limit-alphabet must be >= 1"]
+
+
+def mixed_language_documents() -> list[Document]:
+    """English books, the UD PUD slices in six languages (each file one document per gold paragraph), and the
+    articles of the hand-written exports in eight languages as corpora/wikipedia.py extracts them."""
+    from corpora import wikipedia
+
+    docs = book_documents()[:20]
+    for path in sorted((REPO / "tests/data/sentences/pud").glob("pud-*.txt")):
+        for k, paragraph in enumerate(path.read_text(encoding="utf-8").strip().split("\n\n")):
+            docs.append(Document(id=f"text:{path.name}:{k}", source="text", title="",
+                                 paragraphs=paragraph.split("\n"), presplit=True))
+    for path in sorted((REPO / "tests/data/wikipedia/languages").glob("*.xml")):
+        for page in wikipedia.read_pages(wikipedia.ReadRange(str(path))):
+            if isinstance(page, wikipedia.Page):
+                docs += [d for d in wikipedia.page_to_document(page) if isinstance(d, Document)]
+    return docs
+
+
+def test_multilingual_vocab_from_a_mixed_language_corpus(tmp_path):
+    docs = mixed_language_documents()
+    pattern = write_shards(tmp_path / "docs", docs, 2)
+    out = tmp_path / "vocab.txt"
+    assert vocab.main(["--input", pattern, "--output", str(out), "--vocab-size", "6000", "--cased",
+                       "--limit-alphabet", "4000"]) == 0
+    tokens = tokenization.read_vocab(str(out))
+    assert len(tokens) == 6000
+
+    def script_of(token: str) -> str:
+        name = unicodedata.name(token.lstrip("#")[0], "")
+        return next((s for s in ("CJK", "CYRILLIC", "ARABIC", "DEVANAGARI", "LATIN") if name.startswith(s)), "")
+
+    pieces = collections.Counter(script_of(t) for t in tokens if len(t.lstrip("#")) >= 2 or script_of(t) == "CJK")
+    assert all(pieces[s] >= 50 for s in ("CJK", "CYRILLIC", "ARABIC", "DEVANAGARI", "LATIN")), pieces
+    # Every language's text is tokenized with known pieces, and google's tokenizer reads the file alike.
+    theirs = google_tokenizer(out, lowercase=False)
+    ours = tokenization.build_tokenizer(tokens, lowercase=False)
+    texts = [d.paragraphs[0] for d in docs if d.id.startswith(("text:pud", "wikipedia:"))]
+    unk = tokens.index("[UNK]")
+    for text, ids in zip(texts, tokenization.tokenize_sentences(ours, texts)):
+        assert unk not in ids.tolist(), text
+        assert ids.tolist() == theirs.convert_tokens_to_ids(theirs.tokenize(text))

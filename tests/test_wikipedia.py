@@ -2,6 +2,7 @@
 splitting, damaged dumps, and a property test that no wikitext makes the cleaner raise."""
 import bz2
 import collections
+import json
 import tracemalloc
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from corpora import wikipedia
 from corpora.wikipedia import (BadDumpError, Page, ReadRange, clean_wikitext, is_disambiguation,
                                make_multistream, page_to_document, plan_reads, read_pages)
+from corpora.wikisites import ENGLISH, site_from_siteinfo
 from pipeline.documents import Count, Document
 
 REPO = Path(__file__).resolve().parent.parent
@@ -20,7 +22,7 @@ SAMPLE = REPO / "corpora/samples/enwiki-sample.xml.bz2"
 
 # Expected paragraphs for every article of the fixture, by title: the contract of clean_wikitext.
 EXPECTED = {
-    "Nested templates": ["Jean Exemple was a painter. He lived in Paris.",
+    "Nested templates": ["Jean Exemple was a peintre painter. He lived in Paris.",
                          "His second paragraph ends here."],
     "Tables inside templates": ["Before the box.", "After the box.", "Last words of the page."],
     "Lists inside tables": ["Intro sentence.", "Outro with a link.", "Final sentence."],
@@ -148,6 +150,34 @@ def test_clean_wikitext_cases(wikitext, expected):
     assert clean_wikitext(wikitext) == expected
 
 
+@pytest.mark.parametrize("wikitext,expected", [
+    # templates that carry prose are rendered, their parameters expanded first (corpora/templates.py)
+    ("It is {{convert|10|km|mi}} long.{{citation needed|date=May 2010}}", "It is 10 kilometres (6.2 mi) long."),
+    ("He said ''{{lang|fr|[[bonjour]]}}'' {{small|(once)}}.", "He said bonjour (once)."),
+    ("{{As of|2010}}, it had {{nowrap|{{convert|5|km}} of road}}.",
+     "As of 2010, it had 5 kilometres (3.1 mi) of road."),
+    ("a {{math|''x''{{=}}2}} b {{lang|1=fr|2=oui}} c", "a x=2 b oui c"),
+    ("Text {{cite web|url=x|title={{lang|fr|a}}}} more.", "Text more."),
+    ("born {{birth date|1947|13|1}} in Ohio.", "born in Ohio."),            # broken parameters: dropped
+    # what a dropped template leaves is tidied, and only where a template was dropped
+    ("'''Alabama''' ({{IPAc-en|al}}) is a state.", "Alabama is a state."),
+    ("'''Aristotle''' ({{IPAc-en|x}}; {{lang-grc-gre|Ἀριστοτέλης}}, ''Aristotélēs'', {{IPA-grc|a}}; "
+     "384–322 BC) was a philosopher.",
+     "Aristotle (Ancient Greek: Ἀριστοτέλης, Aristotélēs; 384–322 BC) was a philosopher."),
+    ("'''Rand''' ({{IPAc-en|aɪ}}; born '''Alisa''', {{lang-ru|Али́са}}; "
+     "{{OldStyleDate|February 2|1905|January 20}} – March 6, 1982) wrote.",
+     "Rand (born Alisa, Russian: Али́са; February 2 [O.S. January 20] 1905 – March 6, 1982) wrote."),
+    ("(born 1947, {{IPA|x}}) and (born 1950 {{sfn|a}})", "(born 1947) and (born 1950)"),
+    ("from the Greek {{lang|grc}}{{IPA|z}}, i.e. anarchy", "from the Greek, i.e. anarchy"),
+    ("thinking {{sfn|A|2001}}. The picture, {{efn|n}}; more", "thinking. The picture; more"),
+    ("{{Use dmy dates}}, here", "here"),
+    ('The title "( , )" and "a , b" stay ( ; kept) : so do French spaces ; here.',
+     'The title "( , )" and "a , b" stay ( ; kept) : so do French spaces ; here.'),
+])
+def test_templates_rendered_and_holes_tidied(wikitext, expected):
+    assert clean_wikitext(wikitext) == [expected]
+
+
 # --- the bundled real sample ----------------------------------------------------------------------------
 
 def test_sample_counts_reconcile(sample_pages):
@@ -175,15 +205,97 @@ def test_sample_paragraphs_have_no_markup_residue(sample_pages):
             assert paragraph == " ".join(paragraph.split()) and paragraph
 
 
+# --- other languages: the dump's own namespace names, aliases, disambiguation, redirects ------------------
+
+LANGUAGES = REPO / "tests/data/wikipedia/languages"
+LANGUAGE_EXPECTED = json.loads((LANGUAGES / "expected.json").read_text(encoding="utf-8"))
+
+
+def extract_file(path, **kwargs):
+    counts, pages, docs = collect(read_pages(ReadRange(str(path))))
+    more, _, docs = extract(pages, **kwargs)
+    return counts + more, pages, docs
+
+
+@pytest.mark.parametrize("name", sorted(LANGUAGE_EXPECTED))
+def test_language_fixture(name):
+    expected = LANGUAGE_EXPECTED[name]
+    counts, _, docs = extract_file(LANGUAGES / name,
+                                   disambiguation_templates=frozenset(expected["disambiguation_templates"]))
+    assert counts == expected["counts"]
+    assert {d.title: d.paragraphs for d in docs} == expected["documents"]
+    assert not any("LEAK" in p for d in docs for p in d.paragraphs)   # every text marked to go went
+
+
+def test_language_fixtures_cover_what_the_issue_asks():
+    assert len(LANGUAGE_EXPECTED) >= 6
+    assert (LANGUAGES / "bg.xml").read_bytes()[:2] == b"\xff\xfe"   # a UTF-16 export, read as any other
+    _, pages, _ = extract_file(LANGUAGES / "de.xml")
+    site = pages[0].site
+    assert site.language == "de" and {"datei", "bild", "kategorie", "file", "category"} <= site.link_prefixes
+    _, pages, _ = extract_file(LANGUAGES / "eo.xml")   # a language not in the tables: its siteinfo names
+    assert pages[0].site.language == "eo" and {"dosiero", "kategorio", "file"} <= pages[0].site.link_prefixes
+
+
+def test_disambiguation_templates_for_any_wiki():
+    counts, _, docs = extract_file(LANGUAGES / "eo.xml")
+    assert counts["disambiguation"] == 0 and {d.title for d in docs} == {"Varsovio", "Merkuro"}
+    counts, _, _ = extract_file(LANGUAGES / "eo.xml", disambiguation_templates=frozenset({"apartigilo"}))
+    assert counts["disambiguation"] == 1
+
+
+def test_templates_of_other_wikis_are_not_drawn_in_english():
+    de = site_from_siteinfo({6: "Datei", 14: "Kategorie"}, "de")
+    text = "Sie ist {{convert|10|km}} lang, {{nowrap|sehr}} alt und heißt {{lang|fr|Pont}}{{lang-fr|Pont}}."
+    assert clean_wikitext(text, de) == ["Sie ist lang, sehr alt und heißt Pont."]
+    assert clean_wikitext(text) == ["Sie ist 10 kilometres (6.2 mi) lang, sehr alt und heißt PontFrench: Pont."]
+
+
+def test_export_without_siteinfo_counts_it_once_and_uses_english_names(tmp_path):
+    export = FIXTURE.read_text(encoding="utf-8")
+    bare = export[:export.index("<siteinfo>")] + export[export.index("</siteinfo>") + len("</siteinfo>"):]
+    (tmp_path / "bare.xml").write_text(bare, encoding="utf-8")
+    counts, pages, _ = collect(read_pages(ReadRange(str(tmp_path / "bare.xml"))))
+    assert counts == {"pages": 23, "no_siteinfo": 1} and all(p.site == ENGLISH for p in pages)
+    dump, index = tmp_path / "bare-multistream.xml.bz2", tmp_path / "bare-multistream-index.txt.bz2"
+    make_multistream(tmp_path / "bare.xml", str(dump), str(index), pages_per_stream=4)
+    reads = plan_reads([str(dump)], streams_per_read=1)
+    assert len(reads) == 6
+    counts, pages, _ = collect(x for r in reads for x in read_pages(r))
+    assert counts == {"pages": 23, "no_siteinfo": 1}   # once per file, by the range at its start
+
+
+def test_multistream_ranges_carry_the_site_of_the_head(tmp_path):
+    dump, index = tmp_path / "dewiki-multistream.xml.bz2", tmp_path / "dewiki-multistream-index.txt.bz2"
+    make_multistream(LANGUAGES / "de.xml", str(dump), str(index), pages_per_stream=1)
+    reads = plan_reads([str(dump)], streams_per_read=1)
+    assert len(reads) == 5 and reads[-1].start > 0
+    counts, pages, docs = extract_file(LANGUAGES / "de.xml")
+    assert collect(x for r in reads for x in read_pages(r))[1] == pages
+    assert all(p.site.language == "de" for p in pages)
+
+
+@pytest.mark.parametrize("title,text,language,expected", [
+    ("X", "Text.\n{{Begriffsklärung}}", "de", True),
+    ("X", "Text.\n{{Begriffsklärung}}", "en", False),   # another wiki's template name means nothing here
+    ("X", "Text.\n{{Disambig}}", "de", True),            # English names count on every wiki
+    ("Schloss (Begriffsklärung)", "Text.", "de", True),
+    ("X", "Text.\n__DISAMBIG__", "eo", True),
+    ("X", "{{Homonymie}}", "fr", True),
+])
+def test_is_disambiguation_in_other_languages(title, text, language, expected):
+    assert is_disambiguation(title, text, site_from_siteinfo({}, language)) is expected
+
+
 # --- parse failures cost one page -----------------------------------------------------------------------
 
 def test_parse_error_counted_and_rest_of_file_kept(fixture_pages, monkeypatch):
     real = wikipedia.clean_wikitext
 
-    def failing(text):
+    def failing(text, site):
         if "Lead paragraph." in text:
             raise RecursionError("simulated parser failure")
-        return real(text)
+        return real(text, site)
 
     monkeypatch.setattr(wikipedia, "clean_wikitext", failing)
     counts, _, docs = extract(fixture_pages)
@@ -328,7 +440,8 @@ MARKUP = ["[[", "]]", "{{", "}}", "{{{", "}}}", "{|", "|}", "|-", "|", "!", "<re
           "<!--", "-->", "==", "=", "\n", "\n\n", "*", "#", ";", ":", "''", "'''", "<nowiki>", "</nowiki>",
           "<math>", "</math>", "<gallery>", "</gallery>", "<table>", "</table>", "<br>", "&nbsp;", "&amp;", "&#",
           "[http://x.org ", "]", "File:", "Category:", "de:", "__TOC__", "<", ">", "/>", "<div>", "</div>",
-          "----", " ", "\x00"]
+          "----", " ", "\x00", "\x01", "{{convert|", "{{lang|", "{{lang-ru|", "{{birth date|", "{{as of|",
+          "{{frac|", "{{val|", "|to|", "km", "1", "-3", "e=", "(", ")", ",", ";"]
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -338,4 +451,30 @@ def test_clean_wikitext_never_raises(tokens):
     assert isinstance(paragraphs, list)
     for paragraph in paragraphs:
         assert paragraph and paragraph == " ".join(paragraph.split())   # one line, single spaces
-        assert "\x00" not in paragraph
+        assert "\x00" not in paragraph and "\x01" not in paragraph
+
+
+# --- the command line -----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_extract_with_disambiguation_templates(tmp_path):
+    from pipeline import cli
+
+    out = tmp_path / "docs"
+    assert cli.main(["extract", "wikipedia", "--input", str(LANGUAGES / "eo.xml"), "--disambiguation-templates",
+                     "Apartigilo,Alia", "--output", str(out), "--preset", "local-1"]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["parameters"]["disambiguation_templates"] == ["Apartigilo", "Alia"]
+    counters = m["counts"]["counters"]
+    assert counters["wikipedia/disambiguation"] == 1 and counters["wikipedia/articles"] == 1
+
+
+def test_disambiguation_templates_flag_refuses_an_empty_name(capsys):
+    from pipeline import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["extract", "wikipedia", "--input", str(FIXTURE), "--disambiguation-templates", "a,,b",
+                  "--output", "unused"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--disambiguation-templates" in err and "Traceback" not in err
