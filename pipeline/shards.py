@@ -20,7 +20,6 @@ import gzip
 import json
 import os
 import re
-import time
 from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
@@ -80,8 +79,6 @@ class _WriteShard(beam.DoFn):
         path = FileSystems.join(self.directory, INCOMPLETE, name)
         with FileSystems.create(path, compression_type=_UNCOMPRESSED) as f:   # a retry rewrites the same bytes
             write(f, counted(group.frames(totals)))
-        # test-only hook: tests/test_faults.py holds each writer here (seconds) so that a kill lands mid-write
-        time.sleep(float(os.environ.get("BERTPREP_TEST_SLOW_WRITE", 0)))
         stats = {"shard": piece.index, "file": name, "records": n,
                  **{k: int(v) for k, v in zip(self.stat_names, totals)}}
         with FileSystems.create(path + STATS_SUFFIX, compression_type=_UNCOMPRESSED) as f:
@@ -115,7 +112,10 @@ _OURS = re.compile(r"manifest\.json|[a-z]+-\d{5}-of-\d{5}\.[a-z.]+|\.incomplete/
 def prepare_output(directory: str, overwrite: bool) -> None:
     """Refuses a directory that already holds anything (a finished set, or an earlier run's leftovers under
     .incomplete/), unless `overwrite`: then removes all of it first. Files bertprep would not have written there
-    are never removed."""
+    are never removed. A local directory is created (and tried) first, so a place that cannot be written is
+    named before any work starts."""
+    if storage.is_local(directory):
+        _check_writable(directory.removeprefix("file://"))
     existing = storage.files_under(directory)
     if not existing:
         return
@@ -130,6 +130,20 @@ def prepare_output(directory: str, overwrite: bool) -> None:
                          "--overwrite only replaces bertprep output. Choose another --output, or move them away.")
     FileSystems.delete(existing)
     remove_incomplete(directory)
+
+
+def _check_writable(directory: str) -> None:
+    if os.path.isfile(directory):
+        raise SystemExit(f"--output {directory} is a file, not a directory")
+    probe = os.path.join(directory, f".bertprep-write-test-{os.getpid()}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise SystemExit(f"--output {directory}: cannot write there ({e.strerror or e}): choose a writable "
+                         "directory") from None
 
 
 def remove_incomplete(directory: str) -> None:

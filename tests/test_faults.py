@@ -18,12 +18,17 @@ from pathlib import Path
 import pytest
 
 from pipeline import cli, tokenization
+from pipeline.run import descendants
 from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
 
 pytestmark = pytest.mark.slow
 ONE = ["--preset", "local-1"]
 PREPARE = ["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB),
            "--dupe-factor", "1"]
+
+
+# Every process of a run started with this environment pauses in each shard writer (tests/slow_write_site).
+SLOW_WRITES = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "slow_write_site"), str(REPO)])}
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -39,28 +44,36 @@ def clean(tmp_path_factory) -> Path:
     return out
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
-
-
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
     return state != "Z"
+
+
+def _wait_mid_write(out: Path, launcher: subprocess.Popen) -> list[int]:
+    """Waits until a shard file exists under .incomplete/ (the seam then holds its writer); returns the launcher's
+    worker processes."""
+    deadline = time.time() + 90
+    while not list((out / ".incomplete").glob("shard-*.tfrecord")):
+        assert launcher.poll() is None, "the run ended before writing"
+        assert time.time() < deadline, "no shard file appeared under .incomplete/ in 90 s"
+        time.sleep(0.05)
+    return descendants(launcher.pid)
+
+
+def _assert_gone(workers: list[int], seconds: float, why: str) -> None:
+    deadline = time.time() + seconds
+    while any(_alive(w) for w in workers) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers), f"Beam worker processes outlived {why}"
+
+
+def _reap(pids: list[int]) -> None:
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _refusal(argv: list[str]) -> str:
@@ -76,9 +89,9 @@ def _refusal(argv: list[str]) -> str:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the Beam worker processes through /proc")
 def test_killed_run_leaves_no_usable_output_and_overwrite_recovers(clean, tmp_path, capsys):
     out = tmp_path / "killed"
-    # The default `local` preset (worker processes); each shard writer then waits in BERTPREP_TEST_SLOW_WRITE
-    # after writing its file, so the kill lands with shards half written under .incomplete/.
-    env = {**os.environ, "BERTPREP_TEST_SLOW_WRITE": "120"}
+    # The default `local` preset (worker processes); each shard writer waits after writing its file (the seam in
+    # tests/slow_write_site), so the kill lands with shards half written under .incomplete/.
+    env = SLOW_WRITES
     log = tmp_path / "launcher.log"
     with open(log, "wb") as f:
         launcher = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *PREPARE, "--num-shards", "4",
@@ -86,23 +99,13 @@ def test_killed_run_leaves_no_usable_output_and_overwrite_recovers(clean, tmp_pa
                                     cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
     workers: list[int] = []
     try:
-        deadline = time.time() + 90
-        while not list((out / ".incomplete").glob("shard-*.tfrecord")):
-            assert launcher.poll() is None, log.read_text()[-3000:]
-            assert time.time() < deadline, "no shard file appeared under .incomplete/ in 90 s"
-            time.sleep(0.05)
-        workers = _descendants(launcher.pid)
+        workers = _wait_mid_write(out, launcher)
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
         # The Beam workers lose their launcher and exit, even mid-bundle: nothing writes into the directory later.
-        deadline = time.time() + 30
-        while any(_alive(w) for w in workers) and time.time() < deadline:
-            time.sleep(0.2)
-        assert not any(_alive(w) for w in workers), "Beam worker processes outlived the killed launcher"
+        _assert_gone(workers, 30, "the killed launcher")
     finally:
-        for pid in [launcher.pid, *workers]:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        _reap([launcher.pid, *workers])
 
     # What is left: partial files under .incomplete/ only; no manifest, no published shard.
     assert not (out / "manifest.json").exists()
@@ -142,6 +145,29 @@ def test_killed_run_leaves_no_usable_output_and_overwrite_recovers(clean, tmp_pa
         data.open_shards(str(out / ".incomplete" / "shard-*.tfrecord"))
 
     # Recovery: --overwrite removes the leftovers; the result is byte for byte the uninterrupted run's.
+    assert cli.main([*PREPARE, "--num-shards", "4", "--output", str(out), "--overwrite", *ONE]) == 0
+    assert snapshot(out) == snapshot(clean)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the Beam worker processes through /proc")
+def test_ctrl_c_stops_a_local_run_within_5_seconds_and_overwrite_recovers(clean, tmp_path):
+    out = tmp_path / "interrupted"
+    launcher = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *PREPARE, "--num-shards", "4", "--output",
+                                 str(out), "--preset", "local", "--direct_num_workers=2"], cwd=REPO, env=SLOW_WRITES,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    try:
+        workers = _wait_mid_write(out, launcher)
+        sent = time.time()
+        launcher.send_signal(signal.SIGINT)
+        _, err = launcher.communicate(timeout=30)
+        assert time.time() - sent < 5, f"took {time.time() - sent:.1f} s to stop"
+        _assert_gone(workers, 10, "the interrupted run")
+    finally:
+        _reap([launcher.pid, *workers])
+    assert launcher.returncode == 130 and "Traceback" not in err
+    assert "interrupted: worker processes stopped" in err and "re-run with --overwrite" in err
+    assert sorted(p.name for p in out.iterdir()) == [".incomplete"]   # nothing published, no manifest
     assert cli.main([*PREPARE, "--num-shards", "4", "--output", str(out), "--overwrite", *ONE]) == 0
     assert snapshot(out) == snapshot(clean)
 
