@@ -7,9 +7,11 @@ are left out); a path with `*` or `?` is matched (sorted). An archive (.tar, .ta
 .tar.xz, .txz) is read as a stream (tarfile mode "r|*"); each regular member is one book; other members
 (directories, links, devices) are counted under `skipped_members`: a hard link's bytes are another member's.
 
-Ids and titles: `books:<basename>#<k>` for a file, `books:<archive basename>/<member name>#<k>` for a member
-(leading "./" dropped). The `#<k>` chunk suffix is always present, so the first part of a book keeps its id
-whether or not the book is later split. Ids collide only if two inputs share a basename. The title is the
+Ids and titles: `books:<name>#<k>` for a file, `books:<archive name>/<member name>#<k>` for a member (leading
+"./" dropped), name being the path relative to the inputs' common directory (text.relative_names: the basename
+when they share one), so ids are unique for any layout (two `books/` folders, two archives of one name). The
+`#<k>` chunk suffix is always present, so the first part of a book keeps its id whether or not the book is
+later split. The title is the
 book's first paragraph when that paragraph is entirely in square brackets ("[Emma by Jane Austen 1816]" ->
 "Emma by Jane Austen 1816"; not kept as prose), else the file or member basename.
 
@@ -313,8 +315,8 @@ def _member_name(name: str) -> str:
     return name.lstrip("/").encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def _read_archive(path: str, max_document_bytes: int, skip_bad_files: bool) -> Iterator[Document | Count]:
-    name = basename(path)
+def _read_archive(path: str, name: str, max_document_bytes: int,
+                  skip_bad_files: bool) -> Iterator[Document | Count]:
     try:
         with open_path(path)() as f, tarfile.open(fileobj=f, mode="r|*") as tar:
             for member in tar:
@@ -335,13 +337,16 @@ def _read_archive(path: str, max_document_bytes: int, skip_bad_files: bool) -> I
 
 
 def read_books(path: str, max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
-               skip_bad_files: bool = False) -> Iterator[Document | Count]:
-    """One book file or archive -> Documents of at most `max_document_bytes`, with Count events (module doc)."""
+               skip_bad_files: bool = False, name: str | None = None) -> Iterator[Document | Count]:
+    """One book file or archive -> Documents of at most `max_document_bytes`, with Count events (module doc).
+    `name` (in the ids) is the file's name relative to the inputs' common directory (text.relative_names), by
+    default its basename."""
     if max_document_bytes < 1:
         raise ValueError(f"max_document_bytes must be positive, got {max_document_bytes}")
     yield Count("files")
+    id_name = name or basename(path)
     if path.lower().endswith(ARCHIVE_SUFFIXES):
-        yield from _read_archive(path, max_document_bytes, skip_bad_files)
+        yield from _read_archive(path, id_name, max_document_bytes, skip_bad_files)
         return
     name = basename(path)
     try:
@@ -351,7 +356,7 @@ def read_books(path: str, max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
             raise
         yield Count("bad_file")
         return
-    yield from _book_events(decoded, f"books:{name}", name, max_document_bytes)
+    yield from _book_events(decoded, f"books:{id_name}", name, max_document_bytes)
 
 
 def _is_book_name(name: str) -> bool:

@@ -17,7 +17,8 @@ Google's format (`read_text_documents`, the input of create_pretraining_data.py)
 blank line ends a document. Lines are split at "\\n" only (as `readline` does there) and stripped, so "\\r\\n"
 endings and stray spaces go; a run of blank lines or blank lines at either end make no empty documents, as
 google drops empty documents too. Each document keeps its lines exactly as given, `presplit=True`, id
-`text:<basename>:<n>` where n counts the file's documents from 0, title "" (the format carries none).
+`text:<name>:<n>` where name is the file's path relative to the inputs' common directory (its basename when
+they share one) and n counts the file's documents from 0, title "" (the format carries none).
 Counters: `files`, `documents`, `bytes`, `decoded_with_fallback`, `decoded_as_latin1`, `binary_file`, and
 `empty` for a file (decodable, not binary) that holds no document at all.
 """
@@ -51,6 +52,20 @@ def basename(path: str) -> str:
     name = path.rstrip("/").rsplit("/", 1)[-1]
     # os.listdir and tarfile give undecodable names as surrogate escapes, which JSON output cannot encode.
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def relative_names(paths: list[str]) -> dict[str, str]:
+    """Each path's name relative to the deepest directory that holds them all, '/'-separated: the basename when
+    they share a directory (the usual layout, and the ids of earlier outputs), "AA/wiki_00" and "AB/wiki_00" for
+    WikiExtractor's. Names are then unique for any layout, and the same on any machine."""
+    parts = [p.rstrip("/").split("/") for p in paths]
+    common = 0
+    for level in zip(*(q[:-1] for q in parts)):
+        if len(set(level)) > 1:
+            break
+        common += 1
+    return {p: "/".join(q[common:]).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            for p, q in zip(paths, parts)}
 
 
 @dataclass(frozen=True)
@@ -164,10 +179,11 @@ def google_documents(blocks: Iterable[str]) -> Iterator[list[str]]:
         yield doc
 
 
-def read_text_documents(path: str) -> Iterator[Document | Count]:
-    """One google-format file -> presplit Documents `text:<basename>:<n>`, with Count events (module doc)."""
+def read_text_documents(path: str, name: str | None = None) -> Iterator[Document | Count]:
+    """One google-format file -> presplit Documents `text:<name>:<n>`, with Count events (module doc); `name`
+    is the file's name relative to the inputs' common directory (`relative_names`), by default its basename."""
     yield Count("files")
-    name = basename(path)
+    name = name or basename(path)
     decoded = open_decoded(open_path(path))
     yield from decoded.counts()
     n = 0

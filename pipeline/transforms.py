@@ -75,6 +75,12 @@ class _Counted(beam.DoFn):
                 yield item
 
 
+def _read_named(unit: tuple[str, str], reader: Callable[..., Iterable], **kwargs) -> Iterable:
+    """A read unit (path, name for the ids) through a corpus reader."""
+    path, name = unit
+    return reader(path, name=name, **kwargs)
+
+
 class ExtractWikipedia(beam.PTransform):
     """MediaWiki XML dumps -> article Documents. Dumps with a multistream index are read in parallel ranges."""
 
@@ -108,9 +114,13 @@ class ExtractBooks(beam.PTransform):
     def __init__(self, files: list[str], max_document_bytes: int | None = None, skip_bad_files: bool = False):
         from corpora import books
 
+        from corpora import text
+
         super().__init__()
         self.max_document_bytes, self.skip_bad_files = max_document_bytes, skip_bad_files
-        self.reads = books.plan_reads(files)   # read units, planned once
+        paths = books.plan_reads(files)
+        names = text.relative_names(paths)   # ids unique whatever the layout
+        self.reads = [(p, names[p]) for p in paths]   # read units, planned once
 
     def expand(self, pipeline):
         from corpora import books
@@ -121,15 +131,18 @@ class ExtractBooks(beam.PTransform):
         return (pipeline
                 | "ListBooks" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadBooks" >> beam.ParDo(_Counted("books", books.read_books, **kwargs)))
+                | "ReadBooks" >> beam.ParDo(_Counted("books", _read_named, reader=books.read_books, **kwargs)))
 
 
 class ExtractText(beam.PTransform):
     """google's input format (one sentence per line, blank line between documents) -> presplit Documents."""
 
     def __init__(self, files: list[str]):
+        from corpora import text
+
         super().__init__()
-        self.reads = sorted(files)   # read units: one per file
+        names = text.relative_names(sorted(files))   # ids unique whatever the layout
+        self.reads = [(f, names[f]) for f in sorted(files)]   # read units: one per file
 
     def expand(self, pipeline):
         from corpora import text
@@ -137,7 +150,7 @@ class ExtractText(beam.PTransform):
         return (pipeline
                 | "ListFiles" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadText" >> beam.ParDo(_Counted("text", text.read_text_documents)))
+                | "ReadText" >> beam.ParDo(_Counted("text", _read_named, reader=text.read_text_documents)))
 
 
 class ReadDocuments(beam.PTransform):

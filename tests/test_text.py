@@ -127,3 +127,35 @@ def test_a_multibyte_character_cut_by_the_end_of_file_is_not_utf8(tmp_path):
 def test_a_missing_file_raises(tmp_path):
     with pytest.raises(OSError, match="gone.txt"):
         collect(read_text_documents(str(tmp_path / "gone.txt")))
+
+
+def test_names_relative_to_the_common_directory_keep_ids_unique():
+    from corpora.text import relative_names
+
+    assert relative_names(["/d/books/a.txt", "/d/books/b.txt"]) == {"/d/books/a.txt": "a.txt", "/d/books/b.txt": "b.txt"}
+    assert relative_names(["/x/AA/wiki_00", "/x/AB/wiki_00"]) == {"/x/AA/wiki_00": "AA/wiki_00",
+                                                                  "/x/AB/wiki_00": "AB/wiki_00"}
+    assert relative_names(["gs://b/one/books/a.txt", "gs://b/two/books/a.txt"]) == {
+        "gs://b/one/books/a.txt": "one/books/a.txt", "gs://b/two/books/a.txt": "two/books/a.txt"}
+    assert relative_names(["/only/file.txt"]) == {"/only/file.txt": "file.txt"}
+
+
+@pytest.mark.slow
+def test_two_inputs_with_one_basename_are_both_read(tmp_path):
+    """WikiExtractor's layout (AA/wiki_00, AB/wiki_00): the same base name in two folders, as google's tool
+    accepts it; the ids differ and every document is paired."""
+    import json
+
+    from pipeline import cli
+    from tests.conftest import UNCASED_VOCAB
+
+    for folder, word in (("AA", "alpha"), ("AB", "beta")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "wiki_00").write_text("".join(
+            f"The {word} document number {d} begins here.\nIt goes on for a while about {word} things.\n"
+            f"And it ends with a third sentence.\n\n" for d in range(3)))
+    assert cli.main(["prepare", "text", "--input", str(tmp_path / "A*" / "wiki_00"), "--vocab", str(UNCASED_VOCAB),
+                     "--dupe-factor", "1", "--bucket-docs", "2", "--output", str(tmp_path / "out"),
+                     "--preset", "local-1"]) == 0
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert m["counts"]["documents"] == 6 and m["counts"]["instances"] >= 6
