@@ -36,6 +36,8 @@ from model import config as config_lib
 from model import data
 from model.bert import MLM_LOSS_EPS, Bert
 from pipeline import masking, schema
+from pipeline.flags import (device_name, nonnegative_float, nonnegative_int, positive_float, positive_int,
+                            probability)
 from pipeline.tfrecord import CorruptRecordError
 
 
@@ -44,44 +46,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--data", required=True, help="glob of masked-LM shards, e.g. 'out/shards/*.tfrecord'")
     g.add_argument("--eval-data", help="glob of held-out shards (default: the last training file is held out)")
-    g.add_argument("--max-seq-length", type=int, help="required for shards without a manifest (google-made)")
-    g.add_argument("--max-predictions-per-seq", type=int, help="required for shards without a manifest")
+    g.add_argument("--max-seq-length", type=positive_int, help="required for shards without a manifest (google-made)")
+    g.add_argument("--max-predictions-per-seq", type=positive_int, help="required for shards without a manifest")
     g.add_argument("--allow-incomplete", action="store_true", help="read shards whose directory has no manifest")
     g.add_argument("--dynamic-masking", action="store_true",
                    help="--data is a `pairs` output: mask it afresh every epoch (RoBERTa-style) instead of reading "
                         "masked shards; masking flags below, --max-predictions-per-seq default 20")
-    g.add_argument("--masked-lm-prob", type=float, default=0.15, help="with --dynamic-masking")
+    g.add_argument("--masked-lm-prob", type=probability, default=0.15, help="with --dynamic-masking")
     g.add_argument("--whole-word-mask", action="store_true", help="with --dynamic-masking")
-    g.add_argument("--ngram-max", type=int, default=1, help="with --dynamic-masking")
-    g.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank")
-    g.add_argument("--shuffle-buffer", type=int, default=10_000, help="records in each worker's shuffle buffer")
+    g.add_argument("--ngram-max", type=positive_int, default=1, help="with --dynamic-masking")
+    g.add_argument("--num-workers", type=nonnegative_int, default=2, help="DataLoader workers per rank")
+    g.add_argument("--shuffle-buffer", type=positive_int, default=10_000,
+                   help="records in each worker's shuffle buffer")
     g = p.add_argument_group("model")
     g.add_argument("--model", default="mini", help="tiny|mini|base|large or a config JSON")
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g = p.add_argument_group("optimisation")
-    g.add_argument("--steps", type=int, default=10_000, help="optimizer steps; the schedule decays to 0 here")
-    g.add_argument("--batch-size", type=int, default=256, help="global batch: sequences per optimizer step")
-    g.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step")
-    g.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (google: 1e-4 for BERT-Base)")
-    g.add_argument("--warmup-steps", type=int, default=None, help="linear warmup steps (default: 1%% of --steps)")
+    g.add_argument("--steps", type=positive_int, default=10_000, help="optimizer steps; the schedule decays to 0 here")
+    g.add_argument("--batch-size", type=positive_int, default=256, help="global batch: sequences per optimizer step")
+    g.add_argument("--grad-accum", type=positive_int, default=1, help="micro-steps per optimizer step")
+    g.add_argument("--lr", type=positive_float, default=1e-4, help="peak learning rate (google: 1e-4 for BERT-Base)")
+    g.add_argument("--warmup-steps", type=nonnegative_int, default=None,
+                   help="linear warmup steps (default: 1%% of --steps)")
     g.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
-    g.add_argument("--weight-decay", type=float, default=0.01, help="not applied to LayerNorm weights and biases")
-    g.add_argument("--clip-norm", type=float, default=1.0, help="global gradient-norm clip")
+    g.add_argument("--weight-decay", type=nonnegative_float, default=0.01,
+                   help="not applied to LayerNorm weights and biases")
+    g.add_argument("--clip-norm", type=positive_float, default=1.0, help="global gradient-norm clip")
     g = p.add_argument_group("run")
     g.add_argument("--output", required=True, help="run directory")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--log-every", type=int, default=100)
-    g.add_argument("--eval-every", type=int, default=0, help="steps between evaluations (0: none)")
-    g.add_argument("--eval-batches", type=int, default=20, help="batches per evaluation and rank")
-    g.add_argument("--checkpoint-every", type=int, default=1000)
-    g.add_argument("--keep-checkpoints", type=int, default=3)
+    g.add_argument("--log-every", type=positive_int, default=100)
+    g.add_argument("--eval-every", type=nonnegative_int, default=0, help="steps between evaluations (0: none)")
+    g.add_argument("--eval-batches", type=positive_int, default=20, help="batches per evaluation and rank")
+    g.add_argument("--checkpoint-every", type=nonnegative_int, default=1000,
+                   help="steps between checkpoints (0: at the end only)")
+    g.add_argument("--keep-checkpoints", type=positive_int, default=3)
     g.add_argument("--resume", action="store_true", help="continue from the output directory's latest checkpoint")
     g.add_argument("--overwrite", action="store_true",
                    help="start over in an output directory that holds a run (its log, events, checkpoints go)")
-    g.add_argument("--stop-after", type=int, default=None,
+    g.add_argument("--stop-after", type=positive_int, default=None,
                    help="exit (with a checkpoint) after this many steps of this invocation, e.g. to fit a job's "
                         "time limit; the schedule still spans --steps")
-    g.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
+    g.add_argument("--device", default=None, type=device_name, help="cpu | cuda | cuda:N (default: cuda if available)")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -9,6 +9,7 @@ stderr and a non-zero exit; `--debug` (or `-v`) shows the traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import sys
@@ -259,13 +260,14 @@ def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     """`COMMAND FLAGS...` -> (command, args); exits 2 with one line on any flag the command does not take. For a
     Beam command, args.beam_args holds the Beam flags (checked against Beam's option classes)."""
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(_usage(), file=sys.stdout if argv else sys.stderr)
         raise SystemExit(0 if argv else 2)
     command = argv[0]
     if command not in COMMANDS:
-        near = __import__("difflib").get_close_matches(command, list(COMMANDS), n=1)
-        raise SystemExit(f"bertprep: unknown command {command!r}" + (f"; did you mean {near[0]}?" if near else "")
-                         + f" (commands: {', '.join(COMMANDS)})")
+        near = difflib.get_close_matches(command, list(COMMANDS), n=1)
+        print(f"bertprep: unknown command {command!r}" + (f"; did you mean {near[0]}?" if near else "")
+              + f" (commands: {', '.join(COMMANDS)})", file=sys.stderr)
+        raise SystemExit(2)
     parser = build_parser(command)
     args, extra = parser.parse_known_args(argv[1:])
     args.command, args.beam_args = command, []

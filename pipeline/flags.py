@@ -73,8 +73,19 @@ def nonnegative_int(text: str) -> int:
     return _number(int, text, lambda v: v >= 0, "must be 0 or more")
 
 
+def nonnegative_float(text: str) -> float:
+    return _number(float, text, lambda v: v >= 0, "must be 0 or more")
+
+
 def positive_float(text: str) -> float:
     return _number(float, text, lambda v: v > 0, "must be more than 0")
+
+
+def device_name(text: str) -> str:
+    """A torch device the trainer can use: cpu, cuda or cuda:N."""
+    if text in ("cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: expected cpu, cuda or cuda:N")
 
 
 def readable_file(text: str) -> str:

@@ -84,7 +84,8 @@ PATTERNS = {DOCUMENTS: "documents-*.jsonl.gz", PAIRS: "pairs-*.tfrecord", SHARDS
 KIND = {DOCUMENTS: "documents", PAIRS: "pair records", SHARDS: "masked-LM shards"}
 EXTENSION = {DOCUMENTS: ".jsonl.gz", PAIRS: ".tfrecord", SHARDS: ".tfrecord"}
 # What must agree for files of several directories to be read as one input
-_SAME = (("vocab", lambda m: (m.get("vocab") or {}).get("sha256")), ("max_seq_length", lambda m: m.get("max_seq_length")),
+_SAME = (("vocab", lambda m: (m.get("vocab") or {}).get("sha256")),
+         ("max_seq_length", lambda m: m.get("max_seq_length")),
          ("max_predictions_per_seq", lambda m: m.get("max_predictions_per_seq")))
 
 

@@ -13,10 +13,13 @@ published and manifest.json (the commit marker) is written last.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -114,6 +117,7 @@ class Output:
     num_shards: int
     suffix: str
     estimated_bytes: float
+    source: str = ""   # the input as the user typed it, to name it in messages
 
 
 def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output, basis: str) -> list[str]:
@@ -126,6 +130,69 @@ def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output
             f"{title}: {out.num_shards} {out.prefix} file(s) of ~{each:,.1f} MiB each "
             f"(estimated from {basis}) in {out.directory}",
             f"{title}: stages: {stages}"]
+
+
+def descendants(pid: int) -> list[int]:
+    """Process ids under `pid` (Beam's local worker processes), from /proc; none where there is no /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            children.setdefault(int(stat[stat.rindex(b")") + 2:].split()[1]), []).append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+@contextlib.contextmanager
+def stop_on_interrupt(title: str, directory: str):
+    """Ctrl-C (SIGINT) or SIGTERM ends a local run at once, whatever its threads are doing: Beam's local runner
+    waits on its workers in calls that never see KeyboardInterrupt, so a signal went unanswered for minutes.
+
+    The signal's number reaches a watcher thread through signal.set_wakeup_fd (written by the C-level handler,
+    even while the main thread is blocked); the watcher kills the worker processes and exits 130. Nothing has
+    been published by then: the output holds only .incomplete/, which the next --overwrite removes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
+    finished = threading.Event()
+
+    def watch():
+        while not finished.is_set():
+            data = os.read(read_end, 1)
+            if finished.is_set() or not data:
+                return
+            if data[0] in (signal.SIGINT, signal.SIGTERM):
+                print(f"\n{title}: interrupted: worker processes stopped; {directory} holds no published output "
+                      "(only .incomplete/): re-run with --overwrite", file=sys.stderr, flush=True)
+                for pid in descendants(os.getpid()):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                os._exit(130)
+
+    watcher = threading.Thread(target=watch, name="bertprep-interrupt", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        signal.set_wakeup_fd(previous_fd)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        os.write(write_end, b"\0")   # wakes the watcher, which sees `finished` and returns
+        watcher.join()
+        os.close(read_end)
+        os.close(write_end)
 
 
 def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleConfig, basis: str,
@@ -143,8 +210,10 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
     try:
         for attempt in range(retries + 1):
             try:
-                result = p.run()
-                result.wait_until_finish()
+                with stop_on_interrupt(title, out.directory) if is_local_runner(p.options) else \
+                        contextlib.nullcontext():
+                    result = p.run()
+                    result.wait_until_finish()
                 break
             except Exception as e:
                 if attempt == retries:
@@ -157,12 +226,27 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
             raise DryRun(f"{title}: dry run: the Dataflow job was translated and staged, not submitted")
         values = counters(result)
         written = shards.written_stats(out.directory, out.prefix, out.num_shards, out.suffix)
+        if not sum(w["records"] for w in written):   # nothing to publish: say why instead of writing empty files
+            shards.remove_incomplete(out.directory)
+            raise manifest.ManifestError(f"nothing to write from --input {out.source}: {_why_empty(values)}")
         files = shards.publish(out.directory, written)
     finally:
         if shuffle.backend == "files" and os.path.basename(shuffle.runs_dir).startswith("bertprep-runs-"):
             shutil.rmtree(shuffle.runs_dir, ignore_errors=True)   # a temporary directory of this job's own
     print_counters(title, values, time.time() - start)
     return files, values
+
+
+def _why_empty(values: dict[str, int]) -> str:
+    """Why a run produced no record, from its counters."""
+    docs, empty = values.get("tokenize/documents", 0), values.get("tokenize/empty_documents", 0)
+    if docs:
+        return (f"none of its {docs:,} documents is long enough for one instance ([CLS] A [SEP] B [SEP] needs two "
+                "non-empty segments)")
+    if empty:
+        return f"none of its {empty:,} documents has any text left after tokenization"
+    read = {k: v for k, v in values.items() if k.split("/")[0] in ("wikipedia", "books", "text") and v}
+    return f"it holds no documents ({', '.join(f'{k} {v:,}' for k, v in read.items()) or 'nothing read'})"
 
 
 def sum_stats(files: list[dict], names: tuple[str, ...]) -> dict[str, int]:
@@ -187,7 +271,8 @@ def extract(args, options) -> dict:
     files = expand_inputs(args.input)
     sizes = sizing.local_sizes(files)
     estimate = sizing.document_bytes(sizing.input_tokens(args.corpus, sizes))
-    out = Output(args.output, "documents", args.num_shards or sizing.file_count(estimate), ".jsonl.gz", estimate)
+    out = Output(args.output, "documents", args.num_shards or sizing.file_count(estimate), ".jsonl.gz", estimate,
+                 args.input)
     shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
@@ -270,7 +355,7 @@ def make_pairs(args, options) -> dict:
                 * sizing.pair_record_bytes(args.max_seq_length))
     # mask reads one pair file per worker: at least 8 files, so a re-mask spreads over 8 workers
     out = Output(args.output, "pairs", args.num_shards or sizing.file_count(estimate, minimum=8), ".tfrecord",
-                 estimate)
+                 estimate, args.input)
     shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
@@ -338,7 +423,7 @@ def mask(args, options) -> dict:
         instances = pair_bytes / sizing.pair_record_bytes(L)
         basis = f"{pair_bytes / 1e6:,.1f} MB of pair records"
     out = Output(args.output, "shard", args.num_shards or sizing.file_count(instances * record), ".tfrecord",
-                 instances * record)
+                 instances * record, args.input)
     shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
@@ -363,7 +448,8 @@ def prepare(args, options) -> dict:
     tokens = sizing.input_tokens(args.corpus, sizes)
     estimate = (sizing.instances(tokens, args.dupe_factor, args.max_seq_length)
                 * sizing.shard_record_bytes(args.max_seq_length, params.max_predictions_per_seq))
-    out = Output(args.output, "shard", args.num_shards or sizing.file_count(estimate), ".tfrecord", estimate)
+    out = Output(args.output, "shard", args.num_shards or sizing.file_count(estimate), ".tfrecord", estimate,
+                 args.input)
     shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 

@@ -1,0 +1,264 @@
+"""Every command does what was typed or says why: a table of wrong invocations across all commands, each ending in
+an exit status, one line on stderr that names the flag or path at fault, and no traceback. Plus the strict-flag
+rules and the one way every reader opens a stage's output (pipeline/manifest.open_output)."""
+import errno
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import cli, flags, manifest
+from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
+
+ONE = ["--preset", "local-1"]
+VOCAB = str(UNCASED_VOCAB)
+BOOKS = str(SAMPLES / "books")
+
+
+def console(argv: list[str], capsys) -> tuple[int, str]:
+    """(exit status, stderr) as a shell shows them for `bertprep ARGV` (run in-process)."""
+    capsys.readouterr()
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        err = capsys.readouterr().err
+        if isinstance(e.code, str):   # Python prints the message on stderr and exits 1
+            return 1, err + e.code + "\n"
+        return e.code, err
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    """Outputs of every stage to point commands at, and a few broken ones."""
+    root = tmp_path_factory.mktemp("made")
+    common = [*ONE, "--dupe-factor", "1"]
+    assert cli.main(["extract", "books", "--input", BOOKS, "--output", str(root / "docs"), *ONE]) == 0
+    assert cli.main(["pairs", "--input", str(root / "docs"), "--vocab", VOCAB, "--output", str(root / "pairs"),
+                     *common]) == 0
+    assert cli.main(["pairs", "--input", str(root / "docs"), "--vocab", VOCAB, "--max-seq-length", "64",
+                     "--output", str(root / "pairs64"), *common]) == 0
+    assert cli.main(["mask", "--input", str(root / "pairs"), "--num-shards", "2", "--output", str(root / "shards"),
+                     *ONE]) == 0
+    shutil.copytree(root / "pairs", root / "unfinished")
+    (root / "unfinished" / "manifest.json").unlink()
+    (root / "empty.txt").write_text("\n\n   \n")
+    (root / "blank-docs.txt").write_text("\u200b \u200b\n\n\u200b\n")   # text that tokenizes to nothing
+    (root / "bad.xml.bz2").write_bytes(b"BZh91AY&SY this is not bzip2")
+    (root / "notes.txt").write_text("not a vocab\n")
+    (root / "run").mkdir()
+    (root / "run" / "log.jsonl").write_text("")
+    return root
+
+
+# (argv with {m} for the made directory, exit status, texts the stderr must hold)
+TABLE = [
+    # extract
+    (["extract", "books", "--input", "{m}/nope", "--output", "{m}/o1"], 1, ["{m}/nope", "matches no files"]),
+    (["extract", "novels", "--input", BOOKS, "--output", "{m}/o1"], 2, ["novels", "invalid choice"]),
+    (["extract", "books", "--input", BOOKS, "--output", "{m}/o1", "--num-shards", "-1"], 2, ["--num-shards"]),
+    (["extract", "books", "--input", BOOKS, "--output", "{m}/o1", "--max-document-bytes", "0"], 2,
+     ["--max-document-bytes"]),
+    (["extract", "text", "--input", "{m}/empty.txt", "--output", "{m}/o1", *ONE], 1,
+     ["{m}/empty.txt", "nothing to write", "holds no documents"]),
+    (["extract", "wikipedia", "--input", BOOKS, "--output", "{m}/o1", "--wiki-index", "{m}/none.bz2"], 2,
+     ["--wiki-index", "{m}/none.bz2"]),
+    (["extract", "wikipedia", "--input", "{m}/bad.xml.bz2", "--output", "{m}/o1", *ONE], 1, ["bad.xml.bz2"]),
+    (["extract", "books", "--input", BOOKS, "--output", "/sys/bertprep-out", *ONE], 1,
+     ["--output /sys/bertprep-out", "cannot write"]),
+    (["extract", "books", "--input", BOOKS, "--output", "{m}/notes.txt", *ONE], 1, ["{m}/notes.txt", "a file"]),
+    (["extract", "books", "--input", BOOKS, "--output", "{m}/o1", "--preset", "nope"], 1, ["--preset 'nope'"]),
+    (["extract", "books", "--input", BOOKS, "--output", "{m}/o1", "--runner=DataflowRunner"], 1, ["--gcs-bucket"]),
+    (["extract", "books", "--input", BOOKS, "--output", "{m}/o1", "--keep-disambiguations"], 2,
+     ["unknown flag --keep-disambiguations", "did you mean --keep-disambiguation?"]),
+    # vocab
+    (["vocab", "--input", "{m}/nope", "--output", "{m}/v.txt"], 1, ["{m}/nope"]),
+    (["vocab", "--input", "{m}/docs", "--output", "{m}/v.txt", "--vocab-size", "3"], 2, ["--vocab-size"]),
+    (["vocab", "--input", "{m}/docs", "--output", "{m}/v.txt", "--vocab_size", "300"], 2,
+     ["unknown flag --vocab_size", "did you mean --vocab-size?"]),
+    (["vocab", "--input", "{m}/pairs", "--output", "{m}/v.txt"], 1, ["{m}/pairs holds pair records, not documents"]),
+    # pairs
+    (["pairs", "--input", "{m}/docs", "--vocab", "{m}/notes.txt", "--output", "{m}/o2"], 2,
+     ["--vocab", "notes.txt", "lacks [PAD] [UNK] [CLS] [SEP] [MASK]"]),
+    (["pairs", "--input", "{m}/docs", "--vocab", "{m}/absent.txt", "--output", "{m}/o2"], 2,
+     ["--vocab", "absent.txt: no such file"]),
+    (["pairs", "--input", "{m}/docs", "--vocab", VOCAB, "--output", "{m}/o2", "--dupe_factor", "2"], 2,
+     ["unknown flag --dupe_factor; did you mean --dupe-factor?"]),
+    (["pairs", "--input", "{m}/docs", "--vocab", VOCAB, "--output", "{m}/o2", "--bucket-docs", "1"], 2,
+     ["--bucket-docs 1"]),
+    (["pairs", "--input", "{m}/docs", "--vocab", VOCAB, "--output", "{m}/o2", "--short-seq-prob", "1.5"], 2,
+     ["--short-seq-prob", "between 0 and 1"]),
+    (["pairs", "--input", "{m}/shards", "--vocab", VOCAB, "--output", "{m}/o2"], 1,
+     ["{m}/shards holds masked-LM shards, not documents"]),
+    (["pairs", "--input", "{m}/docs,{m}/pairs", "--vocab", VOCAB, "--output", "{m}/o2"], 1,
+     ["{m}/pairs holds pair records"]),
+    (["pairs", "--input", "{m}/docs", "--vocab", VOCAB, "--output", "{m}/o2", "--max-seq-length", "4"], 2,
+     ["--max-seq-length 4"]),
+    # mask
+    (["mask", "--input", "{m}/pairs", "--output", "{m}/o3", "--mask-token-prob", "0.9", "--random-token-prob",
+      "0.2"], 2, ["--mask-token-prob 0.9", "--random-token-prob 0.2", "exceeds 1"]),
+    (["mask", "--input", "{m}/pairs", "--output", "{m}/o3", "--max-predictions-per-seq", "0"], 2,
+     ["--max-predictions-per-seq"]),
+    (["mask", "--input", "{m}/docs", "--output", "{m}/o3"], 1, ["{m}/docs holds documents, not pair records"]),
+    (["mask", "--input", "{m}/unfinished", "--output", "{m}/o3"], 1,
+     ["{m}/unfinished has no manifest.json", "--allow-incomplete"]),
+    (["mask", "--input", "{m}/pairs", "--output", "{m}/shards", *ONE], 1, ["{m}/shards already holds", "--overwrite"]),
+    (["mask", "--input", "{m}/pairs/pairs-*.tfrecord,{m}/pairs64/pairs-*.tfrecord", "--output", "{m}/o3"], 1,
+     ["{m}/pairs and {m}/pairs64 were made with different max_seq_length"]),
+    (["mask", "--input", "{m}/pairs", "--output", "{m}/o3", "--vocab", str(REPO.parent / "nowhere" / "v.txt")], 2,
+     ["--vocab", "no such file"]),
+    # prepare
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--max-predictions-per-seq",
+      "200"], 2, ["--max-predictions-per-seq 200 exceeds --max-seq-length 128"]),
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--shuffle", "disk"], 2,
+     ["--shuffle", "'disk'"]),
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--sort-buffer-mb", "0"], 2,
+     ["--sort-buffer-mb"]),
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--runs-dir", "gs://b/runs"],
+     1, ["--runs-dir gs://b/runs", "this machine's disk"]),
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "gs://bertprep-b/out", "--shuffle", "files",
+      "--preset", "dataflow", "--gcs-bucket", "gs://bertprep-b", "--project=p", "--dry_run=True"], 1,
+     ["--shuffle files"]),
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "gs://bertprep-b/out", "--preset", "dataflow",
+      "--gcs-bucket", "gs://bertprep-b", "--project=p"], 1, ["local paths", "--input"]),
+    (["prepare", "text", "--input", "{m}/blank-docs.txt", "--vocab", VOCAB, "--output", "{m}/o4", *ONE], 1,
+     ["{m}/blank-docs.txt", "nothing to write", "has any text left after tokenization"]),
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--masked-lm-prob", "-0.1"],
+     2, ["--masked-lm-prob"]),
+    # inspect
+    (["inspect", "{m}/nope"], 1, ["{m}/nope", "matches no files"]),
+    (["inspect", "{m}/unfinished"], 1, ["{m}/unfinished has no manifest.json", "--allow-incomplete"]),
+    (["inspect", "{m}/shards", "--examples", "-1"], 2, ["--examples"]),
+    # verify
+    (["verify", "{m}/nope"], 1, ["{m}/nope"]),
+    (["verify", "{m}/unfinished"], 1, ["{m}/unfinished has no manifest.json", "--max-seq-length"]),
+    (["verify", "{m}/shards", "--sep-id", "-4"], 2, ["--sep-id"]),
+    # train
+    (["train", "--data", "{m}/nope", "--output", "{m}/r1"], 2, ["{m}/nope"]),
+    (["train", "--data", "{m}/shards", "--output", "{m}/r1", "--model", "nosuch"], 1, ["--model 'nosuch'"]),
+    (["train", "--data", "{m}/shards", "--output", "{m}/r1", "--grad-accum", "0"], 2, ["--grad-accum"]),
+    (["train", "--data", "{m}/pairs", "--output", "{m}/r1", "--model", "tiny"], 2,
+     ["{m}/pairs holds pair records, not masked-LM shards"]),
+    (["train", "--data", "{m}/shards", "--output", "{m}/r1", "--device", "gpu"], 2, ["--device", "'gpu'"]),
+    # export-hf, plot, demo, and no command
+    (["export-hf", "{m}/nope", "{m}/hf"], 2, ["{m}/nope"]),
+    (["plot", "{m}/run"], 2, ["{m}/run/log.jsonl is empty"]),
+    (["demo", "--steps", "0"], 2, ["--steps"]),
+    (["pairz"], 2, ["unknown command 'pairz'", "did you mean pairs?"]),
+    ([], 2, ["usage: bertprep COMMAND"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv,status,texts", TABLE, ids=[" ".join(row[0][:3]) or "(none)" for row in TABLE])
+def test_every_mistake_ends_in_one_line_naming_it(made, argv, status, texts, capsys):
+    got_status, err = console([a.replace("{m}", str(made)) for a in argv], capsys)
+    assert got_status == status, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines and (lines[-1].startswith("bertprep") or lines[-1].startswith("  demo")), err
+    for text in texts:
+        assert text.replace("{m}", str(made)) in err, err
+
+
+def test_table_covers_every_command():
+    assert len(TABLE) >= 40
+    assert {row[0][0] for row in TABLE if row[0]} >= set(cli.COMMANDS) - {"demo"} | {"demo"}
+
+
+@pytest.mark.slow
+def test_the_console_shows_the_same_line(made):
+    """Through a real process: the shell sees exactly the line, the status, and no traceback."""
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "pairs", "--input", str(made / "docs"), "--vocab",
+                           VOCAB, "--output", str(made / "o5"), "--dupe_factor", "1"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "bertprep pairs: unknown flag --dupe_factor; did you mean --dupe-factor? (see bertprep pairs --help)"]
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "inspect", str(made / "unfinished")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_full_disk_ends_in_one_line(made, capsys, monkeypatch):
+    """A write that hits ENOSPC inside the pipeline (in-process runner, so the patch reaches the writer)."""
+    from apache_beam.io import localfilesystem
+
+    real = localfilesystem.LocalFileSystem.create
+
+    def full(self, path, *args, **kwargs):
+        if path.endswith(".tfrecord"):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(localfilesystem.LocalFileSystem, "create", full)
+    status, err = console(["mask", "--input", str(made / "pairs"), "--output", str(made / "full"), *ONE], capsys)
+    assert status == 1 and "Traceback" not in err and "No space left on device" in err.splitlines()[-1]
+    assert not (made / "full" / "manifest.json").exists()
+
+
+@pytest.mark.slow
+def test_debug_shows_the_traceback(made, capsys):
+    with pytest.raises(manifest.ManifestError):
+        cli.main(["inspect", str(made / "unfinished"), "--debug"])
+
+
+# ---------------------------------------------------------------------------------------------- flags
+
+def test_beam_flags_are_accepted_as_beam_spells_them():
+    names = cli.beam_flag_names()
+    assert {"--runner", "--direct_num_workers", "--project", "--temp_location", "--job_endpoint",
+            "--flink_master", "--sdk_container_image", "--dry_run"} <= names
+    _, args = cli.parse(["mask", "--input", "x", "--output", "y", "--direct_num_workers", "2",
+                         "--direct_running_mode=in_memory", "--runner=FnApiRunner"])
+    assert args.beam_args == ["--direct_num_workers", "2", "--direct_running_mode=in_memory", "--runner=FnApiRunner"]
+
+
+def test_a_stray_value_or_a_typo_is_refused(capsys):
+    for argv, message in ((["mask", "--input", "x", "--output", "y", "stray"], "unexpected argument 'stray'"),
+                          (["mask", "--input", "x", "--output", "y", "--seeds", "3"],
+                           "unknown flag --seeds; did you mean --seed?"),
+                          (["mask", "--input", "x", "--output", "y", "--runer=X"],
+                           "unknown flag --runer; did you mean --runner?")):
+        with pytest.raises(SystemExit) as e:
+            cli.parse(argv)
+        assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_value_types():
+    assert flags.probability("0.25") == 0.25 and flags.positive_int("3") == 3
+    for fn, text in ((flags.probability, "1.01"), (flags.probability, "x"), (flags.positive_int, "0"),
+                     (flags.nonnegative_int, "-1"), (flags.positive_float, "0"), (flags.device_name, "gpu")):
+        with pytest.raises(Exception, match="out of range|not a number|not an integer|expected"):
+            fn(text)
+
+
+# ---------------------------------------------------------------------------------------------- opening outputs
+
+@pytest.mark.slow
+def test_a_glob_over_an_output_directory_reads_its_data_files_and_says_what_it_skipped(made, tmp_path, capsys):
+    capsys.readouterr()
+    opened = manifest.open_output(str(made / "docs" / "*"), (manifest.DOCUMENTS,))
+    assert [Path(f).name for f in opened.files] == [e["file"] for e in json.loads(
+        (made / "docs" / "manifest.json").read_text())["files"]]
+    assert [Path(f).name for f in opened.skipped] == ["manifest.json"]
+    assert "skipped 1 file(s) that are not data files" in capsys.readouterr().err
+    assert opened.inputs == [{"path": str(made / "docs"), "manifest_sha256": manifest.sha256_of(str(made / "docs"))}]
+    # the crash that started it: pairs over docs/* now runs (the manifest is skipped, not read as gzip)
+    assert cli.main(["pairs", "--input", str(made / "docs" / "*"), "--vocab", VOCAB, "--dupe-factor", "1",
+                     "--output", str(tmp_path / "p"), *ONE]) == 0
+    assert json.loads((tmp_path / "p" / "manifest.json").read_text())["counts"]["instances"] == \
+        json.loads((made / "pairs" / "manifest.json").read_text())["counts"]["instances"]
+
+
+@pytest.mark.slow
+def test_a_data_file_not_in_its_manifest_is_refused(made, tmp_path):
+    copy = tmp_path / "docs"
+    shutil.copytree(made / "docs", copy)
+    shutil.copy(copy / "documents-00000-of-00001.jsonl.gz", copy / "documents-00000-of-00002.jsonl.gz")
+    with pytest.raises(manifest.ManifestError, match="documents-00000-of-00002.jsonl.gz: not listed in"):
+        manifest.open_output(str(copy / "documents-*"), (manifest.DOCUMENTS,))
+    assert len(manifest.open_output(str(copy), (manifest.DOCUMENTS,)).files) == 1   # the directory: its manifest
