@@ -311,3 +311,22 @@ def test_thousands_of_runs_merge_within_160_open_files(tmp_path):
     assert m["counts"]["counters"]["shuffle/runs"] >= 1000
     for entry in m["files"]:
         assert (tmp_path / "tiny" / entry["file"]).read_bytes() == (tmp_path / "default" / entry["file"]).read_bytes()
+
+
+def test_default_file_count_comes_from_the_estimated_size(tmp_path, capsys):
+    """With no --num-shards, files hold about sizing.TARGET_FILE_BYTES: the estimate printed in the plan is within
+    a factor of 2 of the bytes written (on the high side by design), for Wikipedia and for books."""
+    import re
+
+    from pipeline import sizing
+
+    for corpus, path in (("wikipedia", SAMPLES / "enwiki-sample.xml.bz2"), ("books", SAMPLES / "books")):
+        capsys.readouterr()
+        assert cli.main(["prepare", corpus, "--input", str(path), "--vocab", str(UNCASED_VOCAB),
+                         "--output", str(tmp_path / corpus), *ONE]) == 0
+        plan = re.search(r"(\d+) shard file\(s\) of ~([\d.,]+) MiB each", capsys.readouterr().err)
+        m = json.loads((tmp_path / corpus / "manifest.json").read_text())
+        written = sum((tmp_path / corpus / f["file"]).stat().st_size for f in m["files"])
+        estimated = int(plan.group(1)) * float(plan.group(2).replace(",", "")) * 2**20
+        assert len(m["files"]) == int(plan.group(1)) == sizing.file_count(estimated)
+        assert 0.5 <= estimated / written <= 2.0, (corpus, estimated, written)

@@ -203,3 +203,14 @@ def test_a_spilled_pool_gives_the_same_instances(pool, tmp_path):
     for a, b in zip(in_memory, again):
         assert a.key == b.key and a.is_random_next == b.is_random_next and a.num_tokens_a == b.num_tokens_a
         assert np.array_equal(a.token_ids, b.token_ids) and np.array_equal(a.word_starts, b.word_starts)
+
+
+def test_buckets_are_capped_by_tokens_as_well_as_documents():
+    """A bucket's tokens wait in its pairing worker's spill file: a corpus of few huge documents gets more buckets
+    than --bucket-docs alone would give, each within BUCKET_MAX_TOKENS."""
+    histogram = np.bincount(np.arange(0, 1 << 16, 64), minlength=1 << 16)   # 1,024 documents
+    few = shuffle.Counts(histogram, np.array([1000]))
+    assert len(transforms.plan_buckets(10_000, 1, few)) == 1
+    huge = shuffle.Counts(histogram, np.array([5 * transforms.BUCKET_MAX_TOKENS]))
+    work = transforms.plan_buckets(10_000, 1, huge)
+    assert len(work) == 5 and sum(int(histogram[s.lo:s.hi].sum()) for s in work) == 1024
