@@ -147,12 +147,16 @@ def mask_batch(pairs: Sequence[PairInstance], params: MaskParams, vocab: VocabId
             positions[i, :k] = flat
             unit_of[i, :k] = np.repeat([u[0] for u in chosen], [len(u) for u in chosen]) if chosen else []
     else:
-        # the P lowest priorities in order; a partition first, so only (B, P) keys are sorted, not (B, L)
-        lowest = np.argpartition(priority, P - 1, axis=1)[:, :P] if P < L else np.arange(L)[None, :].repeat(n, 0)
-        order = np.take_along_axis(lowest, np.argsort(np.take_along_axis(priority, lowest, 1), axis=1), 1)  # (B, P)
-        valid = (np.arange(P) < want[:, None]) & (np.take_along_axis(priority, order, 1) < 2.0)
-        positions = np.where(valid, order, L)
-        unit_of = np.where(valid, order, -1)
+        # the k = min(P, L) lowest priorities in order; a partition first, so only (B, k) keys are sorted, not
+        # (B, L). P may exceed L (google's tool allows it): the columns past L stay padding.
+        k = min(P, L)
+        lowest = np.argpartition(priority, k - 1, axis=1)[:, :k] if k < L else np.arange(L)[None, :].repeat(n, 0)
+        order = np.take_along_axis(lowest, np.argsort(np.take_along_axis(priority, lowest, 1), axis=1), 1)  # (B, k)
+        valid = (np.arange(k) < want[:, None]) & (np.take_along_axis(priority, order, 1) < 2.0)
+        positions = np.full((n, P), L, np.int64)
+        unit_of = np.full((n, P), -1, np.int64)
+        positions[:, :k] = np.where(valid, order, L)
+        unit_of[:, :k] = np.where(valid, order, -1)
     sort = np.argsort(positions, axis=1, kind="stable")
     positions, unit_of = np.take_along_axis(positions, sort, 1), np.take_along_axis(unit_of, sort, 1)
     valid = positions < L

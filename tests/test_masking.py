@@ -116,3 +116,19 @@ def test_ngram_masking_masks_spans_of_whole_words():
         spans.extend(len(r) for r in np.split(pos, np.flatnonzero(np.diff(pos) != 1) + 1))
         assert np.array_equal(b.masked_lm_ids[i][:k], pair.token_ids[pos])
     assert max(spans) >= 3 and np.mean(spans) > 1.3
+
+
+def test_more_predictions_than_positions_pad_like_google():
+    """max_predictions_per_seq above max_seq_length (google's tool accepts it): the count rule still picks
+    round(n * 0.15) positions, the columns past them are padding, per piece and per word."""
+    pairs = [make_pair(3, 3, seed=1), make_pair(60, 60, seed=2)]
+    for wwm in (False, True):
+        params = masking.MaskParams(masked_lm_prob=0.5, max_predictions_per_seq=L + 40, whole_word_mask=wwm)
+        b = masked(pairs, params)
+        assert b.masked_lm_positions.shape == (2, L + 40)
+        for i, pair in enumerate(pairs):
+            k = int(b.masked_lm_weights[i].sum())
+            want = max(1, int(round(len(pair.token_ids) * 0.5)))
+            assert k == want if not wwm else 0 < k <= want   # whole words are taken while they fit
+            assert not b.masked_lm_positions[i][k:].any() and not b.masked_lm_ids[i][k:].any()
+            assert np.array_equal(b.masked_lm_ids[i][:k], pair.token_ids[b.masked_lm_positions[i][:k]])
