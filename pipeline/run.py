@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from pipeline.options import is_dataflow, is_dry_run, is_local_runner
 from pipeline.shuffle import ShuffleConfig
 
 MiB = 1 << 20
+TEMPORARY_RUNS = "bertprep-runs-"   # the prefix of a job's own run-file directory outside its output
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -100,9 +102,12 @@ def shuffle_config(args, options) -> ShuffleConfig:
     if args.runs_dir and not storage.is_local(args.runs_dir):
         raise SystemExit(f"--runs-dir {args.runs_dir}: run files need a directory on this machine's disk")
     if args.runs_dir or not storage.is_local(args.output):
-        base = args.runs_dir or tempfile.gettempdir()
-        os.makedirs(base, exist_ok=True)
-        runs_dir = tempfile.mkdtemp(prefix="bertprep-runs-", dir=base)
+        # a name only: the run writers create it, and run_and_publish removes it however the job ends, so a job
+        # refused before it runs leaves nothing behind
+        base = os.path.abspath(args.runs_dir or tempfile.gettempdir())
+        if args.runs_dir:
+            shards.check_writable(base, "--runs-dir")
+        runs_dir = os.path.join(base, f"{TEMPORARY_RUNS}{uuid.uuid4().hex[:12]}")
     else:
         runs_dir = os.path.join(args.output.removeprefix("file://"), shards.INCOMPLETE, "runs")
     return ShuffleConfig("files", os.path.abspath(runs_dir), max(1, int(args.sort_buffer_mb * MiB)))
@@ -150,8 +155,15 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
+    """The job's own run-file directory when it lives outside the output (removed when the job ends)."""
+    if shuffle.backend == "files" and os.path.basename(shuffle.runs_dir).startswith(TEMPORARY_RUNS):
+        return shuffle.runs_dir
+    return None
+
+
 @contextlib.contextmanager
-def stop_on_interrupt(title: str, directory: str):
+def stop_on_interrupt(title: str, directory: str, temporary: str | None = None):
     """Ctrl-C (SIGINT) or SIGTERM ends a local run at once, whatever its threads are doing: Beam's local runner
     waits on its workers in calls that never see KeyboardInterrupt, so a signal went unanswered for minutes.
 
@@ -178,6 +190,8 @@ def stop_on_interrupt(title: str, directory: str):
                 for pid in descendants(os.getpid()):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
+                if temporary:
+                    shutil.rmtree(temporary, ignore_errors=True)
                 os._exit(130)
 
     watcher = threading.Thread(target=watch, name="bertprep-interrupt", daemon=True)
@@ -207,10 +221,11 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
     for line in plan_lines(title, p, shuffle, out, basis):
         print(line, file=sys.stderr)
     start = time.time()
+    temporary = temporary_runs_dir(shuffle)
     try:
         for attempt in range(retries + 1):
             try:
-                with stop_on_interrupt(title, out.directory) if is_local_runner(p.options) else \
+                with stop_on_interrupt(title, out.directory, temporary) if is_local_runner(p.options) else \
                         contextlib.nullcontext():
                     result = p.run()
                     result.wait_until_finish()
@@ -231,8 +246,8 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
             raise manifest.ManifestError(f"nothing to write from --input {out.source}: {_why_empty(values)}")
         files = shards.publish(out.directory, written)
     finally:
-        if shuffle.backend == "files" and os.path.basename(shuffle.runs_dir).startswith("bertprep-runs-"):
-            shutil.rmtree(shuffle.runs_dir, ignore_errors=True)   # a temporary directory of this job's own
+        if temporary:
+            shutil.rmtree(temporary, ignore_errors=True)
     print_counters(title, values, time.time() - start)
     return files, values
 

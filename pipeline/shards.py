@@ -115,7 +115,7 @@ def prepare_output(directory: str, overwrite: bool) -> None:
     are never removed. A local directory is created (and tried) first, so a place that cannot be written is
     named before any work starts."""
     if storage.is_local(directory):
-        _check_writable(directory.removeprefix("file://"))
+        check_writable(directory.removeprefix("file://"))
     existing = storage.files_under(directory)
     if not existing:
         return
@@ -132,9 +132,10 @@ def prepare_output(directory: str, overwrite: bool) -> None:
     remove_incomplete(directory)
 
 
-def _check_writable(directory: str) -> None:
+def check_writable(directory: str, flag: str = "--output") -> None:
+    """Creates a local directory if need be and writes a probe file in it; refuses in one line naming `flag`."""
     if os.path.isfile(directory):
-        raise SystemExit(f"--output {directory} is a file, not a directory")
+        raise SystemExit(f"{flag} {directory} is a file, not a directory")
     probe = os.path.join(directory, f".bertprep-write-test-{os.getpid()}")
     try:
         os.makedirs(directory, exist_ok=True)
@@ -142,7 +143,7 @@ def _check_writable(directory: str) -> None:
             pass
         os.remove(probe)
     except OSError as e:
-        raise SystemExit(f"--output {directory}: cannot write there ({e.strerror or e}): choose a writable "
+        raise SystemExit(f"{flag} {directory}: cannot write there ({e.strerror or e}): choose a writable "
                          "directory") from None
 
 

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -80,7 +81,10 @@ def test_three_stages_on_an_object_store_with_two_worker_processes(local, tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
-def test_leftovers_of_an_interrupted_run_are_refused_then_removed_by_overwrite(local, tmp_path):
+def test_leftovers_of_an_interrupted_run_are_refused_then_removed_by_overwrite(local, tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"   # where this machine's run files go for an output on a store
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     bucket = simstore.new_bucket()
     out = f"simstore://{bucket}/shards"
     fs = simstore.SimStoreFileSystem(None)
@@ -91,8 +95,10 @@ def test_leftovers_of_an_interrupted_run_are_refused_then_removed_by_overwrite(l
     assert not fs.exists(f"{out}/.incomplete") and not fs.match([f"{out}/.incomplete"])[0].metadata_list
     with pytest.raises(SystemExit, match="--overwrite"):   # seen without directories
         cli.main(["prepare", *BOOKS, "--output", out, *ONE])
+    assert list(scratch.iterdir()) == []   # a refused job leaves no run-file directory behind
     assert cli.main(["prepare", *BOOKS, "--output", out, *ONE, "--overwrite"]) == 0
     _same_data(local, bucket, "shards")
+    assert list(scratch.iterdir()) == []
 
 
 def test_the_simulated_store_behaves_like_gcs(tmp_path):
