@@ -38,8 +38,10 @@ def _add_output(p: flags.Parser) -> None:
                    help="how records are regrouped (into buckets, output files): 'files' = sorted run files on this "
                         "machine's disk, memory flat whatever the input; 'groupbykey' = the runner's GroupByKey "
                         "(Dataflow's shuffle service, Flink, Spark). auto: files on the local runner, groupbykey "
-                        "on every other. groupbykey on the local runner holds all records in memory: your choice "
-                        "for inputs that fit. Same bytes either way")
+                        "on every other. groupbykey on the local runner holds all records in memory (your choice "
+                        "for inputs that fit) and needs one worker (--preset local-1): Beam's multi-worker local "
+                        "runner drops records of its GroupByKey. Same bytes either way; every job checks that its "
+                        "shuffles delivered every record before it publishes")
     p.add_argument("--sort-buffer-mb", type=positive_float, default=16,
                    help="files shuffle: MiB of records a worker sorts per run file (default 16)")
     p.add_argument("--runs-dir", default=None,

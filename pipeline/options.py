@@ -99,6 +99,16 @@ def is_local_runner(options: PipelineOptions) -> bool:
     return _runner_name(options) in ("fnapi", "direct", "")
 
 
+def local_workers(options: PipelineOptions) -> int:
+    """Worker count of the local runner: 1 in memory, else --direct_num_workers (0: one per core)."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "in_memory":
+        return 1
+    return direct.direct_num_workers or os.cpu_count() or 1
+
+
 def is_dry_run(options: PipelineOptions) -> bool:
     """True for a Dataflow `--dry_run=True`: the job is translated and staged but never submitted, so nothing
     runs and there is no output to publish."""

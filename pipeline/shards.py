@@ -99,7 +99,8 @@ class WriteShards(beam.PTransform):
 
     def expand(self, batches):
         return (batches
-                | "Shuffle" >> shuffle.Shuffle(self.seed, functools.partial(shuffle.plan_shards, self.num_shards),
+                | "Shuffle" >> shuffle.Shuffle(self.prefix, self.seed,
+                                               functools.partial(shuffle.plan_shards, self.num_shards),
                                                len(self.stat_names), self.config)
                 | "WriteFiles" >> beam.ParDo(
                     _WriteShard(self.directory, self.prefix, self.num_shards, self.fmt, self.stat_names)))

@@ -11,7 +11,8 @@ tokenized documents into random-next buckets (MakePairs) and records into output
     -> (Slice, Group): Group.frames() in hash order (a file's order), Group.payloads() in any order
 
 The plan sees only the counts, so both back ends form the same groups, and Group.frames() gives the same order:
-the same bytes whichever one ran.
+the same bytes whichever one ran. Each shuffle counts the records it was given (`shuffle/NAME_in`) and those its
+groups handed on (`shuffle/NAME_out`); a job checks that they agree (`undelivered`) before it publishes anything.
 
 - `files`: each bundle sorts its records into run files on this machine's disk (pipeline/runfiles.py); a
   Slice reads its hash range of every run, merging at most 64 runs at a time. For Beam's local FnApiRunner,
@@ -111,18 +112,51 @@ def plan_ranges(n: int, counts: Counts) -> list[Slice]:
     return [Slice(i, lo, hi) for i, (lo, hi) in enumerate(hash_ranges(counts.histogram, n)) if hi > lo]
 
 
+# ---------------------------------------------------------------------------------------------- accounting
+
+def _given(name: str, n: int) -> None:
+    beam.metrics.Metrics.counter("shuffle", f"{name}_in").inc(n)
+
+
+def _delivered(records: Iterator, piece: Slice, name: str) -> Iterator:
+    """`records` passed on, counted once they are all out (for part 0 only: every part of a group in parts gets
+    the whole group). A group read only in part is not counted, and shows as undelivered."""
+    n = 0
+    for record in records:
+        n += 1
+        yield record
+    if piece.part == 0:
+        beam.metrics.Metrics.counter("shuffle", f"{name}_out").inc(n)
+
+
+def undelivered(counters: dict[str, int]) -> list[str]:
+    """The shuffles of a finished job whose groups handed on fewer (or more) records than they were given, as
+    "NAME: OUT of IN records" (none when every record arrived exactly once)."""
+    wrong = []
+    for key in sorted(counters):
+        if key.startswith("shuffle/") and key.endswith("_in"):
+            name = key[len("shuffle/"):-len("_in")]
+            given, out = counters[key], counters.get(f"shuffle/{name}_out", 0)
+            if given != out:
+                wrong.append(f"{name}: {out:,} of {given:,} records")
+    return wrong
+
+
 # ---------------------------------------------------------------------------------------------- groups
 
 class _RunsGroup:
     """A Slice of every run (files back end): read from this machine's disk, merged in hash order."""
 
-    def __init__(self, runs: list[RunInfo], piece: Slice, runs_dir: str):
-        self.runs, self.piece, self.runs_dir = runs, piece, runs_dir
+    def __init__(self, runs: list[RunInfo], piece: Slice, runs_dir: str, name: str):
+        self.runs, self.piece, self.runs_dir, self.name = runs, piece, runs_dir, name
 
     def payloads(self) -> Iterator[bytes]:
-        return runfiles.read_payloads(self.runs, self.piece.lo, self.piece.hi)
+        return _delivered(runfiles.read_payloads(self.runs, self.piece.lo, self.piece.hi), self.piece, self.name)
 
     def frames(self, totals: np.ndarray | None = None) -> Iterator[bytes]:
+        return _delivered(self._frames(totals), self.piece, self.name)
+
+    def _frames(self, totals: np.ndarray | None) -> Iterator[bytes]:
         scratch = os.path.join(self.runs_dir, f"merge-{uuid.uuid4().hex}")
         try:
             for _, _, frame in runfiles.merge(self.runs, self.piece.lo, self.piece.hi, totals, scratch):
@@ -134,17 +168,20 @@ class _RunsGroup:
 class _GroupedRecords:
     """A Slice's records as the runner's GroupByKey delivered them: pieces of input batches, in any order."""
 
-    def __init__(self, values):
+    def __init__(self, values, piece: Slice, name: str):
         self.values = values   # the group: an empty marker, and pieces (hashes bytes, payloads, stats bytes, k)
+        self.piece, self.name = piece, name
 
     def _pieces(self):
         return (v for v in self.values if v)
 
     def payloads(self) -> Iterator[bytes]:
-        for _, payloads, _, _ in self._pieces():
-            yield from payloads
+        return _delivered((p for _, payloads, _, _ in self._pieces() for p in payloads), self.piece, self.name)
 
     def frames(self, totals: np.ndarray | None = None) -> Iterator[bytes]:
+        return _delivered(self._frames(totals), self.piece, self.name)
+
+    def _frames(self, totals: np.ndarray | None) -> Iterator[bytes]:
         hashes, payloads, stats = [], [], []
         for h, p, s, k in self._pieces():
             hashes.append(np.frombuffer(h, "<u8").reshape(-1, 2))
@@ -165,8 +202,9 @@ class _GroupedRecords:
 class _SortRuns(beam.DoFn):
     """Buffers a bundle's records, writes them sorted by hash as local run files of about `run_bytes`."""
 
-    def __init__(self, salt: str, num_stats: int, runs_dir: str, run_bytes: int):
+    def __init__(self, salt: str, num_stats: int, runs_dir: str, run_bytes: int, name: str):
         self.salt, self.num_stats, self.runs_dir, self.run_bytes = salt, num_stats, runs_dir, run_bytes
+        self.name = name
 
     def setup(self):
         self.runs = beam.metrics.Metrics.counter("shuffle", "runs")
@@ -176,6 +214,7 @@ class _SortRuns(beam.DoFn):
         self._bytes = 0
 
     def process(self, batch: list[Record]):
+        _given(self.name, len(batch))
         for record in batch:   # a run may end inside a batch: runs are as small as --sort-buffer-mb says
             self._records.append(record)
             self._bytes += len(record[1])
@@ -222,27 +261,29 @@ class _CountRuns(beam.CombineFn):
 
 
 class _ShuffleFiles(beam.PTransform):
-    def __init__(self, salt: str, plan: Callable[[Counts], list[Slice]], num_stats: int, config: ShuffleConfig):
+    def __init__(self, name: str, salt: str, plan: Callable[[Counts], list[Slice]], num_stats: int,
+                 config: ShuffleConfig):
         super().__init__()
-        self.salt, self.plan, self.num_stats, self.config = salt, plan, num_stats, config
+        self.name, self.salt, self.plan, self.num_stats, self.config = name, salt, plan, num_stats, config
 
     def expand(self, batches):
-        plan, runs_dir = self.plan, self.config.runs_dir
+        plan, runs_dir, name = self.plan, self.config.runs_dir, self.name
         runs = batches | "SortRuns" >> beam.ParDo(_SortRuns(self.salt, self.num_stats, runs_dir,
-                                                            self.config.run_bytes))
+                                                            self.config.run_bytes, name))
         counts = runs | "CountHashes" >> beam.CombineGlobally(_CountRuns(self.num_stats))
         return (batches.pipeline
                 | "Start" >> beam.Create([None])
                 | "Plan" >> beam.FlatMap(lambda _, c: plan(c), beam.pvalue.AsSingleton(counts))
                 | "SpreadSlices" >> beam.Reshuffle()
-                | "OpenSlices" >> beam.Map(lambda piece, rs: (piece, _RunsGroup(rs, piece, runs_dir)),
+                | "OpenSlices" >> beam.Map(lambda piece, rs: (piece, _RunsGroup(rs, piece, runs_dir, name)),
                                            beam.pvalue.AsList(runs)))
 
 
 # ---------------------------------------------------------------------------------------------- groupbykey
 
-def _hash_batch(batch: list[Record], salt: str, num_stats: int):
+def _hash_batch(batch: list[Record], salt: str, num_stats: int, name: str):
     """A batch -> (hashes (n, 2) uint64, payloads, stats (n, k) int64)."""
+    _given(name, len(batch))
     stats = np.array([r[2] for r in batch], np.int64).reshape(len(batch), num_stats)
     return key_hashes(salt, [r[0] for r in batch]), [r[1] for r in batch], stats
 
@@ -281,20 +322,20 @@ def _route(hashed, slices: list[Slice]):
             yield (s.index, s.part), piece
 
 
-def _open_group(keyed, slices: list[Slice]):
+def _open_group(keyed, slices: list[Slice], name: str):
     (index, part), values = keyed
     piece = next(s for s in slices if s.index == index and s.part == part)
-    return piece, _GroupedRecords(values)
+    return piece, _GroupedRecords(values, piece, name)
 
 
 class _ShuffleGroupByKey(beam.PTransform):
-    def __init__(self, salt: str, plan: Callable[[Counts], list[Slice]], num_stats: int):
+    def __init__(self, name: str, salt: str, plan: Callable[[Counts], list[Slice]], num_stats: int):
         super().__init__()
-        self.salt, self.plan, self.num_stats = salt, plan, num_stats
+        self.name, self.salt, self.plan, self.num_stats = name, salt, plan, num_stats
 
     def expand(self, batches):
         plan = self.plan
-        hashed = batches | "HashRecords" >> beam.Map(_hash_batch, self.salt, self.num_stats)
+        hashed = batches | "HashRecords" >> beam.Map(_hash_batch, self.salt, self.num_stats, self.name)
         counts = hashed | "CountHashes" >> beam.CombineGlobally(_CountBatches(self.num_stats))
         slices = (batches.pipeline
                   | "Start" >> beam.Create([None])
@@ -304,26 +345,27 @@ class _ShuffleGroupByKey(beam.PTransform):
         return ((keyed, markers)
                 | "Join" >> beam.Flatten()
                 | "GroupBySlice" >> beam.GroupByKey()
-                | "OpenGroups" >> beam.Map(_open_group, beam.pvalue.AsList(slices)))
+                | "OpenGroups" >> beam.Map(_open_group, beam.pvalue.AsList(slices), self.name))
 
 
 class Shuffle(beam.PTransform):
     """Batches (lists) of (key, payload, stats) records -> (Slice, Group) for each Slice of `plan(Counts)`.
 
-    `salt` seeds the key hash; `plan` must be picklable (a module-level function or a functools.partial)."""
+    `name` names its counters (one per shuffle of a job); `salt` seeds the key hash; `plan` must be picklable (a
+    module-level function or a functools.partial)."""
 
-    def __init__(self, salt: int | str, plan: Callable[[Counts], list[Slice]], num_stats: int,
+    def __init__(self, name: str, salt: int | str, plan: Callable[[Counts], list[Slice]], num_stats: int,
                  config: ShuffleConfig):
         super().__init__()
         if config.backend not in BACKENDS:
             raise ValueError(f"unknown shuffle back end {config.backend!r}: {', '.join(BACKENDS)}")
         if config.backend == "files" and not config.runs_dir:
             raise ValueError("the files shuffle needs a local runs directory")
-        self.salt, self.plan, self.num_stats, self.config = str(salt), plan, num_stats, config
+        self.name, self.salt, self.plan, self.num_stats, self.config = name, str(salt), plan, num_stats, config
 
     def expand(self, batches):
         if self.config.backend == "files":
-            return batches | "Files" >> _ShuffleFiles(self.salt, self.plan, self.num_stats, self.config)
-        return batches | "GroupByKey" >> _ShuffleGroupByKey(self.salt, self.plan, self.num_stats)
+            return batches | "Files" >> _ShuffleFiles(self.name, self.salt, self.plan, self.num_stats, self.config)
+        return batches | "GroupByKey" >> _ShuffleGroupByKey(self.name, self.salt, self.plan, self.num_stats)
 
 

@@ -190,8 +190,8 @@ class SpreadDocuments(beam.PTransform):
             return docs
         return (docs
                 | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"), ())])
-                | "Deal" >> shuffle.Shuffle("spread", functools.partial(shuffle.plan_ranges, self.ranges), 0,
-                                            self.config)
+                | "Deal" >> shuffle.Shuffle("spread", "spread",
+                                            functools.partial(shuffle.plan_ranges, self.ranges), 0, self.config)
                 | "ReadDocuments" >> beam.FlatMap(_read_documents))
 
 
@@ -320,7 +320,7 @@ class MakePairs(beam.PTransform):
         plan = functools.partial(plan_buckets, self.bucket_docs, self.parallelism)
         return (docs
                 | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_bytes(), (len(d.tokens),))])
-                | "ByBucket" >> shuffle.Shuffle(pairs.bucket_key(self.seed), plan, 1, self.config)
+                | "ByBucket" >> shuffle.Shuffle("buckets", pairs.bucket_key(self.seed), plan, 1, self.config)
                 | "PairDocuments" >> beam.ParDo(_PairBucket(self.vocab_path, self.params, self.seed)))
 
 

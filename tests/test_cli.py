@@ -115,6 +115,8 @@ TABLE = [
       "200"], 2, ["--max-predictions-per-seq 200 exceeds --max-seq-length 128"]),
     (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--shuffle", "disk"], 2,
      ["--shuffle", "'disk'"]),
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--shuffle", "groupbykey",
+      "--preset", "local", "--direct_num_workers=2"], 1, ["--shuffle groupbykey on the local runner needs one worker"]),
     (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--sort-buffer-mb", "0"], 2,
      ["--sort-buffer-mb"]),
     (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--runs-dir", "gs://b/runs"],

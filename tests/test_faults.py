@@ -299,3 +299,24 @@ def test_allow_incomplete_reads_the_files_present_and_gives_the_same_shards(clea
     (masked / "manifest.json").unlink()
     assert "--allow-incomplete" in _refusal(["inspect", str(masked)])
     assert cli.main(["inspect", str(masked), "--allow-incomplete", "--examples", "0"]) == 0
+
+
+def test_a_shuffle_that_loses_a_record_publishes_nothing(clean, tmp_path, monkeypatch, capsys):
+    """Counts reconcile: a back end that hands on one record fewer than it was given (as Beam's multi-worker local
+    runner was seen to do with a GroupByKey) fails the job with one line, and nothing is published."""
+    from pipeline import runfiles
+
+    real = runfiles.read_payloads
+
+    def drop_one(runs, lo, hi):
+        payloads = real(runs, lo, hi)
+        next(payloads, None)
+        return payloads
+
+    monkeypatch.setattr(runfiles, "read_payloads", drop_one)   # the bucket shuffle: in-process, so the patch holds
+    out = tmp_path / "lossy"
+    with pytest.raises(SystemExit) as e:
+        cli.main([*PREPARE, "--output", str(out), *ONE])
+    assert "shuffle did not deliver every record (buckets: " in str(e.value.code)
+    assert "nothing was published" in str(e.value.code) and not (out / "manifest.json").exists()
+    assert sorted(p.name for p in out.iterdir()) == []

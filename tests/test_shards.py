@@ -147,7 +147,7 @@ def test_overwrite_never_removes_files_bertprep_did_not_write(tmp_path):
 def _drive_sort_runs(records, runs_dir, fail_after=None):
     """One bundle of shuffle._SortRuns by hand: its RunInfos, or an exception after `fail_after` runs (the
     attempt then never commits: its RunInfos are lost, its files stay behind)."""
-    dofn = shuffle._SortRuns("7", 1, runs_dir, 400)
+    dofn = shuffle._SortRuns("7", 1, runs_dir, 400, "shard")
     dofn.setup()
     dofn.start_bundle()
     out = []
@@ -173,7 +173,7 @@ def test_a_retried_or_repeated_bundle_gives_the_same_bytes(tmp_path):
     def write(directory, runs, frames=None):
         counts = shuffle.Counts(sum(runfiles.histogram(r) for r in runs), np.array([300]))
         piece = shuffle.plan_shards(1, counts)[0]
-        group = shuffle._RunsGroup(runs, piece, str(directory / "runs"))
+        group = shuffle._RunsGroup(runs, piece, str(directory / "runs"), "shard")
         if frames is not None:
             group.frames = frames
         return list(shards._WriteShard(str(directory), "part", 1, "tfrecord", ("n",)).process((piece, group)))
@@ -188,3 +188,9 @@ def test_a_retried_or_repeated_bundle_gives_the_same_bytes(tmp_path):
     assert write(retry_dir, retried_runs) == write(retry_dir, retried_runs)   # retried, then run twice
     name = shards.shard_name("part", 0, 1, ".tfrecord")
     assert (retry_dir / shards.INCOMPLETE / name).read_bytes() == (clean_dir / shards.INCOMPLETE / name).read_bytes()
+
+
+def test_undelivered_names_each_shuffle_whose_counts_differ():
+    assert shuffle.undelivered({"shuffle/shard_in": 5, "shuffle/shard_out": 5, "mask/instances": 3}) == []
+    assert shuffle.undelivered({"shuffle/shard_in": 5, "shuffle/shard_out": 4, "shuffle/buckets_in": 2}) == [
+        "buckets: 0 of 2 records", "shard: 4 of 5 records"]
