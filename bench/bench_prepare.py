@@ -5,7 +5,11 @@ between books), uncased vocab, max_seq_length 128, max_predictions_per_seq 20, d
 Also: the CPU of bare HF tokenization of the same lines (the floor), and bertprep on the input repeated 8x
 (with new document ids) to show memory does not grow with the input.
 
-    .venv/bin/python bench/bench_prepare.py [--skip-google] [--scale 8]
+    .venv/bin/python bench/bench_prepare.py [--skip-google] [--scale 8] [--baseline DIR] [--breakdown]
+
+--baseline DIR runs another checkout's `prepare` (e.g. `git worktree add /tmp/base REV`) on the same input in the
+same run, with this venv, and prints its CPU against ours. --breakdown adds where the CPU of one local-1 run
+goes (bench/cpu_breakdown.py), for this checkout and the baseline.
 """
 from __future__ import annotations
 
@@ -112,6 +116,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-google", action="store_true")
     ap.add_argument("--scale", type=int, default=8, help="copies of the input for the memory-growth run (0: skip)")
+    ap.add_argument("--baseline", default=None, help="another checkout to run the same prepare from")
+    ap.add_argument("--breakdown", action="store_true", help="print where the CPU goes (cProfile)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,11 +134,18 @@ def main() -> None:
                          "--output", str(tmp / f"out-{preset}"), "--preset", preset])
             runs[preset] = m
             rows.append([f"bertprep prepare --preset {preset}", f"{mb:.1f}", m.cpu, m.wall, m.peak_rss_mb, ""])
+            if args.baseline:   # the same command from the other checkout, right after ours
+                b = measure([PY, "-m", "pipeline.cli", "prepare", "text", "--input", str(one / "*.txt"), *common,
+                             "--num-shards", "4", "--output", str(tmp / f"base-{preset}"), "--preset", preset],
+                            env={"PYTHONPATH": args.baseline}, cwd=args.baseline)
+                rows.append([f"baseline checkout, --preset {preset}", f"{mb:.1f}", b.cpu, b.wall, b.peak_rss_mb,
+                             f"ours / baseline CPU = {m.cpu / b.cpu:.3f}"])
         if not args.skip_google:
             g = google_run(one, tmp / "google.tfrecord", 12345)
             rows.append(["google create_pretraining_data.py", f"{mb:.1f}", g.cpu, g.wall, g.peak_rss_mb, ""])
             for preset, m in runs.items():
-                rows[-1 - (2 - list(runs).index(preset))][5] = f"{g.cpu / m.cpu:.1f}x less CPU"
+                rows[next(i for i, r in enumerate(rows) if r[0] == f"bertprep prepare --preset {preset}")][5] = \
+                    f"{g.cpu / m.cpu:.1f}x less CPU"
             # google once more with another seed: how much its own statistics move between seeds
             google_run(one, tmp / "google-seed2.tfrecord", 54321)
             stats = compare_statistics(tmp / "out-local-1", tmp / "google.tfrecord", tmp / "google-seed2.tfrecord")
@@ -142,15 +155,26 @@ def main() -> None:
                          "--output", str(tmp / "out-big"), "--preset", "local-1"])
             base = runs["local-1"].peak_rss_mb
             rows.append([f"bertprep prepare --preset local-1, input x{args.scale}", f"{mb * args.scale:.1f}",
-                         m.cpu, m.wall, m.peak_rss_mb, f"RSS {100 * (m.peak_rss_mb / base - 1):+.0f}% vs x1"])
+                         m.cpu, m.wall, m.peak_rss_mb, f"RSS {100 * (m.peak_rss_mb / base - 1):+.0f}% vs x1, "
+                         f"{m.cpu / (mb * args.scale):.2f} CPU s/MB"])
+        breakdowns = []
+        if args.breakdown:   # where the CPU goes, this checkout and the baseline, on the x1 input
+            for checkout in [str(REPO)] + ([args.baseline] if args.baseline else []):
+                breakdowns.append(subprocess.run([PY, str(REPO / "bench" / "cpu_breakdown.py"), str(one / "*.txt"),
+                                                  "--vocab", str(VOCAB), "--checkout", checkout], check=True,
+                                                 capture_output=True, text=True).stdout)
     print(f"input: ../shared/corpora/books in google's format, {tokens:,} WordPieces; L=128 P=20 dupe=5\n")
     print(table(["job", "MB", "CPU s", "wall s", "peak RSS MB", "note"], rows))
     local1 = runs["local-1"].cpu
-    print(f"\nbertprep (local-1) CPU / bare HF tokenization CPU = {local1 / hf_cpu:.2f} (floor to aim at: <= 1.5)")
+    print(f"\nbertprep (local-1) CPU / bare HF tokenization CPU = {local1 / hf_cpu:.2f}")
+
     if not args.skip_google:
         print("\nstatistics, same input, vocab and parameters (goal: within 2% relative)\n")
         print(table(["statistic", "google", "bertprep", "bertprep vs google", "google seed 54321 vs 12345"],
                     stats))
+
+    for text in breakdowns:
+        print("\n" + text.rstrip())
 
 
 if __name__ == "__main__":

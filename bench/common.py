@@ -43,9 +43,9 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
-def measure(cmd: list[str], env: dict | None = None, quiet: bool = True) -> Measured:
+def measure(cmd: list[str], env: dict | None = None, quiet: bool = True, cwd: str | None = None) -> Measured:
     start = time.time()
-    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})},
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, cwd=cwd,
                             stdout=subprocess.DEVNULL if quiet else None,
                             stderr=subprocess.PIPE if quiet else None)
     peak = [0]

@@ -12,6 +12,7 @@ import argparse
 import difflib
 import importlib
 import logging
+import re
 import sys
 from typing import Callable
 
@@ -311,12 +312,16 @@ def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------------- running
 
-def _quiet_logging(verbose: bool) -> None:
+def _quiet_logging(verbose: bool, debug: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
     # Beam warns at import time about optional GCP client libraries; it is noise for local runs.
     logging.getLogger().addFilter(lambda r: "apitools" not in r.getMessage())
+    # A failing bundle is logged by Beam with its traceback (the local runner also relays each worker's log
+    # entry, traceback inside) before the failure reaches main(), which prints it as one line: Beam's errors
+    # are shown with --debug or -v only.
+    level = logging.INFO if verbose else logging.ERROR if debug else logging.CRITICAL
     for name in ("apache_beam", "absl"):
-        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
+        logging.getLogger(name).setLevel(level)
 
 
 def one_line(error: BaseException) -> str:
@@ -327,14 +332,15 @@ def one_line(error: BaseException) -> str:
     line = lines[-1] if lines else type(error).__name__
     if isinstance(error, OSError) and error.filename and not lines:
         line = f"{error.filename}: {error.strerror}"
-    return line
+    # a worker process's error arrives as its traceback's last line: "package.module.SomeError: message"
+    return re.sub(r"^(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?:Error|Exception): ", "", line)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command, args = parse(argv)
     debug = args.debug or getattr(args, "verbose", False)
-    _quiet_logging(getattr(args, "verbose", False))
+    _quiet_logging(getattr(args, "verbose", False), args.debug)
     try:
         return handler(command)(args) or 0
     except KeyboardInterrupt:

@@ -16,10 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipeline import manifest, masking, pairs, shards, sizing, storage, tokenization, transforms
+from pipeline import local, manifest, masking, pairs, shards, sizing, storage, tokenization, transforms
 from pipeline.options import is_dataflow, is_dry_run, is_local_runner, local_workers
 from pipeline.shuffle import ShuffleConfig, undelivered
 
@@ -147,24 +145,6 @@ def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output
             f"{title}: stages: {stages}"]
 
 
-def descendants(pid: int) -> list[int]:
-    """Process ids under `pid` (Beam's local worker processes), from /proc; none where there is no /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-            children.setdefault(int(stat[stat.rindex(b")") + 2:].split()[1]), []).append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
-
-
 def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
     """The job's own run-file directory when it lives outside the output (removed when the job ends)."""
     if shuffle.backend == "files" and os.path.basename(shuffle.runs_dir).startswith(TEMPORARY_RUNS):
@@ -172,57 +152,11 @@ def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def stop_on_interrupt(title: str, directory: str, temporary: str | None = None):
-    """Ctrl-C (SIGINT) or SIGTERM ends a local run at once, whatever its threads are doing: Beam's local runner
-    waits on its workers in calls that never see KeyboardInterrupt, so a signal went unanswered for minutes.
-
-    The signal's number reaches a watcher thread through signal.set_wakeup_fd (written by the C-level handler,
-    even while the main thread is blocked); the watcher kills the worker processes and exits 130. Nothing has
-    been published by then: the output holds only .incomplete/, which the next --overwrite removes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
-    finished = threading.Event()
-
-    def watch():
-        while not finished.is_set():
-            data = os.read(read_end, 1)
-            if finished.is_set() or not data:
-                return
-            if data[0] in (signal.SIGINT, signal.SIGTERM):
-                print(f"\n{title}: interrupted: worker processes stopped; {directory} holds no published output "
-                      "(only .incomplete/): re-run with --overwrite", file=sys.stderr, flush=True)
-                for pid in descendants(os.getpid()):
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-                if temporary:
-                    shutil.rmtree(temporary, ignore_errors=True)
-                os._exit(130)
-
-    watcher = threading.Thread(target=watch, name="bertprep-interrupt", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        finished.set()
-        signal.set_wakeup_fd(previous_fd)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        os.write(write_end, b"\0")   # wakes the watcher, which sees `finished` and returns
-        watcher.join()
-        os.close(read_end)
-        os.close(write_end)
-
-
 def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleConfig, basis: str,
-                    retries: int = 0) -> tuple[list[dict], dict]:
-    """Prints the plan, runs the pipeline (again, up to `retries` times, if it fails), publishes its shards;
-    returns (file entries with stats, counters).
+                    args) -> tuple[list[dict], dict]:
+    """Prints the plan, runs the pipeline (again, up to --retries times, if it fails), publishes its shards;
+    returns (file entries with stats, counters). A local run is guarded (pipeline/local.py): Ctrl-C stops it at
+    once, and its worker processes' tracebacks stay off the console unless --debug or -v.
 
     Beam's local FnApiRunner does not retry a failed bundle (Dataflow retries each one 4 times), so a transient
     failure fails the whole run; a retry runs the whole pipeline again. That is safe: nothing is published before
@@ -232,11 +166,12 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
         print(line, file=sys.stderr)
     start = time.time()
     temporary = temporary_runs_dir(shuffle)
+    retries, tracebacks = args.retries, args.debug or getattr(args, "verbose", False)
     try:
         for attempt in range(retries + 1):
             try:
-                with stop_on_interrupt(title, out.directory, temporary) if is_local_runner(p.options) else \
-                        contextlib.nullcontext():
+                with local.guarded(title, out.directory, temporary, tracebacks) if is_local_runner(p.options) \
+                        else contextlib.nullcontext():
                     result = p.run()
                     result.wait_until_finish()
                 break
@@ -314,7 +249,7 @@ def extract(args, options) -> dict:
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", 0, shuffle,
                                               stat_names=("documents", "paragraphs", "characters")))
     written, values = run_and_publish(f"extract {args.corpus}", p, out, shuffle,
-                                      f"{sum(sizes.values()) / 1e6:,.1f} MB of input", args.retries)
+                                      f"{sum(sizes.values()) / 1e6:,.1f} MB of input", args)
     m = {"format": manifest.DOCUMENTS, "stage": "extract",
          "parameters": {"corpus": args.corpus, "skip_disambiguation": not args.keep_disambiguation,
                         "disambiguation_templates": list(args.disambiguation_templates),
@@ -395,7 +330,7 @@ def make_pairs(args, options) -> dict:
      | "WritePairs" >> shards.WriteShards(args.output, "pairs", out.num_shards, "tfrecord", args.seed, shuffle,
                                           stat_names=transforms.PAIR_STATS))
     written, values = run_and_publish("pairs", p, out, shuffle, _instances_basis(sum(sizes.values()), tokens, args),
-                                      args.retries)
+                                      args)
     counts = sum_stats(written, transforms.PAIR_STATS)
     m = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "vocab": vocab,
          "max_seq_length": args.max_seq_length,
@@ -457,7 +392,7 @@ def mask(args, options) -> dict:
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
      | "WriteShards" >> shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
                                            stat_names=transforms.MASK_STATS))
-    written, values = run_and_publish("mask", p, out, shuffle, basis, args.retries)
+    written, values = run_and_publish("mask", p, out, shuffle, basis, args)
     m = _shards_manifest("mask", args, params, vocab, L, documents, written, values, opened.inputs,
                          {"pairs": pair_parameters})
     manifest.write(args.output, m)
@@ -491,7 +426,7 @@ def prepare(args, options) -> dict:
      | "WriteShards" >> shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
                                            stat_names=transforms.MASK_STATS))
     written, values = run_and_publish(f"prepare {args.corpus}", p, out, shuffle,
-                                      _instances_basis(sum(sizes.values()), tokens, args), args.retries)
+                                      _instances_basis(sum(sizes.values()), tokens, args), args)
     m = _shards_manifest("prepare", args, params, vocab, args.max_seq_length,
                          values.get("tokenize/documents", 0), written, values,
                          [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)})
@@ -508,7 +443,13 @@ def main(args) -> int:
     """The handler of the Beam commands: Beam options from the preset and the Beam flags, then the stage."""
     from pipeline import options
 
-    opts = options.pipeline_options(args.preset, args.beam_args, gcs_bucket=args.gcs_bucket)
+    beam_args = list(args.beam_args)
+    if not (args.debug or getattr(args, "verbose", False)) and \
+            not any(a.startswith("--default_sdk_harness_log_level") for a in beam_args):
+        # a local worker process logs a failing bundle with its traceback on the console's stderr; the failure
+        # reaches the user as one line from main(), the traceback with --debug
+        beam_args.append("--default_sdk_harness_log_level=CRITICAL")
+    opts = options.pipeline_options(args.preset, beam_args, gcs_bucket=args.gcs_bucket)
     if options.is_dry_run(opts) and args.overwrite:
         raise SystemExit("--overwrite with --dry_run would delete the old output for a job that never runs")
     if options.is_dataflow(opts) and not options.is_dry_run(opts):

@@ -185,6 +185,46 @@ def test_the_console_shows_the_same_line(made):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("workers", [["--preset", "local-1"], ["--preset", "local", "--direct_num_workers=2"]])
+def test_a_failure_inside_a_worker_shows_one_line_and_no_traceback(made, workers, tmp_path):
+    """Beam's worker processes print a failing bundle's traceback on the shared stderr; the user sees the plan
+    and one line naming the file (the traceback with --debug)."""
+    argv = [sys.executable, "-m", "pipeline.cli", "extract", "wikipedia", "--input", str(made / "bad.xml.bz2"),
+            "--output", str(tmp_path / "out"), *workers]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert lines[-1].startswith(f"bertprep extract: {made / 'bad.xml.bz2'}: corrupt bz2 data"), lines
+    assert all(line.startswith("extract wikipedia: ") for line in lines[:-1]), lines
+    debug = subprocess.run([*argv, "--overwrite", "--debug"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_the_traceback_filter_drops_whole_tracebacks_and_keeps_the_rest():
+    from pipeline.local import TracebackFilter
+
+    text = """[pairs worker 7] 512 instances (100/s)
+Traceback (most recent call last):
+  File "x.py", line 1, in f
+    raise BadDumpError("a")
+corpora.wikipedia.BadDumpError: a
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "y.py", line 2, in g
+    ^^^^
+corpora.wikipedia.BadDumpError: a [while running 'ReadPages']
+
+[mask worker 8] 1,024 instances (200/s)
+WARNING something worth seeing"""
+    keep = TracebackFilter()
+    assert [out for line in text.splitlines() for out in keep.feed(line)] == [
+        "[pairs worker 7] 512 instances (100/s)", "[mask worker 8] 1,024 instances (200/s)",
+        "WARNING something worth seeing"]
+
+
+@pytest.mark.slow
 def test_a_full_disk_ends_in_one_line(made, capsys, monkeypatch):
     """A write that hits ENOSPC inside the pipeline (in-process runner, so the patch reaches the writer)."""
     from apache_beam.io import localfilesystem

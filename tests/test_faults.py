@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import cli, tokenization
-from pipeline.run import descendants
+from pipeline.local import descendants
 from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
 
 pytestmark = pytest.mark.slow
