@@ -139,12 +139,26 @@ def test_differences_from_the_builtin_bert_normalizer_are_real(pair):
 
     theirs, ours = pair
     lower = theirs.basic_tokenizer.do_lower_case
-    builtin = tokenization.build_tokenizer(list(theirs.vocab), lower)
+    builtin = tokenization.build_tokenizer(list(theirs.vocab), lower).general
     builtin.normalizer = normalizers.BertNormalizer(strip_accents=lower, lowercase=lower)
     builtin.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     odd = ["a\ue000b", "a\U0002B820b", "x\u061dy", "x\u166dy"] + (["ΟΔΟΣ"] if lower else [])
     assert len(mismatches((theirs, builtin), odd)) == len(odd)
     assert mismatches(pair, odd) == []
+
+
+def test_ascii_text_takes_the_translate_path_with_googles_ids(pair):
+    """The ASCII fast path (a str.translate map, then a split on spaces): random strings over all 128 ASCII
+    characters, weighted to letters, symbols, controls and whitespace, words around the 200-character limit."""
+    import random
+
+    rng = random.Random(7)
+    alphabet = [chr(c) for c in range(128)]
+    weights = [1 if c < 32 or c == 127 else 3 if not chr(c).isalnum() else 8 for c in range(128)]
+    texts = ["".join(rng.choices(alphabet, weights, k=rng.randint(0, 60))) for _ in range(4000)]
+    texts += ["a" * n + " b" for n in (199, 200, 201)] + ["\x0b\x0cX\x1f\x7fY\tZ\r\n", "[CLS] [SEP]", "A.B.C. e.g."]
+    assert all(t.isascii() for t in texts)
+    assert mismatches(pair, texts) == []
 
 
 def test_tokenize_sentences_shapes(uncased_vocab):
