@@ -94,6 +94,61 @@ def check_shard_record(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, s
     return None
 
 
+def shard_batch_ok(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, sep_id: int) -> np.ndarray:
+    """(B,) bool: check_shard_record's verdict (None = True) for a batch of decoded records at once, with the same
+    checks over (B, L) and (B, P) arrays. The records it rejects go through check_shard_record for the message."""
+    ids, mask, seg = r["input_ids"], r["input_mask"], r["segment_ids"]
+    pos, lm, w = r["masked_lm_positions"], r["masked_lm_ids"], r["masked_lm_weights"]
+    B, L = ids.shape
+    P = pos.shape[1]
+    cols, slots = np.arange(L), np.arange(P)
+    n = mask.sum(axis=1)
+    real = cols < n[:, None]                                            # (B, L)
+    ok = (mask == real).all(axis=1)
+    ok &= ((ids == 0) | real).all(axis=1) & ((seg == 0) | real).all(axis=1)
+    ok &= ((ids >= 0) & (ids < vocab_size)).all(axis=1)
+    len_a = ((seg == 0) & real).sum(axis=1)
+    ok &= (seg == np.where(cols < len_a[:, None], 0, 1) * real).all(axis=1)
+    k = (w != 0).sum(axis=1)
+    live = slots < k[:, None]                                           # (B, P)
+    ok &= (w == live).all(axis=1)
+    ok &= (~live | ((pos >= 1) & (pos < (n - 1)[:, None]))).all(axis=1)
+    ok &= (~(live[:, 1:]) | (pos[:, 1:] > pos[:, :-1])).all(axis=1)
+    # the layout: [CLS] at 0, [SEP] ending A (first_sep) and at n - 1, no other [CLS]/[SEP] but at masked positions
+    first_sep = len_a - 1
+    ok &= (n >= 5) & (first_sep >= 2) & (first_sep <= n - 3)
+    rows = np.arange(B)
+    at = lambda c: ids[rows, np.clip(c, 0, L - 1)]                     # noqa: E731
+    ok &= (ids[:, 0] == cls_id) & (at(first_sep) == sep_id) & (at(n - 1) == sep_id)
+    masked = np.zeros((B, L), bool)
+    masked[np.repeat(rows, P)[live.ravel()], np.clip(pos, 0, L - 1)[live]] = True
+    expected = (cols == 0) | (cols == first_sep[:, None]) | (cols == (n - 1)[:, None]) | masked
+    ok &= ~(((ids == cls_id) | (ids == sep_id)) & real & ~expected).any(axis=1)
+    ok &= ~(live & ((pos == first_sep[:, None]) | (lm == cls_id) | (lm == sep_id))).any(axis=1)
+    ok &= ((pos == 0) | live).all(axis=1) & ((lm == 0) | live).all(axis=1)
+    ok &= (~live | ((lm > 0) & (lm < vocab_size))).all(axis=1)
+    ok &= np.isin(r["next_sentence_labels"], (0, 1))
+    return ok
+
+
+def _check_shard_batch(records: list[bytes], shape: schema.Shape, vocab_size: int, cls_id: int,
+                       sep_id: int) -> list[tuple[int, str]]:
+    """(index in the batch, message) for each bad record of a batch: decoded and checked together when the
+    records are plain (schema.decode_plain), each one alone where they are not or a check fails."""
+    arrays = schema.decode_plain(records, shape)
+    suspects = range(len(records)) if arrays is None else \
+        np.flatnonzero(~shard_batch_ok(arrays, vocab_size, cls_id, sep_id)).tolist()
+    bad = []
+    for i in suspects:
+        try:
+            message = check_shard_record(schema.decode(records[i], shape), vocab_size, cls_id, sep_id)
+        except ValueError as e:
+            message = f"does not parse: {e}"
+        if message:
+            bad.append((i, message))
+    return bad
+
+
 def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int, sep_id: int) -> str | None:
     n = len(pair.token_ids)
     if n > max_seq_length:
@@ -101,6 +156,19 @@ def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int
     if len(pair.word_starts) != n:
         return "word_starts length differs from token_ids"
     return _layout(pair.token_ids, n, pair.num_tokens_a + 1, np.zeros(0, np.int64), cls_id, sep_id)
+
+
+BATCH = 1024   # shard records checked together
+
+
+def _shard_batch(batch: list[bytes], done: int, name: str, problems: Problems, shape, vocab_size: int, cls_id: int,
+                 sep_id: int) -> int:
+    """Checks a batch of a file's records (the `done` before it already checked), empties it; returns the count."""
+    for i, message in _check_shard_batch(batch, shape, vocab_size, cls_id, sep_id):
+        problems.add(f"{name}: record {done + i}", message)
+    done += len(batch)
+    batch.clear()
+    return done
 
 
 def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.Shape | None = None,
@@ -114,14 +182,19 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
             if kind == "documents":
                 for n, _ in enumerate(documents.read_file(path), 1):
                     pass
+            elif kind == "shards":   # in batches: ~15x faster than one record at a time
+                batch: list[bytes] = []
+                for record in tfrecord.read_file(path):
+                    batch.append(record)
+                    if len(batch) == BATCH:
+                        n = _shard_batch(batch, n, name, problems, shape, vocab_size, cls_id, sep_id)
+                if batch:
+                    n = _shard_batch(batch, n, name, problems, shape, vocab_size, cls_id, sep_id)
             else:
                 for i, record in enumerate(tfrecord.read_file(path)):
                     n = i + 1
                     try:
-                        if kind == "shards":
-                            bad = check_shard_record(schema.decode(record, shape), vocab_size, cls_id, sep_id)
-                        else:
-                            bad = check_pair(pair_records.decode(record), shape.max_seq_length, cls_id, sep_id)
+                        bad = check_pair(pair_records.decode(record), shape.max_seq_length, cls_id, sep_id)
                     except ValueError as e:
                         bad = f"does not parse: {e}"
                     if bad:
