@@ -22,9 +22,10 @@ process from `unicodedata`, the tables google's code consults:
     model:          WordPiece, '##' continuations, [UNK], at most 200 characters per word
 
 Most sentences are ASCII, where all of google's cleanup is one character map: controls dropped, \t \n \r to
-' ', A-Z lowercased (uncased), each of the 32 ASCII symbols spaced apart. Those sentences go through
-`str.translate` and a second HF tokenizer that only splits on spaces, ~35% less CPU than the regex steps (the
-same ids: tests/test_tokenization.py checks random ASCII text and every ASCII code point against google).
+' ', A-Z lowercased (uncased), each of the 32 ASCII symbols spaced apart. Those sentences are mapped so in
+Python (`_ascii_texts`) and go to a second HF tokenizer that only splits on spaces: half the CPU of the regex
+steps, the same ids (tests/test_tokenization.py checks random ASCII text and every ASCII code point against
+google).
 
 tests/test_tokenization.py compares ids with google's FullTokenizer over real text and every code point of the
 BMP and SMP, both vocabs. A sweep of all 1,112,064 code points (alone, inside a word, after "É", before "Σ")
@@ -38,6 +39,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import unicodedata
 from dataclasses import dataclass
 
@@ -200,6 +202,25 @@ def ascii_table(lowercase: bool) -> dict[int, str | None]:
     return table
 
 
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")   # dropped by google (\t \n \r are spaces)
+_ASCII_SYMBOLS = [chr(cp) for cp in range(33, 127) if stands_alone(chr(cp))]
+
+
+def _ascii_texts(texts: list[str], tokenizer: "WordPieces") -> list[str]:
+    """ASCII texts as `tokenizer.table` maps them, the common case done on all of them joined: one lower() and
+    a str.replace per symbol over the whole batch cost less than translate(), which takes its slow path for a
+    table that maps a character to three. A text holding a control character is translated alone first (it
+    then holds none, so the \x00 that joins the texts cannot come from one)."""
+    texts = [t.translate(tokenizer.table) if _ASCII_CONTROL.search(t) else t for t in texts]
+    joined = "\x00".join(texts)
+    if tokenizer.lowercase:
+        joined = joined.lower()
+    for symbol in _ASCII_SYMBOLS:
+        if symbol in joined:
+            joined = joined.replace(symbol, f" {symbol} ")
+    return joined.split("\x00")
+
+
 @dataclass(frozen=True)
 class WordPieces:
     """google's FullTokenizer as `tokenizers` pipelines: `general` for any text (module doc), `ascii` (split on
@@ -207,6 +228,7 @@ class WordPieces:
     general: Tokenizer
     ascii: Tokenizer
     table: dict
+    lowercase: bool
 
 
 def build_tokenizer(vocab: list[str], lowercase: bool) -> WordPieces:
@@ -217,7 +239,7 @@ def build_tokenizer(vocab: list[str], lowercase: bool) -> WordPieces:
     general.pre_tokenizer = bert_pre_tokenizer()
     ascii_only = _wordpiece(vocab)
     ascii_only.pre_tokenizer = pre_tokenizers.WhitespaceSplit()   # only ' ' is left after the table
-    return WordPieces(general, ascii_only, ascii_table(lowercase))
+    return WordPieces(general, ascii_only, ascii_table(lowercase), lowercase)
 
 
 def tokenize_sentences(tokenizer: WordPieces | Tokenizer, sentences: list[str]) -> list[np.ndarray]:
@@ -228,10 +250,8 @@ def tokenize_sentences(tokenizer: WordPieces | Tokenizer, sentences: list[str]) 
     out: list[np.ndarray] = [None] * len(sentences)   # type: ignore[list-item]
     plain = [i for i, s in enumerate(sentences) if s.isascii()]   # O(1) a string in CPython
     if plain:
-        table = tokenizer.table
-        encodings = tokenizer.ascii.encode_batch([sentences[i].translate(table) for i in plain],
-                                                 add_special_tokens=False)
-        for i, e in zip(plain, encodings):
+        for i, e in zip(plain, tokenizer.ascii.encode_batch(_ascii_texts([sentences[i] for i in plain], tokenizer),
+                                                            add_special_tokens=False)):
             out[i] = np.asarray(e.ids, dtype=np.int32)
     if len(plain) < len(sentences):
         rest = [i for i, s in enumerate(sentences) if not s.isascii()]
