@@ -9,7 +9,7 @@ Also: the CPU of bare HF tokenization of the same lines (the floor), and bertpre
 
 --baseline DIR runs another checkout's `prepare` (e.g. `git worktree add /tmp/base REV`) on the same input in the
 same run, with this venv, and prints its CPU against ours. --breakdown adds where the CPU of one local-1 run
-goes (bench/cpu_breakdown.py), for this checkout and the baseline.
+goes (bench/cpu_breakdown.py: each part timed alone), for this checkout and the baseline.
 """
 from __future__ import annotations
 
@@ -140,6 +140,8 @@ def main() -> None:
                             env={"PYTHONPATH": args.baseline}, cwd=args.baseline)
                 rows.append([f"baseline checkout, --preset {preset}", f"{mb:.1f}", b.cpu, b.wall, b.peak_rss_mb,
                              f"ours / baseline CPU = {m.cpu / b.cpu:.3f}"])
+                if preset == "local-1":
+                    base_cpu = b.cpu
         if not args.skip_google:
             g = google_run(one, tmp / "google.tfrecord", 12345)
             rows.append(["google create_pretraining_data.py", f"{mb:.1f}", g.cpu, g.wall, g.peak_rss_mb, ""])
@@ -158,11 +160,13 @@ def main() -> None:
                          m.cpu, m.wall, m.peak_rss_mb, f"RSS {100 * (m.peak_rss_mb / base - 1):+.0f}% vs x1, "
                          f"{m.cpu / (mb * args.scale):.2f} CPU s/MB"])
         breakdowns = []
-        if args.breakdown:   # where the CPU goes, this checkout and the baseline, on the x1 input
-            for checkout in [str(REPO)] + ([args.baseline] if args.baseline else []):
-                breakdowns.append(subprocess.run([PY, str(REPO / "bench" / "cpu_breakdown.py"), str(one / "*.txt"),
-                                                  "--vocab", str(VOCAB), "--checkout", checkout], check=True,
-                                                 capture_output=True, text=True).stdout)
+        if args.breakdown:   # where the CPU goes, part by part, this checkout and the baseline, on the x1 input
+            jobs = [(str(REPO), runs["local-1"].cpu)] + ([(args.baseline, base_cpu)] if args.baseline else [])
+            for checkout, cpu in jobs:
+                breakdowns.append(subprocess.run([PY, str(REPO / "bench" / "cpu_breakdown.py"),
+                                                  str(one / "books-0.txt"), "--vocab", str(VOCAB), "--checkout",
+                                                  checkout, "--cpu", str(cpu)],
+                                                 check=True, capture_output=True, text=True).stdout)
     print(f"input: ../shared/corpora/books in google's format, {tokens:,} WordPieces; L=128 P=20 dupe=5\n")
     print(table(["job", "MB", "CPU s", "wall s", "peak RSS MB", "note"], rows))
     local1 = runs["local-1"].cpu

@@ -1,103 +1,84 @@
-"""Where the CPU of one `bertprep prepare --preset local-1` run goes: the run under cProfile in this process,
-its functions summed into the parts of the pipeline (cumulative time of each part's entry points, so a part
-includes what it calls), plus the imports, timed in a fresh interpreter.
+"""Where the CPU of `bertprep prepare` goes: each part of the pipeline run alone, as a pure function, over the
+same google-format input in one process, timed with time.process_time (every thread of the process, so HF's
+own worker thread counts). The rest of a real run's CPU (pass --cpu) is Beam, imports, run files and I/O.
 
-    .venv/bin/python bench/cpu_breakdown.py INPUT_GLOB [--vocab V] [--checkout DIR]
+    .venv/bin/python bench/cpu_breakdown.py INPUT_FILE [--vocab V] [--checkout DIR] [--cpu SECONDS]
 
-Run from any checkout (--checkout, default this one): the bench times another version's code the same way, so
-a before/after table comes from one command. cProfile adds its own overhead (~1.3x here); the parts are for
-proportions, bench_prepare.py's CPU seconds (no profiler) are the figures to quote.
+--checkout times another checkout's functions the same way (a `git worktree` of an older commit), for a
+before/after table; --cpu is the CPU seconds of `prepare --preset local-1` on the same input.
+Parts: tokenize (sentences -> ids -> TokenizedDocument), pairing (every dupe pass, pool in memory), masking
+(batches of 512), Example encoding, and the shuffle's per-record work (key hashes, TFRecord frames, hash order).
 """
 from __future__ import annotations
 
 import argparse
-import cProfile
 import os
-import pstats
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-# (part, functions whose cumulative time is the part's): file suffix and function name as cProfile keys them
-PARTS = [
-    ("tokenize (HF encode_batch)", [("", "<method 'encode_batch' of 'tokenizers.Tokenizer' objects>"),
-                                    ("", "<method 'encode_batch_fast' of 'tokenizers.Tokenizer' objects>")]),
-    ("pairing", [("pipeline/pairs.py", "pairs_for_pool"), ("pipeline/pairs.py", "instances_for_pool")]),
-    ("masking", [("pipeline/masking.py", "mask_batch")]),
-    ("Example encoding", [("pipeline/schema.py", "encode_batch")]),
-    ("shuffle: hash, sort, write runs", [("pipeline/shuffle.py", "_flush")]),
-    ("shuffle: merge, read runs", [("pipeline/runfiles.py", "merge"), ("pipeline/runfiles.py", "read_payloads")]),
-    ("reading the corpus", [("corpora/text.py", "read_text_documents"), ("corpora/books.py", "read_books")]),
-]
+CHILD = r"""
+import sys, time
+import numpy as np
+from corpora import text
+from pipeline import masking, pairs, schema, sentences, shuffle, tfrecord, tokenization
+from pipeline.documents import Document
 
-
-def profile_run(checkout: Path, inputs: str, vocab: str, out: Path) -> None:
-    sys.path.insert(0, str(checkout))
-    from pipeline import cli
-
-    argv = ["prepare", "text", "--input", inputs, "--vocab", vocab, "--max-seq-length", "128",
-            "--max-predictions-per-seq", "20", "--dupe-factor", "5", "--num-shards", "4", "--output",
-            str(out / "shards"), "--preset", "local-1"]
-    prof = cProfile.Profile()
-    start = time.process_time()
-    prof.enable()
-    code = cli.main(argv)
-    prof.disable()
-    total = time.process_time() - start
-    assert code == 0
-    stats = pstats.Stats(prof)
-    rows, accounted = [], 0.0
-    for part, keys in PARTS:
-        seconds = 0.0
-        for (filename, line, name), (_, _, _, cumulative, _) in stats.stats.items():
-            if any(name == k and filename.endswith(f) for f, k in keys):
-                seconds += cumulative
-        rows.append((part, seconds))
-        accounted += seconds
-    rows.append(("Beam, pickling, I/O and the rest", total - accounted))
-    print(f"TOTAL {total:.2f}")
-    for part, seconds in rows:
-        print(f"PART {seconds:.2f} {part}")
-
-
-def import_seconds(checkout: Path) -> float:
-    code = ("import time; t = time.process_time(); "
-            "from pipeline import cli, run, transforms, shards, shuffle, pairs, masking, schema, tokenization; "
-            "import apache_beam; print(time.process_time() - t)")
-    best = min(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                    cwd=checkout).stdout) for _ in range(3))
-    return best
+path, vocab_path = sys.argv[1], sys.argv[2]
+clock = time.process_time
+t = clock(); docs = [d for d in text.read_text_documents(path) if isinstance(d, Document)]; read = clock() - t
+vocab = tokenization.read_vocab(vocab_path)
+tok = tokenization.build_tokenizer(vocab, True)
+t = clock()
+pool = [pairs.TokenizedDocument.from_sentences(
+            d.id, tokenization.tokenize_sentences(tok, sentences.document_sentences(d))) for d in docs]
+tokenize = clock() - t
+ids = masking.VocabIds.from_vocab(vocab)
+params = pairs.PairParams(128, 0.1, 5, ids.cls_id, ids.sep_id)
+t = clock()
+instances = list(pairs.pairs_for_pool(pool, params, tokenization.word_starts(vocab), 12345))
+pair = clock() - t
+batches = [instances[i:i + 512] for i in range(0, len(instances), 512)]
+t = clock()
+masked = [masking.mask_batch(b, masking.MaskParams(), ids, 12345, 128) for b in batches]
+mask = clock() - t
+t = clock()
+records = [r for m in masked for r in schema.encode_batch(m)]
+encode = clock() - t
+t = clock()
+for i in range(0, len(records), 20000):
+    keys, chunk = [p.key for p in instances[i:i + 20000]], records[i:i + 20000]
+    frames = [tfrecord.frame(r) for r in chunk]
+    shuffle.hash_order(shuffle.key_hashes(12345, keys), frames)
+shuffled = clock() - t
+print(read, tokenize, pair, mask, encode, shuffled, len(instances))
+"""
+PARTS = ("reading the corpus", "tokenize (sentences -> ids)", "pairing", "masking", "Example encoding",
+         "shuffle: key hashes, frames, hash order")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("inputs")
+    ap.add_argument("input", help="one google-format text file")
     ap.add_argument("--vocab", default=str(Path(__file__).resolve().parent.parent / "corpora" / "samples" /
                                            "vocab-uncased.txt"))
     ap.add_argument("--checkout", default=str(Path(__file__).resolve().parent.parent))
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--cpu", type=float, default=0, help="CPU seconds of the whole `prepare --preset local-1`")
     args = ap.parse_args()
     checkout = Path(args.checkout).resolve()
-    if args.child:
-        with tempfile.TemporaryDirectory() as tmp:
-            profile_run(checkout, args.inputs, args.vocab, Path(tmp))
-        return
-    # the profiled run in a process of its own, with the checkout's code first on the path
-    done = subprocess.run([sys.executable, __file__, args.inputs, "--vocab", args.vocab, "--checkout",
-                           str(checkout), "--child"], capture_output=True, text=True, cwd=checkout,
-                          env={**os.environ, "PYTHONPATH": str(checkout)})
+    done = subprocess.run([sys.executable, "-c", CHILD, args.input, args.vocab], capture_output=True, text=True,
+                          cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout), "RAYON_NUM_THREADS": "1"})
     if done.returncode:
         sys.exit(done.stderr[-3000:])
-    lines = done.stdout.splitlines()
-    total = float(next(line for line in lines if line.startswith("TOTAL")).split()[1])
-    print(f"CPU of `prepare --preset local-1` under cProfile: {total:.2f} s ({checkout})")
-    print(f"  {'imports (fresh interpreter, best of 3)':<40} {import_seconds(checkout):6.2f}")
-    for line in lines:
-        if line.startswith("PART"):
-            _, seconds, part = line.split(" ", 2)
-            print(f"  {part:<40} {float(seconds):6.2f}")
+    *seconds, instances = done.stdout.split()
+    seconds = [float(s) for s in seconds]
+    print(f"where the CPU goes ({checkout}; {int(instances):,} instances)")
+    for name, s in zip(PARTS, seconds):
+        print(f"  {name:<44} {s:6.2f} s")
+    if args.cpu:
+        print(f"  {'Beam, imports, run files, I/O (the rest)':<44} {args.cpu - sum(seconds):6.2f} s")
+        print(f"  {'prepare --preset local-1, in all':<44} {args.cpu:6.2f} s")
 
 
 if __name__ == "__main__":
