@@ -98,8 +98,8 @@ def shuffle_config(args, options) -> ShuffleConfig:
         backend = "files" if is_local_runner(options) else "groupbykey"
     if backend != "files":
         if is_local_runner(options) and local_workers(options) > 1:
-            # Beam 2.77's local runner with several workers was seen to drop 0.3-3.4% of the records of this
-            # GroupByKey, at random, from 46 MB of books up (bench_objectstore x4); one worker never did
+            # Beam 2.77's local runner with several workers was seen to drop whole batches of records on their way
+            # to this GroupByKey, 0.3-16% of them at random, from 46 MB of books up; one worker never did
             raise SystemExit("--shuffle groupbykey on the local runner needs one worker (--preset local-1 or "
                              "--direct_running_mode=in_memory): Beam's multi-worker local runner drops records of "
                              "its GroupByKey at random; --shuffle files (the default here) uses every worker")

@@ -185,6 +185,9 @@ def bert_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
                                                          behavior="isolated")])
 
 
+_ASCII_SYMBOLS = [chr(cp) for cp in range(33, 127) if stands_alone(chr(cp))]   # google's ASCII punctuation
+
+
 def _wordpiece(vocab: list[str]) -> Tokenizer:
     return Tokenizer(models.WordPiece({w: i for i, w in enumerate(vocab)}, unk_token=UNK,
                                       max_input_chars_per_word=MAX_CHARS_PER_WORD))
@@ -196,14 +199,13 @@ def ascii_table(lowercase: bool) -> dict[int, str | None]:
     ASCII character), and _run_split_on_punc isolates the 32 symbols (33-47, 58-64, 91-96, 123-126)."""
     table: dict[int, str | None] = {cp: None for cp in [*range(0, 9), 11, 12, *range(14, 32), 127]}
     table.update({cp: " " for cp in (9, 10, 13)})
-    table.update({cp: f" {chr(cp)} " for cp in range(33, 127) if stands_alone(chr(cp))})
+    table.update({ord(c): f" {c} " for c in _ASCII_SYMBOLS})
     if lowercase:
         table.update({cp: chr(cp + 32) for cp in range(65, 91)})
     return table
 
 
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")   # dropped by google (\t \n \r are spaces)
-_ASCII_SYMBOLS = [chr(cp) for cp in range(33, 127) if stands_alone(chr(cp))]
 
 
 def _ascii_texts(texts: list[str], tokenizer: "WordPieces") -> list[str]:
@@ -249,14 +251,12 @@ def tokenize_sentences(tokenizer: WordPieces | Tokenizer, sentences: list[str]) 
         return [np.asarray(e.ids, dtype=np.int32) for e in tokenizer.encode_batch(sentences, add_special_tokens=False)]
     out: list[np.ndarray] = [None] * len(sentences)   # type: ignore[list-item]
     plain = [i for i, s in enumerate(sentences) if s.isascii()]   # O(1) a string in CPython
-    if plain:
-        for i, e in zip(plain, tokenizer.ascii.encode_batch(_ascii_texts([sentences[i] for i in plain], tokenizer),
-                                                            add_special_tokens=False)):
-            out[i] = np.asarray(e.ids, dtype=np.int32)
-    if len(plain) < len(sentences):
-        rest = [i for i, s in enumerate(sentences) if not s.isascii()]
-        for i, e in zip(rest, tokenizer.general.encode_batch([sentences[i] for i in rest], add_special_tokens=False)):
-            out[i] = np.asarray(e.ids, dtype=np.int32)
+    other = [i for i, s in enumerate(sentences) if not s.isascii()]
+    for rows, tok, texts in ((plain, tokenizer.ascii, lambda: _ascii_texts([sentences[i] for i in plain], tokenizer)),
+                             (other, tokenizer.general, lambda: [sentences[i] for i in other])):
+        if rows:
+            for i, e in zip(rows, tok.encode_batch(texts(), add_special_tokens=False)):
+                out[i] = np.asarray(e.ids, dtype=np.int32)
     return out
 
 

@@ -16,6 +16,7 @@ Exits 1 on any problem, naming the file and record index.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import os
 import sys
 
@@ -161,16 +162,6 @@ def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int
 BATCH = 1024   # shard records checked together
 
 
-def _shard_batch(batch: list[bytes], done: int, name: str, problems: Problems, shape, vocab_size: int, cls_id: int,
-                 sep_id: int) -> int:
-    """Checks a batch of a file's records (the `done` before it already checked), empties it; returns the count."""
-    for i, message in _check_shard_batch(batch, shape, vocab_size, cls_id, sep_id):
-        problems.add(f"{name}: record {done + i}", message)
-    done += len(batch)
-    batch.clear()
-    return done
-
-
 def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.Shape | None = None,
                  vocab_size: int = 1 << 31, cls_id: int = 101, sep_id: int = 102) -> list[int]:
     """Reads every record of `files`, recording problems; returns the record count of each file."""
@@ -182,14 +173,12 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
             if kind == "documents":
                 for n, _ in enumerate(documents.read_file(path), 1):
                     pass
-            elif kind == "shards":   # in batches: ~15x faster than one record at a time
-                batch: list[bytes] = []
-                for record in tfrecord.read_file(path):
-                    batch.append(record)
-                    if len(batch) == BATCH:
-                        n = _shard_batch(batch, n, name, problems, shape, vocab_size, cls_id, sep_id)
-                if batch:
-                    n = _shard_batch(batch, n, name, problems, shape, vocab_size, cls_id, sep_id)
+            elif kind == "shards":   # BATCH records at a time: 10x faster than one by one
+                records = tfrecord.read_file(path)
+                while batch := list(itertools.islice(records, BATCH)):
+                    for i, message in _check_shard_batch(batch, shape, vocab_size, cls_id, sep_id):
+                        problems.add(f"{name}: record {n + i}", message)
+                    n += len(batch)
             else:
                 for i, record in enumerate(tfrecord.read_file(path)):
                     n = i + 1
