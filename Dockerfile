@@ -29,8 +29,8 @@ print('\n'.join(d for d in deps if re.split(r'[ <>=!~\[;]', d, maxsplit=1)[0].lo
     > /tmp/worker-requirements.txt \
  && pip install --no-cache-dir -r /tmp/worker-requirements.txt \
  && cd / && rm -rf /tmp/bertprep /tmp/worker-requirements.txt \
- && python -c "import sys, pipeline.run, corpora.wikipedia, corpora.books, corpora.text; \
-assert 'torch' not in sys.modules and not pipeline.run.__file__.startswith('/tmp/')"
+ && python -c "import sys, pipeline.commands.run, corpora.wikipedia, corpora.books, corpora.text; \
+assert 'torch' not in sys.modules and not pipeline.commands.run.__file__.startswith('/tmp/')"
 
 WORKDIR /
 # ENTRYPOINT stays the base image's /opt/apache/beam/boot, which Dataflow and the portable runners start.

@@ -21,7 +21,7 @@ from bench.common import best_cpu_time  # noqa: E402
 
 from corpora.books import book_paragraphs, plan_reads, read_books  # noqa: E402
 from corpora.text import read_text_documents  # noqa: E402
-from pipeline.documents import Document  # noqa: E402
+from pipeline.formats.documents import Document  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BOOKS = REPO.parent / "shared" / "corpora" / "books"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_prepare import VOCAB, google_format  # noqa: E402
-from bench.common import measure, table  # noqa: E402
+from bench.common import cli_module, measure, table  # noqa: E402
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
             for preset in ("local-1", "local"):
                 for checkout in checkouts:
                     out = Path(tmp) / "out"
-                    m = measure([sys.executable, "-m", "pipeline.cli", "prepare", "text", "--input", str(inputs),
+                    m = measure([sys.executable, "-m", cli_module(checkout), "prepare", "text", "--input", str(inputs),
                                  "--vocab", str(VOCAB), "--max-seq-length", "128", "--max-predictions-per-seq", "20",
                                  "--dupe-factor", "5", "--seed", "12345", "--num-shards", "4", "--output", str(out),
                                  "--overwrite", "--preset", preset], env={"PYTHONPATH": checkout}, cwd=checkout)

@@ -27,7 +27,7 @@ def bertprep(*args: str) -> None:
 
 def unigram_baseline(shards: list[Path]) -> float:
     """Accuracy of predicting the most frequent masked token everywhere."""
-    from pipeline import schema, tfrecord
+    from pipeline.formats import schema, tfrecord
 
     counts: dict[int, int] = {}
     total = 0

@@ -63,7 +63,7 @@ def main() -> None:
                 make_input(copies, inputs)
             size = sum(p.stat().st_size for p in inputs.iterdir())
             bucket = simstore.new_bucket()
-            cli = [sys.executable, "-c", "import sys; from pipeline import cli; sys.exit(cli.main(sys.argv[1:]))"]
+            cli = [sys.executable, "-m", "pipeline"]
             # groupbykey on the local runner needs one worker (Beam's multi-worker local runner drops its records)
             common = ["--shuffle", backend, *(["--preset", "local", f"--direct_num_workers={args.workers}"]
                                               if backend == "files" else ["--preset", "local-1"])]

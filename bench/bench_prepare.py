@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import REPO, SHARED, measure, table  # noqa: E402
+from bench.common import REPO, SHARED, cli_module, measure, table  # noqa: E402
 
 VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
 PY = sys.executable
@@ -31,8 +31,8 @@ BERTPREP = str(Path(PY).parent / "bertprep")
 def google_format(out: Path, copies: int = 1) -> Path:
     """The shared books as one sentence per line, a blank line between books (copies with new text ids)."""
     from corpora import books
-    from pipeline import sentences
-    from pipeline.documents import Document
+    from pipeline.formats.documents import Document
+    from pipeline.text import sentences
 
     blocks = []
     for path in books.plan_reads([str(SHARED / "books")]):
@@ -51,7 +51,7 @@ def google_format(out: Path, copies: int = 1) -> Path:
 def hf_tokenize_cpu(directory: Path) -> tuple[float, int]:
     code = f"""
 import time, glob, resource
-from pipeline import tokenization
+from pipeline.text import tokenization
 vocab = tokenization.read_vocab({str(VOCAB)!r})
 tok = tokenization.build_tokenizer(vocab, True).general   # google-exact regex steps on every line
 lines = [l for f in sorted(glob.glob({str(directory / '*.txt')!r})) for l in open(f, encoding='utf-8').read().split('\\n') if l.strip()]
@@ -78,7 +78,8 @@ def compare_statistics(ours_dir: Path, google_file: Path, google_other_seed: Pat
 
     import numpy as np
 
-    from pipeline import inspection, schema
+    from pipeline.commands import inspection
+    from pipeline.formats import schema
 
     m = json.loads((ours_dir / "manifest.json").read_text())
     shape = schema.Shape(128, 20)
@@ -135,7 +136,8 @@ def main() -> None:
             runs[preset] = m
             rows.append([f"bertprep prepare --preset {preset}", f"{mb:.1f}", m.cpu, m.wall, m.peak_rss_mb, ""])
             if args.baseline:   # the same command from the other checkout, right after ours
-                b = measure([PY, "-m", "pipeline.cli", "prepare", "text", "--input", str(one / "*.txt"), *common,
+                b = measure([PY, "-m", cli_module(args.baseline), "prepare", "text", "--input", str(one / "*.txt"),
+                             *common,
                              "--num-shards", "4", "--output", str(tmp / f"base-{preset}"), "--preset", preset],
                             env={"PYTHONPATH": args.baseline}, cwd=args.baseline)
                 rows.append([f"baseline checkout, --preset {preset}", f"{mb:.1f}", b.cpu, b.wall, b.peak_rss_mb,

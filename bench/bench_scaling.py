@@ -200,7 +200,7 @@ def wikipedia_run(args) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench_scaling-wiki-", dir=args.tmp))
     try:
         out = work / "out"
-        cmd = [sys.executable, "-m", "pipeline.cli", "prepare", "wikipedia", "--input", str(dump),
+        cmd = [sys.executable, "-m", "pipeline", "prepare", "wikipedia", "--input", str(dump),
                "--vocab", args.vocab, "--dupe-factor", str(args.dupe_factor), "--output", str(out),
                "--preset", "local", f"--direct_num_workers={args.workers}"]
         load_before = os.getloadavg()
@@ -208,7 +208,7 @@ def wikipedia_run(args) -> None:
         one, tree = run_measured.peak_files
         m = json.loads((out / "manifest.json").read_text())
         c = m["counts"]
-        verify = subprocess.run([sys.executable, "-m", "pipeline.cli", "verify", str(out)], cwd=REPO,
+        verify = subprocess.run([sys.executable, "-m", "pipeline", "verify", str(out)], cwd=REPO,
                                 capture_output=True, text=True)
         shard_mb = [(out / f["file"]).stat().st_size / 2**20 for f in m["files"]]
         print(f"\nbertprep prepare wikipedia --preset local ({args.workers} workers), --dupe-factor "
@@ -251,7 +251,7 @@ def main() -> None:
         (work / "books").mkdir()
         copies, size = make_input(Path(args.books), args.mb, work / "books")
         files = len(list((work / "books").iterdir()))
-        base = [sys.executable, "-m", "pipeline.cli", "prepare", "books", "--input", str(work / "books"),
+        base = [sys.executable, "-m", "pipeline", "prepare", "books", "--input", str(work / "books"),
                 "--vocab", args.vocab, "--dupe-factor", str(args.dupe_factor)]
         runs = [("local-1", 1, ["--preset", "local-1"]),
                 (f"local, {args.workers} workers", args.workers,

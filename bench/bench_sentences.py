@@ -28,7 +28,7 @@ from pathlib import Path
 
 import blingfire
 
-from pipeline.sentences import split_paragraph
+from pipeline.text.sentences import split_paragraph
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "sentences"
@@ -133,7 +133,7 @@ def accuracy(split, labelled: list[dict], errors: list | None = None) -> tuple[f
 
 def speed_paragraphs(corpora: Path, mb: float) -> list[str]:
     from corpora import books, wikipedia
-    from pipeline.documents import Document
+    from pipeline.formats.documents import Document
 
     if not (corpora / "wikipedia").is_dir():  # the bundled sample
         corpora = REPO / "corpora" / "samples"

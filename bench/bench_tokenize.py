@@ -24,7 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one core: batch encoding would otherwise fan out
 from tokenizers import normalizers, pre_tokenizers  # noqa: E402
 
-from pipeline import tokenization  # noqa: E402
+from pipeline.text import tokenization  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_BOOKS = REPO.parent / "shared" / "corpora" / "books"

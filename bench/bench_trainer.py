@@ -4,7 +4,7 @@
    config, weights, batch and thread count (default: mini, batch 32, seq 128, 20 predictions, CPU fp32). Most of
    the difference is the MLM head: ours runs it on the B*P masked positions, HF's on all B*T tokens.
 2. The shard reader: decoded sequences/s of one worker at L=128 (what each DataLoader worker delivers), against
-   the generic per-record protobuf walk (pipeline.schema.decode) it falls back to.
+   the generic per-record protobuf walk (pipeline.formats.schema.decode) it falls back to.
 3. Only with CUDA: bf16 autocast steps of ours and HF's for mini and base, tokens/s and MFU (--peak-tflops).
 
 One run: a warm-up step then --steps timed steps each, ours and HF's taking turns, medians reported (wall and CPU
@@ -28,7 +28,7 @@ from model import config as config_lib  # noqa: E402
 from model import data  # noqa: E402
 from model.bert import Bert, pretraining_flops  # noqa: E402
 from model.export_hf import hf_config, to_hf_state_dict  # noqa: E402
-from pipeline import schema, tfrecord  # noqa: E402
+from pipeline.formats import schema, tfrecord  # noqa: E402
 
 
 def synthetic_batch(B: int, T: int, P: int, V: int, seed: int = 0) -> schema.Batch:

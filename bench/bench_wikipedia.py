@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from corpora import templates, wikipedia  # noqa: E402
 from corpora.wikipedia import (Page, ReadRange, clean_wikitext, make_multistream, page_to_document,  # noqa: E402
                                plan_reads, read_pages)
-from pipeline.documents import Count, Document  # noqa: E402
+from pipeline.formats.documents import Count, Document  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "../shared/corpora/wikipedia/enwiki-sample-pages-articles.xml.bz2"
@@ -66,7 +66,11 @@ def read_all(path: str) -> list[Page]:
 
 
 def load_baseline(checkout: str):
-    """corpora/wikipedia.py of another checkout, imported beside ours (it shares pipeline.documents)."""
+    """corpora/wikipedia.py of another checkout, imported beside ours (it shares our document contract, which a
+    checkout from before pipeline/ had layers imports as pipeline.documents)."""
+    from pipeline.formats import documents
+
+    sys.modules.setdefault("pipeline.documents", documents)
     path = Path(checkout) / "corpora" / "wikipedia.py"
     spec = importlib.util.spec_from_file_location("baseline_wikipedia", path)
     module = importlib.util.module_from_spec(spec)

@@ -12,6 +12,12 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "corpora"
 
 
+def cli_module(checkout: str | Path = REPO) -> str:
+    """The module `python -m` runs as `bertprep` in a checkout: `pipeline` in the layered tree, `pipeline.cli` in
+    checkouts from before it (benchmarks compare with those)."""
+    return "pipeline" if (Path(checkout) / "pipeline" / "__main__.py").exists() else "pipeline.cli"
+
+
 @dataclass
 class Measured:
     wall: float

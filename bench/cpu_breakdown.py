@@ -22,8 +22,15 @@ CHILD = r"""
 import sys, time
 import numpy as np
 from corpora import text
-from pipeline import masking, pairs, schema, sentences, shuffle, tfrecord, tokenization
-from pipeline.documents import Document
+try:
+    from pipeline.algorithms import masking, pairs
+    from pipeline.beam import shuffle
+    from pipeline.formats import schema, tfrecord
+    from pipeline.formats.documents import Document
+    from pipeline.text import sentences, tokenization
+except ImportError:   # a checkout from before pipeline/ had layers
+    from pipeline import masking, pairs, schema, sentences, shuffle, tfrecord, tokenization
+    from pipeline.documents import Document
 
 path, vocab_path = sys.argv[1], sys.argv[2]
 clock = time.process_time

@@ -1,1 +1,1 @@
-"""One module per corpus: each turns raw files into `pipeline.documents.Document`s and `Count` events."""
+"""One module per corpus: each turns raw files into `pipeline.formats.documents.Document`s and `Count` events."""

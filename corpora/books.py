@@ -77,7 +77,7 @@ from typing import Iterable, Iterator
 from apache_beam.io.filesystems import FileSystems
 
 from corpora.text import READ_BLOCK_BYTES, Decoded, basename, open_decoded, open_path, rewound
-from pipeline.documents import Count, Document
+from pipeline.formats.documents import Count, Document
 
 DEFAULT_MAX_DOCUMENT_BYTES = 1_000_000   # ~150k words: a novel is a few documents, each a modest element
 HEADER_WINDOW_CHARS = 100_000            # Gutenberg headers, the 1990s "small print" included, are < 20k

@@ -32,7 +32,7 @@ from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.documents import Count, Document
+from pipeline.formats.documents import Count, Document
 
 READ_BLOCK_BYTES = 1 << 20      # read and decode unit; files up to this size are read once, whole
 BINARY_SNIFF_BYTES = 8192       # a NUL in this prefix marks a file as binary

@@ -39,7 +39,7 @@ from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text,
 
 from corpora import templates
 from corpora.wikisites import ENGLISH, Site, site_from_siteinfo
-from pipeline.documents import Count, Document
+from pipeline.formats.documents import Count, Document
 
 SOURCE = "wikipedia"
 

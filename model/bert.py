@@ -2,7 +2,7 @@
 
 Token + segment + learned position embeddings -> post-LN Transformer encoder -> two heads: masked LM (evaluated
 only at the masked positions, decoder tied to the word embeddings) and next-sentence prediction on the pooled
-[CLS]. The model takes tensors in the shard schema's layout (pipeline/schema.py) and knows nothing of files.
+[CLS]. The model takes tensors in the shard schema's layout (pipeline/formats/schema.py) and knows nothing of files.
 """
 from __future__ import annotations
 

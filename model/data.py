@@ -1,10 +1,11 @@
-"""The shard reader: masked-LM TFRecord shards (pipeline/schema.py) -> batches of fixed-shape torch tensors.
+"""The shard reader: masked-LM TFRecord shards (pipeline/formats/schema.py) -> batches of fixed-shape torch
+tensors.
 
-No tensorflow and no Beam: files are opened with plain `open`, framed and CRC-checked by pipeline.tfrecord (a
-damaged byte raises CorruptRecordError naming the file and the record), and decoded a batch at a time by the
-schema's vectorised reader (pipeline.schema.decode_plain, ~10x the generic decoder). A batch it does not recognise
-goes through the generic pipeline.schema.decode record by record, which also words the error when a record does
-not fit the schema.
+No tensorflow and no Beam: files are opened with plain `open`, framed and CRC-checked by pipeline.formats.tfrecord
+(a damaged byte raises CorruptRecordError naming the file and the record), and decoded a batch at a time by the
+schema's vectorised reader (pipeline.formats.schema.decode_plain, ~10x the generic decoder). A batch it does not
+recognise goes through the generic pipeline.formats.schema.decode record by record, which also words the error
+when a record does not fit the schema.
 
 Order: the file list is shuffled per epoch with a seeded generator (same on every rank), split across DDP ranks and
 DataLoader workers, and each worker runs a seeded shuffle buffer. `Loader` turns that into an endless stream of
@@ -21,7 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from pipeline import example_proto, manifest, masking, pair_records, schema, tfrecord
+from pipeline.algorithms import masking
+from pipeline.formats import example_proto, manifest, pair_records, schema, tfrecord
 
 MANIFEST, SHARDS_FORMAT = manifest.NAME, manifest.SHARDS
 
@@ -136,8 +138,8 @@ class BatchDecoder:
 class DynamicMasker:
     """RoBERTa-style dynamic masking: pair records (the `pairs` stage's output) masked afresh every epoch.
 
-    The masks come from pipeline.masking.mask_batch, the code `bertprep mask` runs, seeded by (seed, epoch) and
-    each instance's key: a new mask every epoch, the same one again on a resumed run.
+    The masks come from pipeline.algorithms.masking.mask_batch, the code `bertprep mask` runs, seeded by (seed,
+    epoch) and each instance's key: a new mask every epoch, the same one again on a resumed run.
     """
 
     def __init__(self, params: masking.MaskParams, vocab: masking.VocabIds, max_seq_length: int, seed: int):

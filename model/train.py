@@ -1,7 +1,7 @@
 """Pretrain BERT on bertprep shards: `bertprep train --data 'DIR/*.tfrecord' --model mini --output RUN_DIR`.
 
 One process per device; for several, launch with torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK):
-    torchrun --nproc_per_node 8 -m pipeline.cli train --data ... --output RUN_DIR
+    torchrun --nproc_per_node 8 -m pipeline train --data ... --output RUN_DIR
 
 --batch-size is the global batch (sequences per optimizer step), split over ranks and --grad-accum micro-steps, so
 a run's hyperparameters do not depend on the hardware. RUN_DIR gets config.json, log.jsonl, TensorBoard events
@@ -35,10 +35,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from model import config as config_lib
 from model import data
 from model.bert import MLM_LOSS_EPS, Bert
-from pipeline import masking, schema
-from pipeline.flags import (device_name, nonnegative_float, nonnegative_int, positive_float, positive_int,
-                            probability)
-from pipeline.tfrecord import CorruptRecordError
+from pipeline.algorithms import masking
+from pipeline.commands.flags import (device_name, nonnegative_float, nonnegative_int, positive_float, positive_int,
+                                     probability)
+from pipeline.formats import schema
+from pipeline.formats.tfrecord import CorruptRecordError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.documents import Count, Document
+from pipeline.formats.documents import Count, Document
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -15,7 +15,7 @@ UNCASED_VOCAB = SAMPLES / "vocab-uncased.txt"
 
 @pytest.fixture(scope="session")
 def uncased_vocab() -> list[str]:
-    from pipeline import tokenization
+    from pipeline.text import tokenization
 
     return tokenization.read_vocab(str(UNCASED_VOCAB))
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import corpora.text
 from corpora import books
 from corpora.books import DEFAULT_MAX_DOCUMENT_BYTES, book_paragraphs, plan_reads, read_books
-from pipeline.documents import Document
+from pipeline.formats.documents import Document
 from tests.conftest import collect
 
 SAMPLE_BOOKS = Path(__file__).resolve().parent.parent / "corpora" / "samples" / "books"

@@ -1,6 +1,6 @@
 """Every command does what was typed or says why: a table of wrong invocations across all commands, each ending in
 an exit status, one line on stderr that names the flag or path at fault, and no traceback. Plus the strict-flag
-rules and the one way every reader opens a stage's output (pipeline/manifest.open_output)."""
+rules and the one way every reader opens a stage's output (pipeline/formats/manifest.open_output)."""
 import errno
 import json
 import shutil
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import cli, flags, manifest
+from pipeline.commands import cli, flags
+from pipeline.formats import manifest
 from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
 
 ONE = ["--preset", "local-1"]
@@ -174,12 +175,12 @@ def test_table_covers_every_command():
 @pytest.mark.slow
 def test_the_console_shows_the_same_line(made):
     """Through a real process: the shell sees exactly the line, the status, and no traceback."""
-    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "pairs", "--input", str(made / "docs"), "--vocab",
+    done = subprocess.run([sys.executable, "-m", "pipeline", "pairs", "--input", str(made / "docs"), "--vocab",
                            VOCAB, "--output", str(made / "o5"), "--dupe_factor", "1"],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "bertprep pairs: unknown flag --dupe_factor; did you mean --dupe-factor? (see bertprep pairs --help)"]
-    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "inspect", str(made / "unfinished")],
+    done = subprocess.run([sys.executable, "-m", "pipeline", "inspect", str(made / "unfinished")],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 
@@ -189,7 +190,7 @@ def test_the_console_shows_the_same_line(made):
 def test_a_failure_inside_a_worker_shows_one_line_and_no_traceback(made, workers, tmp_path):
     """Beam's worker processes print a failing bundle's traceback on the shared stderr; the user sees the plan
     and one line naming the file (the traceback with --debug)."""
-    argv = [sys.executable, "-m", "pipeline.cli", "extract", "wikipedia", "--input", str(made / "bad.xml.bz2"),
+    argv = [sys.executable, "-m", "pipeline", "extract", "wikipedia", "--input", str(made / "bad.xml.bz2"),
             "--output", str(tmp_path / "out"), *workers]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300)
     lines = done.stderr.strip().splitlines()
@@ -201,7 +202,7 @@ def test_a_failure_inside_a_worker_shows_one_line_and_no_traceback(made, workers
 
 
 def test_the_traceback_filter_drops_whole_tracebacks_and_keeps_the_rest():
-    from pipeline.local import TracebackFilter
+    from pipeline.beam.local import TracebackFilter
 
     text = """[pairs worker 7] 512 instances (100/s)
 Traceback (most recent call last):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from model import data
-from pipeline import example_proto, schema, tfrecord
-from pipeline.tfrecord import CorruptRecordError
+from pipeline.formats import example_proto, schema, tfrecord
+from pipeline.formats.tfrecord import CorruptRecordError
 
 L, P = 24, 5
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import cli
+from pipeline.commands import cli
 from tests.conftest import SAMPLES, UNCASED_VOCAB
 from tests.test_schema import google_name_to_features
 
@@ -107,7 +107,9 @@ def test_prepare_equals_extract_pairs_mask(tmp_path):
 
 
 def test_small_buckets_draw_random_next_from_their_own_bucket(staged, tmp_path):
-    from pipeline import documents, pair_records, pairs, runfiles, shuffle, tfrecord, transforms
+    from pipeline.algorithms import pairs
+    from pipeline.beam import runfiles, shuffle, transforms
+    from pipeline.formats import documents, pair_records, tfrecord
 
     docs_dirs = f"{staged / 'docs/wiki'},{staged / 'docs/books'}"
     common = ["--vocab", str(UNCASED_VOCAB), "--dupe-factor", "2", "--seed", "3", "--bucket-docs", "5"]
@@ -218,7 +220,7 @@ def _googles_shards(tmp_path, vocab) -> Path:
     import subprocess
     import sys
 
-    from pipeline import sentences
+    from pipeline.text import sentences
 
     text = tmp_path / "input.txt"
     lines = []
@@ -248,7 +250,7 @@ def test_verify_accepts_googles_random_cls_and_sep(tmp_path):
     """google's random replacement draws from the whole vocab, [CLS] and [SEP] included (1 record in ~8,000 with
     bert-base's vocab). With a vocab of 25 tokens it happens in many records: verify must pass them all."""
     pytest.importorskip("bert")
-    from pipeline import schema, tfrecord
+    from pipeline.formats import schema, tfrecord
 
     words = [w for book in sorted((SAMPLES / "books").glob("*.txt")) for w in book.read_text().lower().split()]
     common = [w for w, _ in collections.Counter(w for w in words if w.isalpha()).most_common(20)]
@@ -269,7 +271,7 @@ def test_mask_never_loads_a_tokenizer(staged, tmp_path, monkeypatch):
     """Re-masking reads stored pairs only: no tokenizer, no corpus (in-process runner, so the patch applies)."""
     import tokenizers
 
-    from pipeline import tokenization
+    from pipeline.text import tokenization
 
     def refuse(*_, **__):
         raise AssertionError("mask loaded a tokenizer")
@@ -283,7 +285,7 @@ def test_mask_never_loads_a_tokenizer(staged, tmp_path, monkeypatch):
 
 
 def test_progress_line(capsys, monkeypatch):
-    from pipeline import transforms
+    from pipeline.beam import transforms
 
     monkeypatch.setattr(transforms.Progress, "interval", 0.0)
     p = transforms.Progress("mask")
@@ -302,7 +304,7 @@ def test_thousands_of_runs_merge_within_160_open_files(tmp_path):
     argv = ["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB),
             "--dupe-factor", "2", "--num-shards", "3", *TWO]
     assert cli.main([*argv, "--output", str(tmp_path / "default")]) == 0
-    code = "import sys; from pipeline import cli; sys.exit(cli.main(sys.argv[1:]))"
+    code = "import sys; from pipeline.commands import cli; sys.exit(cli.main(sys.argv[1:]))"
     done = subprocess.run(["bash", "-c", 'ulimit -n 160 && exec "$@"', "bash", sys.executable, "-c", code, *argv,
                            "--sort-buffer-mb", "0.0015", "--output", str(tmp_path / "tiny")],
                           capture_output=True, text=True, timeout=600)
@@ -318,7 +320,7 @@ def test_default_file_count_comes_from_the_estimated_size(tmp_path, capsys):
     a factor of 2 of the bytes written (on the high side by design), for Wikipedia and for books."""
     import re
 
-    from pipeline import sizing
+    from pipeline.beam import sizing
 
     for corpus, path in (("wikipedia", SAMPLES / "enwiki-sample.xml.bz2"), ("books", SAMPLES / "books")):
         capsys.readouterr()

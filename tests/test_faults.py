@@ -1,7 +1,7 @@
 """Fault injection: what a user sees when a run is killed, re-run into a used directory, fed a damaged shard, or hit
 by a transient error, and that no reader (mask, pairs, inspect, verify, the trainer) takes incomplete output.
 
-The output protocol under test (pipeline/shards.py): data and run files are written under DIR/.incomplete/, the
+The output protocol under test (pipeline/beam/shards.py): data and run files are written under DIR/.incomplete/, the
 shards are published by rename after the pipeline succeeded, and manifest.json, the commit marker, comes last.
 Flipped-byte and truncated-shard detection by `bertprep verify` is tested in test_end_to_end.py
 (test_verify_passes_clean_output_and_names_damage); here the trainer's reader gets the same damage.
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import cli, tokenization
-from pipeline.local import descendants
+from pipeline.beam.local import descendants
+from pipeline.commands import cli
+from pipeline.text import tokenization
 from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
 
 pytestmark = pytest.mark.slow
@@ -94,7 +95,7 @@ def test_killed_run_leaves_no_usable_output_and_overwrite_recovers(clean, tmp_pa
     env = SLOW_WRITES
     log = tmp_path / "launcher.log"
     with open(log, "wb") as f:
-        launcher = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *PREPARE, "--num-shards", "4",
+        launcher = subprocess.Popen([sys.executable, "-m", "pipeline", *PREPARE, "--num-shards", "4",
                                      "--output", str(out), "--preset", "local", "--direct_num_workers=2"],
                                     cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
     workers: list[int] = []
@@ -131,7 +132,7 @@ def test_killed_run_leaves_no_usable_output_and_overwrite_recovers(clean, tmp_pa
     assert "--overwrite" in _refusal([*PREPARE, "--num-shards", "4", "--output", str(out), *ONE])
 
     # The console shows the message alone, exit status 1, no traceback.
-    shown = subprocess.run([sys.executable, "-m", "pipeline.cli", "inspect", str(out)], cwd=REPO,
+    shown = subprocess.run([sys.executable, "-m", "pipeline", "inspect", str(out)], cwd=REPO,
                            capture_output=True, text=True)
     assert shown.returncode == 1 and "Traceback" not in shown.stderr
     assert shown.stderr.strip().startswith(f"bertprep inspect: {refused}")
@@ -152,7 +153,7 @@ def test_killed_run_leaves_no_usable_output_and_overwrite_recovers(clean, tmp_pa
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the Beam worker processes through /proc")
 def test_ctrl_c_stops_a_local_run_within_5_seconds_and_overwrite_recovers(clean, tmp_path):
     out = tmp_path / "interrupted"
-    launcher = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *PREPARE, "--num-shards", "4", "--output",
+    launcher = subprocess.Popen([sys.executable, "-m", "pipeline", *PREPARE, "--num-shards", "4", "--output",
                                  str(out), "--preset", "local", "--direct_num_workers=2"], cwd=REPO, env=SLOW_WRITES,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     workers: list[int] = []
@@ -206,7 +207,7 @@ def _read_all(directory: Path):
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_trainer_reader_stops_at_a_damaged_shard_naming_file_and_record(clean, tmp_path, damage):
     pytest.importorskip("torch")
-    from pipeline.tfrecord import CorruptRecordError
+    from pipeline.formats.tfrecord import CorruptRecordError
 
     out = tmp_path / damage
     shutil.copytree(clean, out)
@@ -230,7 +231,7 @@ def test_trainer_reader_notices_a_shard_cut_at_a_record_boundary(clean, tmp_path
     shutil.copytree(clean, out)
     shard = out / "shard-00001-of-00004.tfrecord"
     raw = shard.read_bytes()
-    from pipeline import tfrecord
+    from pipeline.formats import tfrecord
     last = len(tfrecord.frame(list(tfrecord.read_file(str(shard)))[-1]))
     shard.write_bytes(raw[:-last])   # exactly one whole record less: every CRC still checks
     assert cli.main(["verify", str(out)]) == 1   # verify counts records against the manifest
@@ -304,7 +305,7 @@ def test_allow_incomplete_reads_the_files_present_and_gives_the_same_shards(clea
 def test_a_shuffle_that_loses_a_record_publishes_nothing(clean, tmp_path, monkeypatch, capsys):
     """Counts reconcile: a back end that hands on one record fewer than it was given (as Beam's multi-worker local
     runner was seen to do with a GroupByKey) fails the job with one line, and nothing is published."""
-    from pipeline import runfiles
+    from pipeline.beam import runfiles
 
     real = runfiles.read_payloads
 

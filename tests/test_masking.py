@@ -1,8 +1,8 @@
 """Masked-LM predictions: google's count rule, 80/10/10 within binomial tolerance, whole words, n-grams."""
 import numpy as np
 
-from pipeline import masking
-from pipeline.pair_records import PairInstance
+from pipeline.algorithms import masking
+from pipeline.formats.pair_records import PairInstance
 
 VOCAB = masking.VocabIds(mask_id=103, cls_id=101, sep_id=102, replacement_ranges=((999, 30522),))
 L = 128

@@ -9,7 +9,8 @@ import tempfile
 
 import pytest
 
-from pipeline import cli, shards
+from pipeline.beam import shards
+from pipeline.commands import cli
 from tests import simstore
 from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
 
@@ -60,7 +61,7 @@ def test_three_stages_on_an_object_store_with_two_worker_processes(local, tmp_pa
     root = f"simstore://{bucket}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "simstore_site"), str(REPO)])}
     two = ["--preset", "local", "--direct_num_workers=2"]
-    code = ("import sys; from pipeline import cli; sys.exit(cli.main(sys.argv[1:]))")
+    code = ("import sys; from pipeline.commands import cli; sys.exit(cli.main(sys.argv[1:]))")
     for argv in (["extract", "books", "--input", str(SAMPLES / "books"), "--output", f"{root}/docs"],
                  ["pairs", "--input", f"{root}/docs", "--vocab", str(UNCASED_VOCAB), "--dupe-factor", "2",
                   "--output", f"{root}/pairs"],

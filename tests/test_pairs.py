@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from pipeline import pairs, runfiles, sentences, shuffle, tokenization, transforms
+from pipeline.algorithms import pairs
+from pipeline.beam import runfiles, shuffle, transforms
+from pipeline.text import sentences, tokenization
 from tests.conftest import SAMPLES, UNCASED_VOCAB
 
 CLS, SEP = 101, 102

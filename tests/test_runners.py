@@ -1,4 +1,4 @@
-"""The runners bertprep has presets for, checked offline, plus the preset rules of pipeline/options.py.
+"""The runners bertprep has presets for, checked offline, plus the preset rules of pipeline/beam/options.py.
 
 - dataflow: every Beam command is built with the `dataflow` preset and `--dry_run=True`: Beam translates the
   job for Dataflow and stages it (the workers' sdist is built from pyproject.toml) without submitting it. The
@@ -14,7 +14,8 @@ import pytest
 from apache_beam.options.pipeline_options import (GoogleCloudOptions, PortableOptions, SetupOptions,
                                                   StandardOptions, WorkerOptions)
 
-from pipeline import cli, options
+from pipeline.beam import options
+from pipeline.commands import cli
 from tests.conftest import SAMPLES, UNCASED_VOCAB
 
 BUCKET = "gs://bertprep-test-bucket"
@@ -182,7 +183,7 @@ def _staged(proto) -> set[str]:
 def sample_inputs(tmp_path_factory):
     """Inputs for every command: google-format text, a documents file and a pairs directory (made locally)."""
     from corpora import books
-    from pipeline import documents
+    from pipeline.formats import documents
 
     root = tmp_path_factory.mktemp("inputs")
     (root / "google.txt").write_text("The first sentence.\nThe second one.\n\nAnother document here.\n"
@@ -247,7 +248,7 @@ def test_portable_runner_gives_the_local_bytes(tmp_path):
 
 
 def test_documents_are_spread_only_when_reads_cannot_fill_the_workers():
-    from pipeline.run import spread_ranges
+    from pipeline.commands.run import spread_ranges
 
     assert spread_ranges(1, 2) == 8 and spread_ranges(3, 2) == 8   # one big text file on 2 local workers
     assert spread_ranges(4, 2) == 0 and spread_ranges(289, 2) == 0  # enough files: the reads spread the work

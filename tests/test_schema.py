@@ -4,7 +4,7 @@ import io
 import numpy as np
 import pytest
 
-from pipeline import example_proto, pair_records, schema, tfrecord
+from pipeline.formats import example_proto, pair_records, schema, tfrecord
 
 L, P = 128, 20
 

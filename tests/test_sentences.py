@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.documents import Document
-from pipeline.sentences import document_sentences, split_paragraph
+from pipeline.formats.documents import Document
+from pipeline.text.sentences import document_sentences, split_paragraph
 
 DATA = Path(__file__).parent / "data" / "sentences"
 

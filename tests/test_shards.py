@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline import runfiles, shards, shuffle, tfrecord
+from pipeline.beam import runfiles, shards, shuffle
+from pipeline.formats import tfrecord
 
 
 def test_bounds_balance_the_histogram():

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import corpora.text
 from corpora.text import google_documents, open_decoded, open_path, read_text_documents
-from pipeline.documents import Document
+from pipeline.formats.documents import Document
 from tests.conftest import collect
 
 
@@ -146,7 +146,7 @@ def test_two_inputs_with_one_basename_are_both_read(tmp_path):
     accepts it; the ids differ and every document is paired."""
     import json
 
-    from pipeline import cli
+    from pipeline.commands import cli
     from tests.conftest import UNCASED_VOCAB
 
     for folder, word in (("AA", "alpha"), ("AB", "beta")):

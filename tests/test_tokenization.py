@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import tokenization
+from pipeline.text import tokenization
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "corpora" / "samples"
@@ -177,7 +177,7 @@ def test_word_starts(uncased_vocab):
 
 
 def test_shipped_unicode_classes_equal_a_fresh_computation():
-    from pipeline import unicode_classes
+    from pipeline.text import unicode_classes
 
     # the tokenizer looks its classes up for this Python's Unicode version; a new version must be added
     assert unicodedata.unidata_version in unicode_classes.CLASSES, "run tokenization.write_unicode_classes()"

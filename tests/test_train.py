@@ -11,7 +11,7 @@ import torch
 from model import export_hf, plot, train
 from model.bert import Bert
 from model.config import BertConfig
-from pipeline import schema, tfrecord
+from pipeline.formats import schema, tfrecord
 
 L, P, VOCAB = 24, 5, 99
 TINY = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37,
@@ -162,7 +162,7 @@ def test_plot_writes_png(short_run):
 
 
 def test_commands_plug_into_a_subcommand_table(short_run, tmp_path, tiny_json, capsys):
-    """train, export-hf and plot as pipeline/cli.py's {command: (add_arguments, handler)} table calls them."""
+    """train, export-hf and plot as pipeline/commands/cli.py's {command: (add_arguments, handler)} table calls them."""
     import argparse
 
     table = {"train": (train.add_arguments, train.run), "export-hf": (export_hf.add_arguments, export_hf.run),
@@ -310,7 +310,7 @@ def test_ddp_two_ranks_resume_bitwise(tmp_path, tiny_json):
 
 def write_pairs(directory, n, seed=0):
     """Pair records (the `pairs` stage's output) with a bertprep manifest, for --dynamic-masking."""
-    from pipeline import pair_records
+    from pipeline.formats import pair_records
 
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)

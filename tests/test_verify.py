@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from pipeline import cli, pair_records, schema, tfrecord, verify
+from pipeline.commands import cli, verify
+from pipeline.formats import pair_records, schema, tfrecord
 
 L, P, CLS, SEP, MASK = 16, 4, 101, 102, 103
 VERIFY = ["--max-seq-length", str(L), "--max-predictions-per-seq", str(P), "--vocab-size", "30522"]

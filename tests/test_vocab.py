@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import manifest, tokenization, vocab
-from pipeline.documents import Document, write_gzip_jsonl
+from pipeline.commands import vocab
+from pipeline.formats import manifest
+from pipeline.formats.documents import Document, write_gzip_jsonl
+from pipeline.text import tokenization
 
 REPO = Path(__file__).resolve().parent.parent
 BOOKS = REPO / "corpora" / "samples" / "books"
@@ -131,13 +133,13 @@ def test_googles_own_layout_is_reproduced():
 
 def run_in_process(args: list[str]) -> bytes:
     """One `bertprep vocab` run in a fresh Python process (hash seeds differ between processes)."""
-    code = "import sys; from pipeline import vocab; sys.exit(vocab.main(sys.argv[1:]))"
+    code = "import sys; from pipeline.commands import vocab; sys.exit(vocab.main(sys.argv[1:]))"
     subprocess.run([sys.executable, "-c", code, *args], check=True, cwd=REPO, capture_output=True)
     return Path(args[args.index("--output") + 1]).read_bytes()
 
 
 def test_deterministic_across_processes(shards, tmp_path, uncased):
-    # tokenizers' trainer alone gives a different vocab in each process (see pipeline/vocab.py, step 4)
+    # tokenizers' trainer alone gives a different vocab in each process (see pipeline/commands/vocab.py, step 4)
     again = run_in_process(["--input", shards, "--output", str(tmp_path / "again.txt"), "--vocab-size", "2000"])
     assert again == uncased.read_bytes()
 
@@ -204,7 +206,8 @@ def test_bad_arguments(shards, tmp_path):
 
 
 def test_plugs_into_a_subcommand_table(shards, tmp_path, uncased, capsys):
-    """(add_arguments, run) on a subparser, as pipeline/cli.py's command table calls them: same result as main."""
+    """(add_arguments, run) on a subparser, as pipeline/commands/cli.py's command table calls them: same result as
+    main."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="bertprep")

@@ -14,7 +14,7 @@ from corpora import wikipedia
 from corpora.wikipedia import (BadDumpError, Page, ReadRange, clean_wikitext, is_disambiguation,
                                make_multistream, page_to_document, plan_reads, read_pages)
 from corpora.wikisites import ENGLISH, site_from_siteinfo
-from pipeline.documents import Count, Document
+from pipeline.formats.documents import Count, Document
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests/data/wikipedia/constructs.xml"
@@ -458,7 +458,7 @@ def test_clean_wikitext_never_raises(tokens):
 
 @pytest.mark.slow
 def test_extract_with_disambiguation_templates(tmp_path):
-    from pipeline import cli
+    from pipeline.commands import cli
 
     out = tmp_path / "docs"
     assert cli.main(["extract", "wikipedia", "--input", str(LANGUAGES / "eo.xml"), "--disambiguation-templates",
@@ -470,7 +470,7 @@ def test_extract_with_disambiguation_templates(tmp_path):
 
 
 def test_disambiguation_templates_flag_refuses_an_empty_name(capsys):
-    from pipeline import cli
+    from pipeline.commands import cli
 
     with pytest.raises(SystemExit) as exit_:
         cli.main(["extract", "wikipedia", "--input", str(FIXTURE), "--disambiguation-templates", "a,,b",

@@ -3,7 +3,7 @@ run (the launcher and Beam's worker processes) writes each TFRecord shard, then 
 so a kill or a Ctrl-C lands while shards are half written. Production code carries no hook for it."""
 import time
 
-from pipeline import shards
+from pipeline.beam import shards
 
 _write = shards.FORMATS["tfrecord"][1]
 

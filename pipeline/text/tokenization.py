@@ -116,9 +116,9 @@ def _stands_alone(cp: int, category: str) -> bool:
 @functools.lru_cache(maxsize=None)
 def _google_char_classes() -> dict[str, str]:
     """google's character sets as regex classes for this Python's Unicode version: shipped precomputed in
-    pipeline/unicode_classes.py for the versions we know (computing them takes ~1 s a process, and every Beam
+    pipeline/text/unicode_classes.py for the versions we know (computing them takes ~1 s a process, and every Beam
     worker builds a tokenizer), computed from unicodedata for any other."""
-    from pipeline import unicode_classes
+    from pipeline.text import unicode_classes
 
     return unicode_classes.CLASSES.get(unicodedata.unidata_version) or compute_char_classes()
 
@@ -148,8 +148,8 @@ def compute_char_classes() -> dict[str, str]:
 
 
 def write_unicode_classes(path: str = os.path.join(os.path.dirname(__file__), "unicode_classes.py")) -> None:
-    """Adds this Python's Unicode version to pipeline/unicode_classes.py (run it under a new Python version)."""
-    from pipeline import unicode_classes
+    """Adds this Python's Unicode version to pipeline/text/unicode_classes.py (run it under a new Python version)."""
+    from pipeline.text import unicode_classes
 
     classes = {**unicode_classes.CLASSES, unicodedata.unidata_version: compute_char_classes()}
     head = unicode_classes.__doc__

@@ -14,7 +14,7 @@ The plan sees only the counts, so both back ends form the same groups, and Group
 the same bytes whichever one ran. Each shuffle counts the records it was given (`shuffle/NAME_in`) and those its
 groups handed on (`shuffle/NAME_out`); a job checks that they agree (`undelivered`) before it publishes anything.
 
-- `files`: each bundle sorts its records into run files on this machine's disk (pipeline/runfiles.py); a
+- `files`: each bundle sorts its records into run files on this machine's disk (pipeline/beam/runfiles.py); a
   Slice reads its hash range of every run, merging at most 64 runs at a time. For Beam's local FnApiRunner,
   which holds a GroupByKey's whole input (and a side input's) in memory: memory stays flat whatever the input.
 - `groupbykey`: the runner's own GroupByKey on the Slice: Dataflow's shuffle service, Flink's or Spark's; a group
@@ -34,8 +34,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline import runfiles, tfrecord
-from pipeline.runfiles import HIST_BITS, RunInfo
+from pipeline.beam import runfiles
+from pipeline.beam.runfiles import HIST_BITS, RunInfo
+from pipeline.formats import tfrecord
 
 BACKENDS = ("files", "groupbykey")
 RUN_BYTES = 16 << 20    # default sort buffer: a bundle flushes a sorted run every 16 MiB of payload

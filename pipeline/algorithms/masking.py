@@ -26,8 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline import schema
-from pipeline.pair_records import PairInstance
+from pipeline.formats import schema
+from pipeline.formats.pair_records import PairInstance
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline import example_proto
+from pipeline.formats import example_proto
 
 
 @dataclass

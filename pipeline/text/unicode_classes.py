@@ -1,7 +1,7 @@
 """google's BasicTokenizer character classes as regex classes, per Unicode version of Python's unicodedata
-(pipeline/tokenization.py compute_char_classes, ~1 s a process; looked up here instead). Generated: do not edit.
+(pipeline/text/tokenization.py compute_char_classes, ~1 s a process; looked up here instead). Generated: do not edit.
 Regenerate or add a version with
-    python -c "from pipeline import tokenization; tokenization.write_unicode_classes()"
+    python -c "from pipeline.text import tokenization; tokenization.write_unicode_classes()"
 tests/test_tokenization.py checks the entry for the running Python against a fresh computation.
 """
 

@@ -2,7 +2,7 @@
 shuffle back end, and no step holds the whole output.
 
 Beam's WriteToTFRecord(num_shards=N) deals records to shards in bundle order (bytes change from run to run).
-Instead records go through the shuffle (pipeline/shuffle.py), keyed by a seeded 128-bit hash of each record's
+Instead records go through the shuffle (pipeline/beam/shuffle.py), keyed by a seeded 128-bit hash of each record's
 key: shard s takes the hash range [q_s, q_s+1) of the histogram's quantiles (shards differ by at most one
 histogram bin) and writes its records in hash order.
 
@@ -11,7 +11,7 @@ histogram bin) and writes its records in hash order.
 Shards are written under `<dir>/.incomplete/` with a `.stats.json` each; `publish` moves the shards into place
 only after the whole pipeline succeeded, removes everything else under `.incomplete/`, and the launcher then
 writes the manifest (the commit marker). The directory rules work on object stores, which have no directories
-(pipeline/storage.py).
+(pipeline/formats/storage.py).
 """
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import shuffle, storage, tfrecord
-from pipeline.shuffle import Record, ShuffleConfig   # noqa: F401  (Record: the shape of WriteShards' input)
+from pipeline.beam import shuffle
+from pipeline.formats import storage, tfrecord
+from pipeline.beam.shuffle import Record, ShuffleConfig   # noqa: F401  (Record: the shape of WriteShards' input)
 
 INCOMPLETE = ".incomplete"
 STATS_SUFFIX = ".stats.json"

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from importlib import resources
 from pathlib import Path
 
-SAMPLES = Path(__file__).resolve().parent.parent / "corpora" / "samples"
+SAMPLES = Path(str(resources.files("corpora"))) / "samples"
 
 
 def _step(title: str) -> None:
@@ -19,7 +20,7 @@ def _step(title: str) -> None:
 
 def _run(*argv: str) -> None:
     """One command's handler, on args parsed by that command's own parser (strict flags and value checks)."""
-    from pipeline import cli
+    from pipeline.commands import cli
 
     command, args = cli.parse(list(argv))
     cli.handler(command)(args)

@@ -1,4 +1,4 @@
-"""Sorted run files: the `files` back end of the shuffle (pipeline/shuffle.py), on this machine's own disk.
+"""Sorted run files: the `files` back end of the shuffle (pipeline/beam/shuffle.py), on this machine's own disk.
 
 A run holds records sorted by their seeded 128-bit key hash (h1, h2), in one local file:
 
@@ -29,7 +29,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from pipeline import tfrecord
+from pipeline.formats import tfrecord
 
 HIST_BITS = 16                      # plans cut hash ranges at the top 16 bits of h1: 65,536 histogram bins
 FAN_IN = 64                         # runs a merge holds open at once (one file descriptor each)

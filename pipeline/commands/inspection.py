@@ -10,7 +10,9 @@ import os
 
 import numpy as np
 
-from pipeline import documents, example_proto, manifest, masking, pair_records, schema, tfrecord, tokenization
+from pipeline.algorithms import masking
+from pipeline.formats import documents, example_proto, manifest, pair_records, schema, tfrecord
+from pipeline.text import tokenization
 
 
 def _histogram(lengths: np.ndarray, top: int) -> str:

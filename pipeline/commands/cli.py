@@ -16,8 +16,9 @@ import re
 import sys
 from typing import Callable
 
-from pipeline import flags
-from pipeline.flags import nonnegative_int, positive_float, positive_int, probability, readable_file, vocab_file
+from pipeline.commands import flags
+from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
+                                     vocab_file)
 
 BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare")
 GOOGLE_DUPE_FACTOR = 10   # create_pretraining_data.py's default
@@ -190,23 +191,24 @@ def add_demo(p: flags.Parser) -> None:
 # command: (help, add_arguments, handler); "module:function" is imported only when that command runs, so
 # `bertprep prepare` never imports torch and no module imports this one back.
 COMMANDS: dict[str, tuple[str, Callable | str, str]] = {
-    "extract": ("corpus files -> documents (gzip JSON Lines)", add_extract, "pipeline.run:main"),
-    "vocab": ("documents -> a WordPiece vocab.txt", "pipeline.vocab:add_arguments", "pipeline.vocab:run"),
-    "pairs": ("documents -> NSP pair records (tokenized, unmasked)", add_pairs, "pipeline.run:main"),
+    "extract": ("corpus files -> documents (gzip JSON Lines)", add_extract, "pipeline.commands.run:main"),
+    "vocab": ("documents -> a WordPiece vocab.txt", "pipeline.commands.vocab:add_arguments",
+              "pipeline.commands.vocab:run"),
+    "pairs": ("documents -> NSP pair records (tokenized, unmasked)", add_pairs, "pipeline.commands.run:main"),
     "mask": ("pair records -> TFRecord shards in google's schema (re-mask without re-tokenizing)", add_mask,
-             "pipeline.run:main"),
+             "pipeline.commands.run:main"),
     "prepare": ("corpus files -> TFRecord shards in one Beam pipeline (extract + pairs + mask)", add_prepare,
-                "pipeline.run:main"),
+                "pipeline.commands.run:main"),
     "inspect": ("counts, length/masking stats and decoded examples of an output directory", add_inspect,
-                "pipeline.inspection:main"),
+                "pipeline.commands.inspection:main"),
     "verify": ("read every record of an output directory: framing, CRCs, schema, invariants, counts",
-               add_verify, "pipeline.verify:main"),
+               add_verify, "pipeline.commands.verify:main"),
     "train": ("train BERT on the shards (PyTorch)", "model.train:add_arguments", "model.train:run"),
     "export-hf": ("convert a training run to a HuggingFace BertForPreTraining checkpoint",
                   "model.export_hf:add_arguments", "model.export_hf:run"),
     "plot": ("draw a training run's loss/accuracy curves to PNG", "model.plot:add_arguments", "model.plot:run"),
     "demo": ("everything above on the bundled sample, then a short CPU training run", add_demo,
-             "pipeline.demo:main"),
+             "pipeline.commands.demo:main"),
 }
 
 

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline import storage
+from pipeline.formats import storage
 
 NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
@@ -79,7 +79,7 @@ def data_files(directory: str, manifest: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- opening outputs
 
 # The data files of each format, as the stages name them. Shards made elsewhere (google's) may have any name.
-INCOMPLETE_DIR = ".incomplete"   # where a running stage writes (pipeline/shards.py); never read
+INCOMPLETE_DIR = ".incomplete"   # where a running stage writes (pipeline/beam/shards.py); never read
 PATTERNS = {DOCUMENTS: "documents-*.jsonl.gz", PAIRS: "pairs-*.tfrecord", SHARDS: "shard-*.tfrecord"}
 KIND = {DOCUMENTS: "documents", PAIRS: "pair records", SHARDS: "masked-LM shards"}
 EXTENSION = {DOCUMENTS: ".jsonl.gz", PAIRS: ".tfrecord", SHARDS: ".tfrecord"}

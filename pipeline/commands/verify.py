@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from pipeline import documents, manifest, pair_records, schema, storage, tfrecord
+from pipeline.formats import documents, manifest, pair_records, schema, storage, tfrecord
 
 MAX_REPORTED = 20
 
@@ -209,7 +209,8 @@ def main(args) -> int:
     if m is None:   # google-style shards
         vocab_size, cls_id, sep_id = args.vocab_size or 1 << 31, args.cls_id, args.sep_id
         if args.vocab:   # the ids of this vocab, not google's defaults
-            from pipeline import masking, tokenization
+            from pipeline.algorithms import masking
+            from pipeline.text import tokenization
 
             words = tokenization.read_vocab(args.vocab)
             ids = masking.VocabIds.from_vocab(words)

@@ -26,9 +26,12 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipeline import local, manifest, masking, pairs, shards, sizing, storage, tokenization, transforms
-from pipeline.options import is_dataflow, is_dry_run, is_local_runner, local_workers
-from pipeline.shuffle import ShuffleConfig, undelivered
+from pipeline.algorithms import masking, pairs
+from pipeline.beam import local, shards, sizing, transforms
+from pipeline.beam.options import is_dataflow, is_dry_run, is_local_runner, local_workers
+from pipeline.beam.shuffle import ShuffleConfig, undelivered
+from pipeline.formats import manifest, storage
+from pipeline.text import tokenization
 
 MiB = 1 << 20
 TEMPORARY_RUNS = "bertprep-runs-"   # the prefix of a job's own run-file directory outside its output
@@ -155,7 +158,7 @@ def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
 def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleConfig, basis: str,
                     args) -> tuple[list[dict], dict]:
     """Prints the plan, runs the pipeline (again, up to --retries times, if it fails), publishes its shards;
-    returns (file entries with stats, counters). A local run is guarded (pipeline/local.py): Ctrl-C stops it at
+    returns (file entries with stats, counters). A local run is guarded (pipeline/beam/local.py): Ctrl-C stops it at
     once, and its worker processes' tracebacks stay off the console unless --debug or -v.
 
     Beam's local FnApiRunner does not retry a failed bundle (Dataflow retries each one 4 times), so a transient
@@ -441,7 +444,7 @@ STAGES = {"extract": extract, "pairs": make_pairs, "mask": mask, "prepare": prep
 
 def main(args) -> int:
     """The handler of the Beam commands: Beam options from the preset and the Beam flags, then the stage."""
-    from pipeline import options
+    from pipeline.beam import options
 
     beam_args = list(args.beam_args)
     if not (args.debug or getattr(args, "verbose", False)) and \

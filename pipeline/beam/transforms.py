@@ -1,5 +1,6 @@
 """The composite Beam transforms every pipeline is built from. Each is a thin wrapper: the work is done by
-pure functions in corpora/ and pipeline/ (cleaning, splitting, pairing, masking, encoding).
+pure functions in corpora/, pipeline/text/, pipeline/algorithms/ and pipeline/formats/ (cleaning, splitting,
+pairing, masking, encoding).
 
     ExtractWikipedia | ExtractBooks | ExtractText    files       -> Document
     ReadDocuments                                    doc shards  -> Document
@@ -13,7 +14,7 @@ pure functions in corpora/ and pipeline/ (cleaning, splitting, pairing, masking,
 Data is reshuffled only where it is small (file names, read ranges): Beam's local runner holds a reshuffled
 collection in memory whole, so documents and instances stream through fused stages, and the big regroupings
 (documents over the workers, tokenized documents into buckets, records into shards) go through
-pipeline/shuffle.py: sorted run files on the local runner, the runner's GroupByKey on a distributed one.
+pipeline/beam/shuffle.py: sorted run files on the local runner, the runner's GroupByKey on a distributed one.
 """
 from __future__ import annotations
 
@@ -29,8 +30,11 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline import documents, masking, pair_records, pairs, schema, sentences, shuffle, tfrecord, tokenization
-from pipeline.documents import Count, Document
+from pipeline.algorithms import masking, pairs
+from pipeline.beam import shuffle
+from pipeline.formats import documents, pair_records, schema, tfrecord
+from pipeline.formats.documents import Count, Document
+from pipeline.text import sentences, tokenization
 
 
 class Progress:
@@ -300,7 +304,7 @@ class MakePairs(beam.PTransform):
     bucket (google's pool is the whole corpus, which a distributed job cannot hold in one place): buckets are
     ranges of a seeded hash of the document id, cut to hold about `bucket_docs` documents each.
 
-    Documents reach their bucket through the shuffle (pipeline/shuffle.py: run files on the local runner, whose
+    Documents reach their bucket through the shuffle (pipeline/beam/shuffle.py: run files on the local runner, whose
     GroupByKey would hold every document in memory; the runner's GroupByKey elsewhere). The worker pairing a
     bucket spills its documents' tokens to a local file, so memory is the bucket's sentence ends (8 bytes a
     sentence) and one document's tokens, whatever the input.

@@ -17,7 +17,7 @@ instances of a document never depend on worker, bundle or arrival order. The poo
 segments is the document's bucket: google draws from the whole corpus, which a distributed
 job cannot hold; a bucket of thousands of documents is statistically the same for NSP. Buckets are contiguous
 ranges of a seeded hash of the document id (`bucket_key`), cut where each holds about the same number of
-documents (pipeline/transforms.py MakePairs).
+documents (pipeline/beam/transforms.py MakePairs).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from pipeline.pair_records import PairInstance
+from pipeline.formats.pair_records import PairInstance
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class TokenizedDocument:
     def sentence_length(self, i: int) -> int:
         return int(self.ends[i] - (self.ends[i - 1] if i > 0 else 0))
 
-    # Between tokenization and pairing a document waits in a run file (pipeline/shards.py), as these bytes:
+    # Between tokenization and pairing a document waits in a run file (pipeline/beam/shards.py), as these bytes:
     #   u32 id length, u32 sentences S, u8 token width (2 or 4) | id (UTF-8) | S x u32 ends | tokens
     _HEADER = struct.Struct("<IIB")
 

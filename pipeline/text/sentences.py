@@ -36,7 +36,7 @@ import re
 
 import blingfire
 
-from pipeline.documents import Document
+from pipeline.formats.documents import Document
 
 # Rule 1: words that never end a sentence before a name or a noun, and words that do not before a digit, by
 # language. Left out on purpose: en "etc." "al." "Jr." "Sr." "Inc." "Co.", de "usw." "u. a.", ru "т. д." "др."

@@ -1,0 +1,14 @@
+"""Beam plumbing: everything that runs the algorithms on Beam, at any scale, with the same bytes everywhere.
+
+transforms  the composite transforms every job is built from (thin wrappers around corpora/, text/,
+            algorithms/)
+shuffle     every big regrouping, by ranges of a seeded hash; back ends `files` (run files) and `groupbykey`
+runfiles    sorted run files on this machine's disk: the `files` back end
+shards      deterministic, balanced output files; the `.incomplete/` protocol and publishing
+sizing      default file counts from the input's size
+options     Beam options: presets from beam_options/ overridden by the user's Beam flags
+local       around a local run: Ctrl-C and the worker processes' tracebacks
+
+Imports algorithms/, text/, formats/ and corpora/. A new stage's composite (PackInstances, a dedup transform)
+goes here and reaches its workers through the shuffle and shards above, never a GroupByKey of its own.
+"""
