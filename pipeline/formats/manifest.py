@@ -3,12 +3,15 @@
 Its presence marks the directory complete (data files are published before it). Keys:
 
     format                   "bertprep.documents/1" | "bertprep.pairs/1" | "bertprep.shards/1"
-    stage                    the command that wrote it: extract | pairs | mask | prepare
+    stage                    the command that wrote it: extract | pairs | mask | prepare | pack
     created_by               "bertprep <version>"
     parameters               every flag of the stage that shapes the data (not Beam's runner flags)
     seed                     the seed (pairs, mask, prepare)
     vocab                    {"path", "sha256", "size", "lowercase"} (pairs, mask, prepare)
-    max_seq_length, max_predictions_per_seq   (shards; max_seq_length also for pairs)
+    max_seq_length, max_predictions_per_seq   (shards; max_seq_length also for pairs; P is per instance)
+    packing                  packed shards only: {"max_sequences_per_pack": k, "max_predictions_per_row": M,
+                             "rows", "instances", "efficiency": real tokens / (rows x L), "rows_split"}; their
+                             files' "records" are rows
     counts                   documents, instances, tokens, masked_tokens, random_next_fraction, ... per stage
     files                    [{"file": "<name relative to the directory>", "records": n}, ...] in shard order
     inputs                   the input patterns and, where they were bertprep outputs, their manifests' sha256
@@ -23,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.formats import storage
+from pipeline.formats import schema, storage
 
 NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
@@ -71,6 +74,19 @@ def expect_format(manifest: dict[str, Any], fmt: str, directory: str) -> None:
         raise ManifestError(f"{directory}: holds {manifest.get('format')!r}, expected {fmt!r}")
 
 
+def shard_shape(manifest: dict[str, Any]) -> schema.Shape:
+    """The record shape of a shards manifest: google's layout (L, P), or the packed one (L, M, k)."""
+    packing = manifest.get("packing")
+    if packing:
+        return schema.Shape(int(manifest["max_seq_length"]), int(packing["max_predictions_per_row"]),
+                            int(packing["max_sequences_per_pack"]))
+    return schema.Shape(int(manifest["max_seq_length"]), int(manifest["max_predictions_per_seq"]))
+
+
+def packed(manifest: dict[str, Any] | None) -> bool:
+    return bool(manifest and manifest.get("packing"))
+
+
 def data_files(directory: str, manifest: dict[str, Any]) -> list[str]:
     """Full paths of the data files a manifest lists, in shard order."""
     return [storage.join(directory, entry["file"]) for entry in manifest["files"]]
@@ -86,7 +102,9 @@ EXTENSION = {DOCUMENTS: ".jsonl.gz", PAIRS: ".tfrecord", SHARDS: ".tfrecord"}
 # What must agree for files of several directories to be read as one input
 _SAME = (("vocab", lambda m: (m.get("vocab") or {}).get("sha256")),
          ("max_seq_length", lambda m: m.get("max_seq_length")),
-         ("max_predictions_per_seq", lambda m: m.get("max_predictions_per_seq")))
+         ("max_predictions_per_seq", lambda m: m.get("max_predictions_per_seq")),
+         ("max_sequences_per_pack", lambda m: (m.get("packing") or {}).get("max_sequences_per_pack")),
+         ("max_predictions_per_row", lambda m: (m.get("packing") or {}).get("max_predictions_per_row")))
 
 
 @dataclass
@@ -181,6 +199,10 @@ def _check_format(fmt: str | None, formats: tuple[str, ...], where: str) -> None
 
 def _add_manifest(opened: Opened, directory: str, m: dict) -> None:
     for other_dir, other in opened.manifests.items():
+        if packed(m) != packed(other):
+            one, two = (directory, other_dir) if packed(m) else (other_dir, directory)
+            raise ManifestError(f"{one} holds packed shards and {two} unpacked ones: they cannot be read as one "
+                                "input (pack the other too, or give one at a time)")
         for name, get in _SAME:
             if get(m) != get(other):
                 raise ManifestError(f"{other_dir} and {directory} were made with different {name} ({get(other)} vs "

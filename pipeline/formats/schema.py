@@ -1,7 +1,8 @@
-"""The masked-LM shard schema: google-research/bert's `tf.train.Example` layout, defined once.
+"""The masked-LM shard schemas, defined once: google-research/bert's `tf.train.Example` layout, and bertprep's
+packed layout beside it.
 
-Written by `bertprep mask` (and `prepare`), read by the trainer (`model/data.py`), `inspect` and `verify`.
-Per record, exactly as google's create_pretraining_data.py writes it (zero padded):
+Written by `bertprep mask` (and `prepare`, `pack`), read by the trainer (`model/data.py`), `inspect` and `verify`.
+google's layout, per record, exactly as google's create_pretraining_data.py writes it (zero padded):
 
     input_ids            int64 [max_seq_length]           [CLS] A [SEP] B [SEP], masked, then 0s
     input_mask           int64 [max_seq_length]           1 on real tokens, then 0s
@@ -10,9 +11,25 @@ Per record, exactly as google's create_pretraining_data.py writes it (zero padde
     masked_lm_ids        int64 [max_predictions_per_seq]  original ids at those positions, then 0s
     masked_lm_weights    float [max_predictions_per_seq]  1.0 per real prediction, then 0.0
     next_sentence_labels int64 [1]                        1 = B is a random segment, 0 = the real next
+
+The packed layout (`bertprep pack`, `--pack`): one row holds up to k = max_sequences_per_pack masked instances,
+each as google's layout would hold it, side by side on contiguous positions, then padding. M is the row's masked
+slots (the manifest's max_predictions_per_row: no row can need more, pipeline/algorithms/packing.py):
+
+    input_ids               int64 [L]   the instances' ids, one after another, then 0s
+    input_mask              int64 [L]   the 1-based index of the instance a position belongs to, 0 for padding
+    segment_ids             int64 [L]   each instance's own segment ids, then 0s
+    position_ids            int64 [L]   0 at each instance's [CLS], counting up inside it, then 0s
+    masked_lm_positions     int64 [M]   row positions of every instance's predictions, sorted, then 0s
+    masked_lm_ids           int64 [M]   original ids at those positions, then 0s
+    masked_lm_weights       float [M]   1.0 per real prediction, then 0.0
+    next_sentence_positions int64 [k]   each instance's [CLS] position, then 0s
+    next_sentence_labels    int64 [k]   each instance's label, then 0s
+    next_sentence_weights   float [k]   1.0 per instance present, 0.0 for an empty slot
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -22,25 +39,41 @@ from pipeline.formats import example_proto
 
 FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
             "masked_lm_weights", "next_sentence_labels")
-SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+PACKED_FEATURES = ("input_ids", "input_mask", "segment_ids", "position_ids", "masked_lm_positions", "masked_lm_ids",
+                   "masked_lm_weights", "next_sentence_positions", "next_sentence_labels", "next_sentence_weights")
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids", "position_ids")
 PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+INSTANCE_FEATURES = ("next_sentence_positions", "next_sentence_labels", "next_sentence_weights")  # packed: [k]
+FLOAT_FEATURES = ("masked_lm_weights", "next_sentence_weights")
 
 
 @dataclass(frozen=True)
 class Shape:
-    """The two lengths that fix every record's shape."""
+    """The lengths that fix every record's shape. `max_sequences_per_pack` 0 is google's layout; k > 0 the packed
+    one, whose `max_predictions_per_seq` is then the row's M masked slots."""
     max_seq_length: int
     max_predictions_per_seq: int
+    max_sequences_per_pack: int = 0
+
+    @property
+    def packed(self) -> bool:
+        return self.max_sequences_per_pack > 0
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return PACKED_FEATURES if self.packed else FEATURES
 
     def of(self, name: str) -> int:
         if name in SEQUENCE_FEATURES:
             return self.max_seq_length
-        return self.max_predictions_per_seq if name in PREDICTION_FEATURES else 1
+        if name in PREDICTION_FEATURES:
+            return self.max_predictions_per_seq
+        return self.max_sequences_per_pack if self.packed else 1
 
 
 @dataclass
 class Batch:
-    """A batch of masked instances in schema layout: (B, L) / (B, P) / (B,) numpy arrays."""
+    """A batch of masked instances in google's layout: (B, L) / (B, P) / (B,) numpy arrays."""
     input_ids: np.ndarray            # (B, L) int
     input_mask: np.ndarray           # (B, L) int
     segment_ids: np.ndarray          # (B, L) int
@@ -48,6 +81,24 @@ class Batch:
     masked_lm_ids: np.ndarray        # (B, P) int
     masked_lm_weights: np.ndarray    # (B, P) float32
     next_sentence_labels: np.ndarray  # (B,) int
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass
+class PackedBatch:
+    """A batch of packed rows: (R, L) / (R, M) / (R, k) numpy arrays, fields in the packed layout's order."""
+    input_ids: np.ndarray                # (R, L) int
+    input_mask: np.ndarray               # (R, L) int: 1-based instance index, 0 for padding
+    segment_ids: np.ndarray              # (R, L) int
+    position_ids: np.ndarray             # (R, L) int
+    masked_lm_positions: np.ndarray      # (R, M) int
+    masked_lm_ids: np.ndarray            # (R, M) int
+    masked_lm_weights: np.ndarray        # (R, M) float32
+    next_sentence_positions: np.ndarray  # (R, k) int
+    next_sentence_labels: np.ndarray     # (R, k) int
+    next_sentence_weights: np.ndarray    # (R, k) float32
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -67,8 +118,8 @@ def _feature_prefix(name: str, kind: int, payload_length: int) -> bytes:
     return (_header(1, entry) + key + _header(2, feature) + _header(kind, listed) + _header(1, payload_length))
 
 
-def encode_batch(batch: Batch) -> list[bytes]:
-    """Serialises every row of a batch as one `tf.train.Example`, features in google's order.
+def encode_batch(batch: Batch | PackedBatch) -> list[bytes]:
+    """Serialises every row of a batch as one `tf.train.Example`, features in its layout's order.
 
     The packed varints of a feature are encoded for the whole batch at once; per row only the few header bytes,
     which depend on the payload lengths alone and are cached, are looked up and joined.
@@ -76,7 +127,7 @@ def encode_batch(batch: Batch) -> list[bytes]:
     n = len(batch)
     pieces = []   # per feature: per row [prefix, payload]
     total = np.zeros(n, np.int64)
-    for name in FEATURES:
+    for name in (f.name for f in dataclasses.fields(batch)):
         values = getattr(batch, name).reshape(n, -1)
         if values.dtype.kind == "f":
             raw = values.astype("<f4")
@@ -109,14 +160,16 @@ def encode_batch(batch: Batch) -> list[bytes]:
 def decode(record: bytes, shape: Shape) -> dict[str, np.ndarray]:
     """Parses one record into fixed-shape arrays, checking every feature is present with its length."""
     parsed = example_proto.decode_example(record)
+    if not shape.packed and "position_ids" in parsed:
+        raise ValueError("a packed row (it has position_ids), read as google's unpacked layout")
     out = {}
-    for name in FEATURES:
+    for name in shape.features:
         if name not in parsed:
             raise ValueError(f"feature {name!r} missing")
         value = np.asarray(parsed[name])
         if value.shape != (shape.of(name),):
             raise ValueError(f"feature {name!r} has length {value.size}, expected {shape.of(name)}")
-        want = np.float32 if name == "masked_lm_weights" else np.int64
+        want = np.float32 if name in FLOAT_FEATURES else np.int64
         if value.dtype != want:
             raise ValueError(f"feature {name!r} has dtype {value.dtype}, expected {np.dtype(want)}")
         out[name] = value
@@ -132,13 +185,26 @@ def decode(record: bytes, shape: Shape) -> dict[str, np.ndarray]:
 # `decode`, which also words the error when a record does not fit the schema.
 
 _INT64_LIST, _FLOAT_LIST = 0x1A, 0x12  # Feature's oneof tags: int64_list = 3, float_list = 2 (both LEN)
-_NAMES = [np.frombuffer(name.encode(), np.uint8) for name in FEATURES]
-_KINDS = np.array([_FLOAT_LIST if name == "masked_lm_weights" else _INT64_LIST for name in FEATURES])
-# The seven feature names have seven different lengths: a key's length byte tells which feature an entry holds
-# (its bytes are then compared in full).
-_FEATURE_BY_KEY_LENGTH = np.full(256, -1, np.int64)
-_FEATURE_BY_KEY_LENGTH[[len(name) for name in _NAMES]] = np.arange(len(_NAMES))
-assert len({len(name) for name in _NAMES}) == len(_NAMES), "feature names must differ in length"
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """What the lock-step walk needs of a layout: its feature names as bytes, each one's list kind, and the feature
+    each key length names. The names of each layout differ in length (checked), so a key's length byte tells
+    which feature an entry holds; its bytes are then compared in full."""
+    names: tuple
+    kinds: np.ndarray
+    by_key_length: np.ndarray
+
+
+@functools.lru_cache(maxsize=None)
+def _walk(features: tuple[str, ...]) -> _Walk:
+    names = tuple(np.frombuffer(name.encode(), np.uint8) for name in features)
+    assert len({len(name) for name in names}) == len(names), "feature names must differ in length"
+    by_key_length = np.full(256, -1, np.int64)
+    by_key_length[[len(name) for name in names]] = np.arange(len(names))
+    kinds = np.array([_FLOAT_LIST if name in FLOAT_FEATURES else _INT64_LIST for name in features])
+    return _Walk(names, kinds, by_key_length)
 
 
 class _NotPlain(Exception):
@@ -167,14 +233,15 @@ def _expect(condition: np.ndarray) -> None:
         raise _NotPlain
 
 
-def _locate_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _locate_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                     walk: _Walk) -> tuple[np.ndarray, np.ndarray]:
     """Byte ranges (B, F) of each feature's packed payload, for B records laid end to end in `buf`.
 
-    Walks Example { Features { 7 x entry { key, Feature { XList { packed values } } } } } for all records at
+    Walks Example { Features { F x entry { key, Feature { XList { packed values } } } } } for all records at
     once: step k reads the k-th entry of every record with numpy, in whatever feature order each writer used.
     Raises _NotPlain for anything else (unpacked or empty lists, extra features, a float where an int is due).
     """
-    B, F = len(starts), len(_NAMES)
+    B, F = len(starts), len(walk.names)
     rows = np.arange(B)
     payload_start, payload_end = np.zeros((B, F), np.int64), np.zeros((B, F), np.int64)
     key_start, kind, seen = np.zeros((B, F), np.int64), np.zeros((B, F), np.int64), np.zeros((B, F), np.int64)
@@ -186,7 +253,7 @@ def _locate_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> t
         length, pos = _varints_at(buf, pos + 1)
         entry_end = pos + length
         _expect((entry_end <= ends) & (buf[pos] == 0x0A))  # entry.key
-        feature = _FEATURE_BY_KEY_LENGTH[buf[pos + 1]]
+        feature = walk.by_key_length[buf[pos + 1]]
         _expect(feature >= 0)
         seen[rows, feature] += 1
         key_start[rows, feature] = pos + 2
@@ -200,8 +267,8 @@ def _locate_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> t
         _expect(pos + length == entry_end)
         payload_start[rows, feature], payload_end[rows, feature] = pos, entry_end
         pos = entry_end
-    _expect((pos == ends) & (seen == 1).all(axis=1) & (kind == _KINDS).all(axis=1))
-    for f, name in enumerate(_NAMES):  # the key bytes, in full
+    _expect((pos == ends) & (seen == 1).all(axis=1) & (kind == walk.kinds).all(axis=1))
+    for f, name in enumerate(walk.names):  # the key bytes, in full
         _expect(buf[key_start[:, f, None] + np.arange(len(name))] == name)
     return payload_start, payload_end
 
@@ -249,17 +316,18 @@ def decode_plain(records: list[bytes], shape: Shape) -> dict[str, np.ndarray] | 
     ends = np.cumsum(lengths)
     buf = np.frombuffer(b"".join(records), np.uint8)
     try:
-        start, end = _locate_payloads(buf, ends - lengths, ends)
+        start, end = _locate_payloads(buf, ends - lengths, ends, _walk(shape.features))
         out = {}
-        for f, name in enumerate(FEATURES):
+        for f, name in enumerate(shape.features):
             width = shape.of(name)
-            if name == "masked_lm_weights":
+            if name in FLOAT_FEATURES:
                 _expect(end[:, f] - start[:, f] == 4 * width)
-                raw = buf[start[:, f, None] + np.arange(4 * width)]  # (B, 4P) bytes of little-endian floats
+                raw = buf[start[:, f, None] + np.arange(4 * width)]  # (B, 4 width) bytes of little-endian floats
                 out[name] = raw.view("<f4").astype(np.float32)
             else:
                 out[name] = _int_payloads(buf, start[:, f], end[:, f], width)
     except (_NotPlain, IndexError):  # IndexError: a length pointing past the batch
         return None
-    out["next_sentence_labels"] = out["next_sentence_labels"].reshape(len(records))
+    if not shape.packed:
+        out["next_sentence_labels"] = out["next_sentence_labels"].reshape(len(records))
     return out
