@@ -44,6 +44,11 @@ def made(tmp_path_factory) -> Path:
                      "--output", str(root / "pairs64"), *common]) == 0
     assert cli.main(["mask", "--input", str(root / "pairs"), "--num-shards", "2", "--output", str(root / "shards"),
                      *ONE]) == 0
+    assert cli.main(["mask", "--input", str(root / "pairs64"), "--output", str(root / "shards64"), *ONE]) == 0
+    assert cli.main(["pack", "--input", str(root / "shards"), "--output", str(root / "packed"), *ONE]) == 0
+    (root / "google").mkdir()   # shards as google's tool leaves them: no manifest
+    for f in (root / "shards").glob("shard-*.tfrecord"):
+        shutil.copy(f, root / "google" / f.name.replace("shard-", "tf_examples-"))
     shutil.copytree(root / "pairs", root / "unfinished")
     (root / "unfinished" / "manifest.json").unlink()
     (root / "empty.txt").write_text("\n\n   \n")
@@ -131,6 +136,25 @@ TABLE = [
      ["{m}/blank-docs.txt", "nothing to write", "has any text left after tokenization"]),
     (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--masked-lm-prob", "-0.1"],
      2, ["--masked-lm-prob"]),
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--max-sequences-per-pack", "3"],
+     2, ["--max-sequences-per-pack without --pack"]),
+    # pack
+    (["pack", "--input", "{m}/pairs", "--output", "{m}/o5"], 1, ["{m}/pairs holds pair records, not masked-LM shards"]),
+    (["pack", "--input", "{m}/docs", "--output", "{m}/o5"], 1, ["{m}/docs holds documents, not masked-LM shards"]),
+    (["pack", "--input", "{m}/shards", "--output", "{m}/o5", "--max-sequences-per-pack", "0"], 2,
+     ["--max-sequences-per-pack", "must be 1 to 8"]),
+    (["pack", "--input", "{m}/shards", "--output", "{m}/o5", "--max-sequences-per-pack", "9"], 2,
+     ["--max-sequences-per-pack", "must be 1 to 8"]),
+    (["pack", "--input", "{m}/shards/shard-*.tfrecord,{m}/shards64/shard-*.tfrecord", "--output", "{m}/o5"], 1,
+     ["{m}/shards and {m}/shards64 were made with different max_seq_length"]),
+    (["pack", "--input", "{m}/packed", "--output", "{m}/o5"], 1, ["{m}/packed holds packed shards already"]),
+    (["pack", "--input", "{m}/google", "--output", "{m}/o5"], 1,
+     ["{m}/google has no manifest.json", "--max-predictions-per-seq and --vocab"]),
+    (["pack", "--input", "{m}/google/*.tfrecord", "--output", "{m}/o5", "--max-seq-length", "128"], 1,
+     ["has no manifest.json", "--max-predictions-per-seq, --vocab"]),
+    (["pack", "--input", "{m}/shards", "--output", "{m}/o5", "--max-seq-length", "64"], 1,
+     ["--max-seq-length 64, but {m}/shards was made with 128"]),
+    (["pack", "--input", "{m}/shards", "--output", "{m}/o5", "--pack"], 2, ["unknown flag --pack"]),
     # inspect
     (["inspect", "{m}/nope"], 1, ["{m}/nope", "matches no files"]),
     (["inspect", "{m}/unfinished"], 1, ["{m}/unfinished has no manifest.json", "--allow-incomplete"]),

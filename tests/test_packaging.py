@@ -76,7 +76,8 @@ def test_the_wheel_alone_imports_every_pipeline_module(built, tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     code = ("import importlib, pkgutil, pipeline, corpora\n"
             "from pipeline.beam import options\n"
-            "names = [m.name for p in (pipeline, corpora) for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.')\n"
+            "names = [m.name for p in (pipeline, corpora)\n"
+            "         for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.')\n"
             "         if not m.name.endswith('__main__')]   # `python -m pipeline` runs the CLI when imported\n"
             "for name in names:\n"
             "    assert importlib.import_module(name).__file__.startswith(SITE), name\n"

@@ -196,6 +196,7 @@ def sample_inputs(tmp_path_factory):
     assert cli.main(["pairs", "--input", str(root / "docs" / "documents-*.jsonl.gz"), "--vocab",
                      str(UNCASED_VOCAB), "--dupe-factor", "1", "--num-shards", "2",
                      "--output", str(root / "pairs"), *ONE]) == 0
+    assert cli.main(["mask", "--input", str(root / "pairs"), "--output", str(root / "shards"), *ONE]) == 0
     return root
 
 
@@ -212,6 +213,9 @@ COMMANDS = {   # command line -> the stage labels the job must hold (run.py's ch
     "mask": (["mask", "--input", "{inputs}/pairs"], {"ReadPairs", "MaskPairs", "WriteShards"}),
     "prepare": (["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB],
                 {"ReadBooks", "Tokenize", "MakePairs", "MaskPairs", "WriteShards"}),
+    "prepare-pack": (["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB, "--pack"],
+                     {"ReadBooks", "Tokenize", "MakePairs", "MaskPairs", "PackShards"}),
+    "pack": (["pack", "--input", "{inputs}/shards"], {"ReadShards", "PackShards"}),
 }
 
 
@@ -228,20 +232,22 @@ def test_dataflow_dry_run_translates_every_stage(name, sample_inputs, dataflow_j
     err = capsys.readouterr().err
     assert ": shuffle: groupbykey\n" in err and "/GroupByKey/GroupBySlice" in " ".join(labels)
     assert re.search(r": \d+ (documents|pairs|shard) file\(s\) of ~[\d.,]+ MiB each \(estimated from ", err)
-    assert re.search(r": stages: [A-Za-z]+ \| .*(WriteShards|WritePairs|WriteDocuments)\n", err)
+    assert re.search(r": stages: [A-Za-z]+ \| .*(WriteShards|WritePairs|WriteDocuments|PackShards)\n", err)
 
 
 # ---------------------------------------------------------------------------------------------- portable
 
 @pytest.mark.slow
-def test_portable_runner_gives_the_local_bytes(tmp_path):
+@pytest.mark.parametrize("packed", [False, True], ids=["prepare", "prepare --pack"])
+def test_portable_runner_gives_the_local_bytes(tmp_path, packed):
     argv = ["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB, "--dupe-factor", "1",
-            "--num-shards", "2"]
+            "--num-shards", "2", *(["--pack", "--short-seq-prob", "0.5"] if packed else [])]
     assert cli.main([*argv, "--output", str(tmp_path / "local"), *ONE]) == 0
     assert cli.main([*argv, "--output", str(tmp_path / "portable"), "--preset", "portable",
                      "--job_endpoint=embed"]) == 0
     local, portable = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("local", "portable"))
     assert local["files"] == portable["files"] and local["counts"]["instances"] > 100
+    assert ("packing" in local) == packed and local.get("packing") == portable.get("packing")
     for entry in local["files"]:
         assert (tmp_path / "local" / entry["file"]).read_bytes() == \
             (tmp_path / "portable" / entry["file"]).read_bytes(), entry["file"]

@@ -18,7 +18,7 @@ arrive in: the caller gives them in the shuffle's seeded hash order, so the rows
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -323,3 +323,73 @@ def unpack(rows: dict[str, np.ndarray], max_predictions_per_seq: int) -> tuple[d
     out["masked_lm_weights"][who, rank] = 1.0
     out["next_sentence_labels"] = rows["next_sentence_labels"][r, j]
     return out, r
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+@dataclass(frozen=True)
+class PackParams:
+    """How instances of google's layout (L, P) are packed: up to k a row, M masked slots a row."""
+    max_seq_length: int
+    max_predictions_per_seq: int
+    max_sequences_per_pack: int
+    max_row_predictions: int
+
+    @classmethod
+    def for_rule(cls, max_seq_length: int, max_predictions_per_seq: int, max_sequences_per_pack: int,
+                 masked_lm_prob: float) -> "PackParams":
+        """M sized for instances masked by google's count rule with `masked_lm_prob`."""
+        return cls(max_seq_length, max_predictions_per_seq, max_sequences_per_pack,
+                   max_row_predictions(max_seq_length, max_sequences_per_pack, masked_lm_prob,
+                                       max_predictions_per_seq))
+
+    @property
+    def source(self) -> schema.Shape:
+        return schema.Shape(self.max_seq_length, self.max_predictions_per_seq)
+
+    @property
+    def packed(self) -> schema.Shape:
+        return schema.Shape(self.max_seq_length, self.max_row_predictions, self.max_sequences_per_pack)
+
+
+@dataclass
+class Tally:
+    """What one pack_records call did: instances read, rows written, instances in them, rows split for M."""
+    instances_in: int = 0
+    rows: int = 0
+    instances_out: int = 0
+    split: int = 0
+
+
+def pack_records(records: Iterable[bytes], params: PackParams, tally: Tally,
+                 decode_batch: int = 1024) -> Iterator[bytes]:
+    """google-layout Example bytes, in the order that decides the rows -> packed-layout Example bytes.
+
+    Holds the records' instances unpadded (about 4 bytes a token), never the records themselves: a group of one
+    output file's worth, as the shuffle hands it over.
+    """
+    parts, chunk = [], []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == decode_batch:
+            parts.append(_instances(chunk, params.source))
+            chunk = []
+    if chunk:
+        parts.append(_instances(chunk, params.source))
+    instances = Instances.concat(parts)
+    del parts
+    tally.instances_in += len(instances)
+    a, batches = pack(instances, params.max_seq_length, params.max_sequences_per_pack, params.max_row_predictions)
+    tally.split += a.split
+    for batch in batches:
+        tally.rows += len(batch)
+        tally.instances_out += int(batch.next_sentence_weights.sum())
+        yield from schema.encode_batch(batch)
+
+
+def _instances(records: list[bytes], shape: schema.Shape) -> Instances:
+    arrays = schema.decode_plain(records, shape)
+    if arrays is None:   # not the plain encoding (google's own writer, say): one at a time
+        decoded = [schema.decode(r, shape) for r in records]
+        arrays = {name: np.stack([d[name] for d in decoded]) for name in schema.FEATURES}
+    return Instances.from_google(arrays)

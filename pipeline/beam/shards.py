@@ -8,6 +8,10 @@ histogram bin) and writes its records in hash order.
 
     batches of (key, payload, stats) | Shuffle | WriteFiles
 
+With `pack` (packed shards), each file's group of google-layout records is packed into rows on its way to the file
+(pipeline/algorithms/packing.py): the group arrives in hash order, which decides the rows, so the bytes are the same
+on any runner too. A file's records are then rows; its stats still sum its instances'.
+
 Shards are written under `<dir>/.incomplete/` with a `.stats.json` each; `publish` moves the shards into place
 only after the whole pipeline succeeded, removes everything else under `.incomplete/`, and the launcher then
 writes the manifest (the commit marker). The directory rules work on object stores, which have no directories
@@ -27,6 +31,7 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.algorithms import packing
 from pipeline.beam import shuffle
 from pipeline.formats import storage, tfrecord
 from pipeline.beam.shuffle import Record, ShuffleConfig   # noqa: F401  (Record: the shape of WriteShards' input)
@@ -59,10 +64,20 @@ def _write_jsonl_gz(f, frames: Iterable[bytes]) -> None:
 FORMATS = {"tfrecord": (".tfrecord", _write_tfrecord), "jsonl.gz": (".jsonl.gz", _write_jsonl_gz)}
 
 
+def _packed(frames: Iterator[bytes], params: packing.PackParams) -> Iterator[bytes]:
+    """A group's frames of google-layout records -> frames of packed rows; counts what went in and out."""
+    tally = packing.Tally()
+    yield from map(tfrecord.frame, packing.pack_records(_payloads(frames), params, tally))
+    for name, n in (("instances_in", tally.instances_in), ("instances_out", tally.instances_out),
+                    ("rows", tally.rows), ("rows_split", tally.split)):
+        beam.metrics.Metrics.counter("pack", name).inc(n)
+
+
 class _WriteShard(beam.DoFn):
-    def __init__(self, directory: str, prefix: str, num_shards: int, fmt: str, stat_names: Sequence[str]):
+    def __init__(self, directory: str, prefix: str, num_shards: int, fmt: str, stat_names: Sequence[str],
+                 pack: packing.PackParams | None = None):
         self.directory, self.prefix, self.num_shards, self.fmt = directory, prefix, num_shards, fmt
-        self.stat_names = tuple(stat_names)
+        self.stat_names, self.pack = tuple(stat_names), pack
 
     def process(self, sliced: tuple[shuffle.Slice, object]):
         piece, group = sliced
@@ -78,8 +93,11 @@ class _WriteShard(beam.DoFn):
         suffix, write = FORMATS[self.fmt]
         name = shard_name(self.prefix, piece.index, self.num_shards, suffix)
         path = FileSystems.join(self.directory, INCOMPLETE, name)
+        frames = group.frames(totals)
+        if self.pack:
+            frames = _packed(frames, self.pack)
         with FileSystems.create(path, compression_type=_UNCOMPRESSED) as f:   # a retry rewrites the same bytes
-            write(f, counted(group.frames(totals)))
+            write(f, counted(frames))
         stats = {"shard": piece.index, "file": name, "records": n,
                  **{k: int(v) for k, v in zip(self.stat_names, totals)}}
         with FileSystems.create(path + STATS_SUFFIX, compression_type=_UNCOMPRESSED) as f:
@@ -89,22 +107,23 @@ class _WriteShard(beam.DoFn):
 
 
 class WriteShards(beam.PTransform):
-    """Batches (lists) of (key, payload, stats) records -> `num_shards` files; outputs one stats dict per shard."""
+    """Batches (lists) of (key, payload, stats) records -> `num_shards` files; outputs one stats dict per shard.
+    With `pack`, the payloads are google-layout records and each file holds them packed into rows."""
 
     def __init__(self, directory: str, prefix: str, num_shards: int, fmt: str, seed: int,
-                 config: ShuffleConfig, stat_names: Sequence[str] = ()):
+                 config: ShuffleConfig, stat_names: Sequence[str] = (), pack: packing.PackParams | None = None):
         super().__init__()
         self.directory, self.prefix, self.num_shards, self.fmt, self.seed = \
             directory, prefix, num_shards, fmt, seed
-        self.config, self.stat_names = config, tuple(stat_names)
+        self.config, self.stat_names, self.pack = config, tuple(stat_names), pack
 
     def expand(self, batches):
         return (batches
                 | "Shuffle" >> shuffle.Shuffle(self.prefix, self.seed,
                                                functools.partial(shuffle.plan_shards, self.num_shards),
                                                len(self.stat_names), self.config)
-                | "WriteFiles" >> beam.ParDo(
-                    _WriteShard(self.directory, self.prefix, self.num_shards, self.fmt, self.stat_names)))
+                | "WriteFiles" >> beam.ParDo(_WriteShard(self.directory, self.prefix, self.num_shards, self.fmt,
+                                                         self.stat_names, self.pack)))
 
 
 # What bertprep writes into an output directory: data files, the manifest, and .incomplete/ while it runs

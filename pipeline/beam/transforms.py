@@ -9,6 +9,7 @@ pairing, masking, encoding).
     MakePairs                                        TokenizedDocument -> [PairInstance] (batches), through
                                                      sorted run files, one bucket per pairing worker
     ReadPairs                                        pair files  -> [PairInstance]
+    ReadShards                                       shard files -> [(key, google Example bytes, stats)]
     MaskPairs                                        [PairInstance] -> [(sort key, google Example bytes, stats)]
 
 Data is reshuffled only where it is small (file names, read ranges): Beam's local runner holds a reshuffled
@@ -19,6 +20,7 @@ pipeline/beam/shuffle.py: sorted run files on the local runner, the runner's Gro
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import sys
@@ -394,3 +396,43 @@ class MaskPairs(beam.PTransform):
     def expand(self, pair_batches):
         return pair_batches | "MaskAndEncode" >> beam.ParDo(
             _MaskBatch(self.params, self.vocab, self.seed, self.max_seq_length))
+
+
+def _read_shard_file(unit: tuple[str, str], shape: schema.Shape):
+    """One file of google-layout shards -> batches of (key, record, MASK_STATS), keyed by the file's name (unique
+    among the inputs) and the record's index: a stable key that places and orders it in the pack shuffle. A
+    record that is not google's layout, a packed row among them, fails the job naming the file and record."""
+    path, name = unit
+    records = tfrecord.read_file(path)
+    index = 0
+    while batch := list(itertools.islice(records, BATCH)):
+        arrays = schema.decode_plain(batch, shape)
+        if arrays is None:   # not the plain encoding: each record alone, which also words what is wrong
+            decoded = []
+            for i, record in enumerate(batch):
+                try:
+                    decoded.append(schema.decode(record, shape))
+                except ValueError as e:
+                    raise ValueError(f"{path}: record {index + i}: {e}") from None
+            arrays = {f: np.stack([d[f] for d in decoded]) for f in schema.FEATURES}
+        lengths = arrays["input_mask"].sum(axis=1).tolist()
+        masked = (arrays["masked_lm_weights"] > 0).sum(axis=1).tolist()
+        labels = np.asarray(arrays["next_sentence_labels"]).reshape(-1).tolist()
+        yield [(f"{name}#{index + i}", record, (1, n, k, y))
+               for i, (record, n, k, y) in enumerate(zip(batch, lengths, masked, labels))]
+        index += len(batch)
+
+
+class ReadShards(beam.PTransform):
+    """google-layout shard files (ours or google's), as (path, unique name) -> batches of (key, record, stats),
+    CRC-checked and parsed; one reader per file."""
+
+    def __init__(self, files: list[tuple[str, str]], shape: schema.Shape):
+        super().__init__()
+        self.files, self.shape = sorted(files), shape
+
+    def expand(self, pipeline):
+        return (pipeline
+                | "ListShardFiles" >> beam.Create(self.files)
+                | "SpreadFiles" >> beam.Reshuffle()
+                | "ReadRecords" >> beam.FlatMap(_read_shard_file, self.shape))

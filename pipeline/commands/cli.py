@@ -16,11 +16,12 @@ import re
 import sys
 from typing import Callable
 
+from pipeline.algorithms import packing
 from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
                                      vocab_file)
 
-BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare")
+BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare", "pack")
 GOOGLE_DUPE_FACTOR = 10   # create_pretraining_data.py's default
 
 
@@ -111,6 +112,19 @@ def _add_mask(p: flags.Parser) -> None:
     p.add_argument("--ngram-max", type=positive_int, default=1, help="mask spans of 1..n whole words (weights 1/n)")
 
 
+def sequences_per_pack(text: str) -> int:
+    return flags.ranged_int(text, 1, packing.MAX_SEQUENCES_PER_PACK)
+
+
+def _add_pack(p: flags.Parser) -> None:
+    p.add_argument("--pack", action="store_true",
+                   help="write packed shards: up to --max-sequences-per-pack instances a row, no padding between "
+                        "them (the trainer keeps attention inside each); the same instances as without it")
+    p.add_argument("--max-sequences-per-pack", type=sequences_per_pack, default=None,
+                   help=f"with --pack: instances a row may hold, 1..{packing.MAX_SEQUENCES_PER_PACK} (default "
+                        f"{packing.DEFAULT_SEQUENCES_PER_PACK})")
+
+
 def _add_seed(p: flags.Parser) -> None:
     p.add_argument("--seed", type=int, default=12345)
 
@@ -141,6 +155,7 @@ def add_mask(p: flags.Parser) -> None:
     p.add_argument("--max-seq-length", type=positive_int, default=None,
                    help="with --allow-incomplete: the pairs' max_seq_length (otherwise from their manifest)")
     _add_mask(p)
+    _add_pack(p)
     _add_seed(p)
     p.add_argument("--num-shards", type=nonnegative_int, default=0,
                    help="TFRecord shards (0: from the records' size, ~128 MiB each)")
@@ -151,9 +166,34 @@ def add_prepare(p: flags.Parser) -> None:
     _add_corpus(p)
     _add_pairs(p)
     _add_mask(p)
+    _add_pack(p)
     _add_seed(p)
     p.add_argument("--num-shards", type=nonnegative_int, default=0,
                    help="TFRecord shards (0: from the input's size, ~128 MiB each)")
+    _add_output(p)
+
+
+def add_pack(p: flags.Parser) -> None:
+    p.add_argument("--input", required=True,
+                   help="masked-LM shards in google's layout: a `mask`/`prepare` output directory, or google-made "
+                        "shards (a glob, with --max-seq-length, --max-predictions-per-seq and --vocab)")
+    p.add_argument("--max-sequences-per-pack", type=sequences_per_pack, default=packing.DEFAULT_SEQUENCES_PER_PACK,
+                   help=f"instances a row may hold, 1..{packing.MAX_SEQUENCES_PER_PACK}: more packs tighter "
+                        f"(bench/bench_packing.py prints the efficiency of each)")
+    p.add_argument("--max-seq-length", type=positive_int, default=None,
+                   help="shards without a manifest (google's): their max_seq_length")
+    p.add_argument("--max-predictions-per-seq", type=positive_int, default=None,
+                   help="shards without a manifest: their max_predictions_per_seq")
+    p.add_argument("--vocab", default=None, type=vocab_file,
+                   help="shards without a manifest: their vocab.txt (recorded for the trainer and verify); with "
+                        "a manifest, optional: refuse unless the shards were made with it")
+    p.add_argument("--masked-lm-prob", type=probability, default=0.15,
+                   help="shards without a manifest: the masked_lm_prob they were masked with, which sizes a row's "
+                        "masked slots (a row that would need more is split, and counted)")
+    _add_seed(p)
+    p.add_argument("--num-shards", type=nonnegative_int, default=0,
+                   help="TFRecord shards (0: from the input's size, ~128 MiB each). Each file is packed on its own, "
+                        "in one worker's memory: fewer, bigger files pack a little tighter")
     _add_output(p)
 
 
@@ -199,6 +239,8 @@ COMMANDS: dict[str, tuple[str, Callable | str, str]] = {
              "pipeline.commands.run:main"),
     "prepare": ("corpus files -> TFRecord shards in one Beam pipeline (extract + pairs + mask)", add_prepare,
                 "pipeline.commands.run:main"),
+    "pack": ("masked shards -> packed shards: the same instances, several a row, no padding between them",
+             add_pack, "pipeline.commands.run:main"),
     "inspect": ("counts, length/masking stats and decoded examples of an output directory", add_inspect,
                 "pipeline.commands.inspection:main"),
     "verify": ("read every record of an output directory: framing, CRCs, schema, invariants, counts",
@@ -299,7 +341,7 @@ def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
         parser.error(f"--mask-token-prob {args.mask_token_prob} + --random-token-prob {args.random_token_prob} "
                      "exceeds 1 (the rest of the chosen tokens are kept)")
     length = getattr(args, "max_seq_length", None)
-    if length is not None and hasattr(args, "max_predictions_per_seq") and args.max_predictions_per_seq > length:
+    if length is not None and (getattr(args, "max_predictions_per_seq", None) or 0) > length:
         parser.error(f"--max-predictions-per-seq {args.max_predictions_per_seq} exceeds --max-seq-length {length}")
     if hasattr(args, "bucket_docs"):
         if args.bucket_docs < 2:
@@ -310,6 +352,11 @@ def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
                        "segments from few documents, unlike google's whole-corpus pool")
     if getattr(args, "max_seq_length", None) is not None and args.max_seq_length < 5 and hasattr(args, "dupe_factor"):
         parser.error(f"--max-seq-length {args.max_seq_length}: [CLS] A [SEP] B [SEP] needs at least 5")
+    if hasattr(args, "pack"):
+        if args.max_sequences_per_pack is not None and not args.pack:
+            parser.error("--max-sequences-per-pack without --pack")
+        if args.max_sequences_per_pack is None:
+            args.max_sequences_per_pack = packing.DEFAULT_SEQUENCES_PER_PACK
 
 
 # ---------------------------------------------------------------------------------------------- running

@@ -69,6 +69,10 @@ def positive_int(text: str) -> int:
     return _number(int, text, lambda v: v >= 1, "must be at least 1")
 
 
+def ranged_int(text: str, low: int, high: int) -> int:
+    return _number(int, text, lambda v: low <= v <= high, f"must be {low} to {high}")
+
+
 def nonnegative_int(text: str) -> int:
     return _number(int, text, lambda v: v >= 0, "must be 0 or more")
 

@@ -1,16 +1,18 @@
 """`bertprep inspect DIR`: what an output directory holds: counts, length and masking statistics, examples.
 
-Works on documents, pairs and shard directories (by their manifest). Reads every record of pair and shard
-directories (CRC-checked), so its figures are measured, not copied from the manifest; it says when they differ.
+Works on documents, pairs and shard directories (by their manifest), packed shards included (their rows, and
+their instances taken out of the rows). Reads every record of pair and shard directories (CRC-checked), so its
+figures are measured, not copied from the manifest; it says when they differ.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
 import numpy as np
 
-from pipeline.algorithms import masking
+from pipeline.algorithms import masking, packing
 from pipeline.formats import documents, example_proto, manifest, pair_records, schema, tfrecord
 from pipeline.text import tokenization
 
@@ -69,6 +71,54 @@ def shard_statistics(paths: list[str], shape: schema.Shape, mask_id: int, exampl
             "masked_kinds": kinds / max(1, kinds.sum()), "examples": shown}
 
 
+def packed_statistics(paths: list[str], shape: schema.Shape, max_predictions_per_seq: int, mask_id: int,
+                      examples: int = 0) -> dict:
+    """shard_statistics' figures for packed shards, measured on the instances taken out of the rows, plus the rows:
+    their count, instances per row and the share of real tokens."""
+    lengths, masked, random_next, per_row, shown = [], [], [], [], []
+    kinds = np.zeros(3, np.int64)
+    for path in paths:
+        records = tfrecord.read_file(path)
+        while batch := list(itertools.islice(records, 1024)):
+            rows = schema.decode_plain(batch, shape)
+            if rows is None:   # not the plain encoding: one at a time
+                decoded = [schema.decode(record, shape) for record in batch]
+                rows = {name: np.stack([d[name] for d in decoded]) for name in shape.features}
+            per_row.append((rows["next_sentence_weights"] != 0).sum(axis=1))
+            r, _ = packing.unpack(rows, max_predictions_per_seq)
+            n, w = r["input_mask"].sum(axis=1), r["masked_lm_weights"] != 0
+            got = np.take_along_axis(r["input_ids"], r["masked_lm_positions"], 1)[w]
+            want = r["masked_lm_ids"][w]
+            kinds += [(got == mask_id).sum(), ((got != mask_id) & (got != want)).sum(), (got == want).sum()]
+            lengths.append(n)
+            masked.append(w.sum(axis=1))
+            random_next.append(r["next_sentence_labels"])
+            for i in range(min(len(n), examples - len(shown))):
+                shown.append((r["input_ids"][i][:n[i]], r["masked_lm_positions"][i][w[i]],
+                              r["masked_lm_ids"][i][w[i]], int(r["next_sentence_labels"][i])))
+    lengths, per_row = np.concatenate(lengths or [[]]).astype(np.int64), np.concatenate(per_row or [[]])
+    masked, random_next = np.concatenate(masked or [[]]), np.concatenate(random_next or [[]])
+    return {"instances": len(lengths), "lengths": lengths, "rows": len(per_row), "per_row": per_row.astype(np.int64),
+            "efficiency": packing.efficiency(int(lengths.sum()), len(per_row), shape.max_seq_length),
+            "mean_length": float(lengths.mean()) if len(lengths) else 0.0,
+            "random_next_fraction": float(random_next.mean()) if len(random_next) else 0.0,
+            "mean_masked": float(masked.mean()) if len(masked) else 0.0,
+            "masked_kinds": kinds / max(1, kinds.sum()), "examples": shown}
+
+
+def _print_packing(m: dict, stats: dict) -> None:
+    packing_entry, L = m.get("packing", {}), m["max_seq_length"]
+    listed = packing_entry.get("rows")
+    unpacked = packing.efficiency(int(stats["lengths"].sum()), stats["instances"], L)
+    print(f"\n  packed rows {stats['rows']:,}  (manifest: {listed})" + ("" if listed in (None, stats["rows"])
+                                                                       else "  <-- DIFFERS")
+          + f"   k {packing_entry.get('max_sequences_per_pack')}   M {packing_entry.get('max_predictions_per_row')}")
+    print(f"  real tokens {100 * stats['efficiency']:.2f}% of the positions (unpacked: {100 * unpacked:.2f}%);  "
+          f"rows per instance {stats['rows'] / max(1, stats['instances']):.3f}")
+    counts = np.bincount(stats["per_row"], minlength=2)[1:]
+    print("  instances per row: " + "  ".join(f"{j}: {c:,}" for j, c in enumerate(counts, 1) if c))
+
+
 def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
     total, listed = stats["instances"], m["counts"].get("instances")
     print(f"\n  instances {total:,}  (manifest: {listed})" + ("" if listed in (None, total) else "  <-- DIFFERS"))
@@ -89,7 +139,11 @@ def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
 
 
 def inspect_records(paths: list[str], m: dict, examples: int, vocab: list[str] | None) -> None:
-    if m["format"] == manifest.SHARDS:
+    if m["format"] == manifest.SHARDS and manifest.packed(m):
+        stats = packed_statistics(paths, manifest.shard_shape(m), m["max_predictions_per_seq"],
+                                  m["vocab"]["ids"]["mask_id"], examples)
+        _print_packing(m, stats)
+    elif m["format"] == manifest.SHARDS:
         shape = schema.Shape(m["max_seq_length"], m["max_predictions_per_seq"])
         stats = shard_statistics(paths, shape, m["vocab"]["ids"]["mask_id"], examples)
     else:

@@ -2,11 +2,13 @@
 
     extract:  Read<Corpus>                                                 | ToRecords | WriteShards
     pairs:    ReadDocuments | SpreadDocuments | Tokenize | MakePairs | ToRecords | WriteShards
-    mask:     ReadPairs                                    | MaskPairs             | WriteShards
-    prepare:  Read<Corpus>  | SpreadDocuments | Tokenize | MakePairs | MaskPairs | WriteShards
+    mask:     ReadPairs                                    | MaskPairs             | WriteShards (or PackShards)
+    prepare:  Read<Corpus>  | SpreadDocuments | Tokenize | MakePairs | MaskPairs | WriteShards (or PackShards)
+    pack:     ReadShards                                                         | PackShards
 
-writing documents-*.jsonl.gz, pairs-*.tfrecord and shard-*.tfrecord (twice) respectively. SpreadDocuments deals
-the documents over the workers only when the input has fewer read units than workers.
+writing documents-*.jsonl.gz, pairs-*.tfrecord and shard-*.tfrecord (three times) respectively; PackShards is
+WriteShards packing each file's instances into rows (--pack). SpreadDocuments deals the documents over the
+workers only when the input has fewer read units than workers.
 
 Options are parsed once in cli.py and arrive here as plain values. After the pipeline succeeds the shards are
 published and manifest.json (the commit marker) is written last.
@@ -26,7 +28,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipeline.algorithms import masking, pairs
+from pipeline.algorithms import masking, packing, pairs
 from pipeline.beam import local, shards, sizing, transforms
 from pipeline.beam.options import is_dataflow, is_dry_run, is_local_runner, local_workers
 from pipeline.beam.shuffle import ShuffleConfig, undelivered
@@ -156,7 +158,7 @@ def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
 
 
 def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleConfig, basis: str,
-                    args) -> tuple[list[dict], dict]:
+                    args, checks=()) -> tuple[list[dict], dict]:
     """Prints the plan, runs the pipeline (again, up to --retries times, if it fails), publishes its shards;
     returns (file entries with stats, counters). A local run is guarded (pipeline/beam/local.py): Ctrl-C stops it at
     once, and its worker processes' tracebacks stay off the console unless --debug or -v.
@@ -164,6 +166,7 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
     Beam's local FnApiRunner does not retry a failed bundle (Dataflow retries each one 4 times), so a transient
     failure fails the whole run; a retry runs the whole pipeline again. That is safe: nothing is published before
     the run succeeds, and the files under .incomplete/ are removed and rewritten with the same bytes.
+    `checks` are more counts that must reconcile: functions of the counters returning what does not.
     """
     for line in plan_lines(title, p, shuffle, out, basis):
         print(line, file=sys.stderr)
@@ -189,10 +192,12 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
             raise DryRun(f"{title}: dry run: the Dataflow job was translated and staged, not submitted")
         values = counters(result)
         lost = undelivered(values)
-        if lost:   # counts must reconcile: a runner fault publishes nothing
+        wrong = [problem for check in checks for problem in check(values)]
+        if lost or wrong:   # counts must reconcile: a runner fault publishes nothing
             shards.remove_incomplete(out.directory)
-            raise RecordsLost(f"the runner's shuffle did not deliver every record ({'; '.join(lost)}); "
-                              f"nothing was published in {out.directory}")
+            what = (f"the runner's shuffle did not deliver every record ({'; '.join(lost)})" if lost
+                    else f"the counts do not reconcile ({'; '.join(wrong)})")
+            raise RecordsLost(f"{what}; nothing was published in {out.directory}")
         written = shards.written_stats(out.directory, out.prefix, out.num_shards, out.suffix)
         if not sum(w["records"] for w in written):   # nothing to publish: say why instead of writing empty files
             shards.remove_incomplete(out.directory)
@@ -346,16 +351,57 @@ def make_pairs(args, options) -> dict:
     return m
 
 
-def _shards_manifest(stage, args, params, vocab, max_seq_length, documents, written, values, inputs, extra):
+def _shards_manifest(stage, args, params, vocab, max_seq_length, documents, written, values, inputs, extra,
+                     pack: packing.PackParams | None = None):
     counts = sum_stats(written, transforms.MASK_STATS)
     n = max(1, counts["instances"])
-    return {"format": manifest.SHARDS, "stage": stage, "seed": args.seed, "vocab": vocab,
-            "max_seq_length": max_seq_length, "max_predictions_per_seq": params.max_predictions_per_seq,
-            "parameters": {**extra, **_mask_parameters(args, params), "num_shards": len(written)},
-            "counts": {"documents": documents, **counts, "random_next_fraction": counts["random_next"] / n,
-                       "mean_tokens_per_instance": counts["tokens"] / n,
-                       "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
-            "files": written, "inputs": inputs}
+    m = {"format": manifest.SHARDS, "stage": stage, "seed": args.seed, "vocab": vocab,
+         "max_seq_length": max_seq_length, "max_predictions_per_seq": params.max_predictions_per_seq,
+         "parameters": {**extra, **_mask_parameters(args, params), "num_shards": len(written)},
+         "counts": {"documents": documents, **counts, "random_next_fraction": counts["random_next"] / n,
+                    "mean_tokens_per_instance": counts["tokens"] / n,
+                    "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
+         "files": written, "inputs": inputs}
+    if pack:
+        m["parameters"]["max_sequences_per_pack"] = pack.max_sequences_per_pack
+        m["counts"]["rows"] = sum(w["records"] for w in written)
+        m["packing"] = _packing_entry(pack, written, counts, values)
+    return m
+
+
+def _packing_entry(pack: packing.PackParams, written: list[dict], counts: dict, values: dict) -> dict:
+    """The manifest's `packing`: k, M, rows and instances, and the share of real tokens packed and unpacked."""
+    rows, L = sum(w["records"] for w in written), pack.max_seq_length
+    return {"max_sequences_per_pack": pack.max_sequences_per_pack,
+            "max_predictions_per_row": pack.max_row_predictions, "rows": rows, "instances": counts["instances"],
+            "efficiency": packing.efficiency(counts["tokens"], rows, L),
+            "unpacked_efficiency": packing.efficiency(counts["tokens"], counts["instances"], L),
+            "rows_split": values.get("pack/rows_split", 0)}
+
+
+def _pack_params(args, max_seq_length: int, max_predictions_per_seq: int,
+                 masked_lm_prob: float) -> packing.PackParams | None:
+    """--pack: M sized for instances masked by google's count rule at `masked_lm_prob`."""
+    if not getattr(args, "pack", False):
+        return None
+    return packing.PackParams.for_rule(max_seq_length, max_predictions_per_seq, args.max_sequences_per_pack,
+                                       masked_lm_prob)
+
+
+def _packing_lost(values: dict[str, int]) -> list[str]:
+    """Packing must put every instance the shuffle delivered into a row."""
+    given = values.get("shuffle/shard_out", 0)
+    packed_in, packed_out = values.get("pack/instances_in", 0), values.get("pack/instances_out", 0)
+    if given == packed_in == packed_out:
+        return []
+    return [f"packing put {packed_out:,} instances into rows, of {packed_in:,} read and {given:,} delivered"]
+
+
+def _write_or_pack(args, out: Output, shuffle: ShuffleConfig, pack: packing.PackParams | None):
+    """(label, transform) of a shards job's last step: WriteShards, or PackShards with --pack."""
+    write = shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
+                               stat_names=transforms.MASK_STATS, pack=pack)
+    return ("PackShards" if pack else "WriteShards"), write
 
 
 def mask(args, options) -> dict:
@@ -387,17 +433,18 @@ def mask(args, options) -> dict:
     out = Output(args.output, "shard", args.num_shards or sizing.file_count(instances * record), ".tfrecord",
                  instances * record, args.input)
     shuffle = shuffle_config(args, options)
+    pack = _pack_params(args, L, params.max_predictions_per_seq, params.masked_lm_prob)
     shards.prepare_output(args.output, args.overwrite)
 
+    label, write = _write_or_pack(args, out, shuffle, pack)
     p = beam.Pipeline(options=options)
     (p
      | "ReadPairs" >> transforms.ReadPairs(files)
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
-     | "WriteShards" >> shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
-                                           stat_names=transforms.MASK_STATS))
-    written, values = run_and_publish("mask", p, out, shuffle, basis, args)
+     | label >> write)
+    written, values = run_and_publish("mask", p, out, shuffle, basis, args, checks=[_packing_lost] if pack else [])
     m = _shards_manifest("mask", args, params, vocab, L, documents, written, values, opened.inputs,
-                         {"pairs": pair_parameters})
+                         {"pairs": pair_parameters}, pack)
     manifest.write(args.output, m)
     return m
 
@@ -413,9 +460,11 @@ def prepare(args, options) -> dict:
     out = Output(args.output, "shard", args.num_shards or sizing.file_count(estimate), ".tfrecord", estimate,
                  args.input)
     shuffle = shuffle_config(args, options)
+    pack = _pack_params(args, args.max_seq_length, params.max_predictions_per_seq, params.masked_lm_prob)
     shards.prepare_output(args.output, args.overwrite)
 
     parallelism = pair_parallelism(args, options)
+    label, write = _write_or_pack(args, out, shuffle, pack)
     reader = _corpus_reader(args.corpus, files, args)
     p = beam.Pipeline(options=options)
     (p
@@ -426,20 +475,84 @@ def prepare(args, options) -> dict:
                                           args.bucket_docs, parallelism)
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
-     | "WriteShards" >> shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
-                                           stat_names=transforms.MASK_STATS))
+     | label >> write)
     written, values = run_and_publish(f"prepare {args.corpus}", p, out, shuffle,
-                                      _instances_basis(sum(sizes.values()), tokens, args), args)
+                                      _instances_basis(sum(sizes.values()), tokens, args), args,
+                                      checks=[_packing_lost] if pack else [])
     m = _shards_manifest("prepare", args, params, vocab, args.max_seq_length,
                          values.get("tokenize/documents", 0), written, values,
-                         [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)})
+                         [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)}, pack)
+    manifest.write(args.output, m)
+    return m
+
+
+def _pack_source(args, opened: manifest.Opened) -> tuple[dict, int, int, float, dict | None]:
+    """What the shards to pack were made with: (vocab entry, L, P, masked_lm_prob, their parameters or None)."""
+    m = opened.manifest
+    given = (("--max-seq-length", args.max_seq_length), ("--max-predictions-per-seq", args.max_predictions_per_seq))
+    if m is None:   # google's own shards: the lengths and the vocab come from the command line
+        missing = [flag for flag, value in given if not value] + ([] if args.vocab else ["--vocab"])
+        if missing:
+            raise SystemExit(f"{args.input} has no {manifest.NAME} (shards made by google's tool?): pass "
+                             f"{', '.join(missing)} to say what they were made with")
+        return (vocab_entry(args.vocab, lowercase=None), args.max_seq_length, args.max_predictions_per_seq,
+                args.masked_lm_prob, None)
+    if manifest.packed(m):
+        raise SystemExit(f"{args.input} holds packed shards already: pack the shards they were packed from")
+    L, P = int(m["max_seq_length"]), int(m["max_predictions_per_seq"])
+    for (flag, value), have in zip(given, (L, P)):
+        if value and value != have:
+            raise SystemExit(f"{flag} {value}, but {args.input} was made with {have}")
+    if args.vocab and tokenization.vocab_sha256(args.vocab) != m["vocab"]["sha256"]:
+        raise SystemExit(f"--vocab {args.vocab} is not the vocabulary {args.input} was made with")
+    parameters = m.get("parameters", {})
+    return m["vocab"], L, P, float(parameters.get("masked_lm_prob", args.masked_lm_prob)), parameters
+
+
+def pack(args, options) -> dict:
+    """`bertprep pack`: masked shards in google's layout -> the same instances packed into rows."""
+    google = bool(args.max_seq_length or args.max_predictions_per_seq or args.vocab)
+    opened = manifest.open_output(args.input, (manifest.SHARDS,), foreign=google,
+                                  advice="for shards made by google's tool pass --max-seq-length, "
+                                         "--max-predictions-per-seq and --vocab")
+    vocab, L, P, prob, source = _pack_source(args, opened)
+    params = packing.PackParams.for_rule(L, P, args.max_sequences_per_pack, prob)
+    from corpora import text
+
+    names = text.relative_names(opened.files)
+    size = sum(sizing.local_sizes(opened.files).values())
+    out = Output(args.output, "shard", args.num_shards or sizing.file_count(size), ".tfrecord", size, args.input)
+    shuffle = shuffle_config(args, options)
+    shards.prepare_output(args.output, args.overwrite)
+
+    p = beam.Pipeline(options=options)
+    (p
+     | "ReadShards" >> transforms.ReadShards([(f, names[f]) for f in opened.files], params.source)
+     | "PackShards" >> shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
+                                          stat_names=transforms.MASK_STATS, pack=params))
+    records = sum(opened.records.values())
+    basis = f"{records:,} records" if records else f"{size / 1e6:,.1f} MB of shards"
+    written, values = run_and_publish("pack", p, out, shuffle, basis, args, checks=[_packing_lost])
+    counts = sum_stats(written, transforms.MASK_STATS)
+    n = max(1, counts["instances"])
+    documents = sum((dm["counts"].get("documents") or 0) for dm in opened.manifests.values()) or None
+    m = {"format": manifest.SHARDS, "stage": "pack", "seed": args.seed, "vocab": vocab,
+         "max_seq_length": L, "max_predictions_per_seq": P,
+         "parameters": {"max_sequences_per_pack": args.max_sequences_per_pack, "num_shards": len(written),
+                        "masked_lm_prob": prob, "source": source},
+         "counts": {"documents": documents, **counts, "rows": sum(w["records"] for w in written),
+                    "random_next_fraction": counts["random_next"] / n,
+                    "mean_tokens_per_instance": counts["tokens"] / n,
+                    "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
+         "packing": _packing_entry(params, written, counts, values),
+         "files": written, "inputs": opened.inputs}
     manifest.write(args.output, m)
     return m
 
 
 # ---------------------------------------------------------------------------------------------- the command
 
-STAGES = {"extract": extract, "pairs": make_pairs, "mask": mask, "prepare": prepare}
+STAGES = {"extract": extract, "pairs": make_pairs, "mask": mask, "prepare": prepare, "pack": pack}
 
 
 def main(args) -> int:

@@ -6,6 +6,11 @@ Checks TFRecord framing and both CRCs, parses each record against its schema, an
           the end, no other [CLS]/[SEP] except at masked positions, whose random replacement may be any id);
           ids < vocab size and zero padding; masked positions sorted, inside the real length and never on
           [CLS]/[SEP]; weights 1s then 0s; labels valid ids; next_sentence_labels 0/1.
+  packed shards: each row's instances on contiguous positions numbered 1..j by input_mask, then padding;
+          position_ids restarting at 0 on each instance; next_sentence_positions at each instance's start,
+          weights 1s then 0s; the row's predictions sorted, inside an instance; and every instance, taken out
+          of its row (packing.unpack), passes the checks of an unpacked shard record, with at most
+          max_predictions_per_seq predictions.
   pairs:  the same layout on the unpadded ids (A's length from num_tokens_a), length <= max_seq_length,
           word_starts aligned.
   documents: every line a valid document.
@@ -22,6 +27,7 @@ import sys
 
 import numpy as np
 
+from pipeline.algorithms import packing
 from pipeline.formats import documents, manifest, pair_records, schema, storage, tfrecord
 
 MAX_REPORTED = 20
@@ -132,6 +138,32 @@ def shard_batch_ok(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, sep_i
     return ok
 
 
+def _check_packed_records(records: list[bytes], shape: schema.Shape, max_predictions_per_seq: int,
+                          vocab_size: int, cls_id: int, sep_id: int, tally: dict) -> list[tuple[int, str]]:
+    """(index in the batch, message) for each bad packed row of a batch; counts the instances in `tally`."""
+    arrays = schema.decode_plain(records, shape)
+    if arrays is None:   # not the plain encoding: each row alone, a row that does not parse named
+        rows, bad = [], []
+        for i, record in enumerate(records):
+            try:
+                rows.append((i, schema.decode(record, shape)))
+            except ValueError as e:
+                bad.append((i, f"does not parse: {e}"))
+        if not rows:
+            return bad
+        index = np.array([i for i, _ in rows])
+        arrays = {name: np.stack([one[name] for _, one in rows]) for name in shape.features}
+        return sorted(bad + [(int(index[i]), m) for i, m in
+                             _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab_size, cls_id,
+                                                          sep_id, tally)])
+    return _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab_size, cls_id, sep_id, tally)
+
+
+def _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab_size, cls_id, sep_id, tally):
+    tally["instances"] = tally.get("instances", 0) + int((arrays["next_sentence_weights"] != 0).sum())
+    return check_packed_batch(arrays, max_predictions_per_seq, vocab_size, cls_id, sep_id)
+
+
 def _check_shard_batch(records: list[bytes], shape: schema.Shape, vocab_size: int, cls_id: int,
                        sep_id: int) -> list[tuple[int, str]]:
     """(index in the batch, message) for each bad record of a batch: decoded and checked together when the
@@ -150,6 +182,73 @@ def _check_shard_batch(records: list[bytes], shape: schema.Shape, vocab_size: in
     return bad
 
 
+def packed_row_checks(r: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """The row-level invariants of packed rows, each as (message, (R,) bool verdict), for a batch of decoded rows.
+    What each instance holds is checked after unpacking (check_packed_batch)."""
+    mask, ids, seg, position = r["input_mask"], r["input_ids"], r["segment_ids"], r["position_ids"]
+    nsp_pos, nsp_label, nsp_w = r["next_sentence_positions"], r["next_sentence_labels"], r["next_sentence_weights"]
+    pos, lm, w = r["masked_lm_positions"], r["masked_lm_ids"], r["masked_lm_weights"]
+    R, L = mask.shape
+    k, M = nsp_w.shape[1], pos.shape[1]
+    cols, rows = np.arange(L), np.arange(R)
+    j = (nsp_w != 0).sum(axis=1)                                         # instances in each row
+    present = np.arange(k) < j[:, None]                                  # (R, k)
+    n = (mask != 0).sum(axis=1)
+    real = cols < n[:, None]                                             # (R, L)
+    step = np.diff(mask, axis=1)
+    first = np.stack([np.argmax(mask == v + 1, axis=1) for v in range(k)], axis=1)   # (R, k) block starts
+    block_start = first[rows[:, None], np.clip(mask - 1, 0, k - 1)]                  # (R, L)
+    live = np.arange(M) < (w != 0).sum(axis=1)[:, None]                  # (R, M)
+    inside = mask[rows[:, None], np.clip(pos, 0, L - 1)] != 0
+    return [
+        ("next_sentence_weights are not 1s then 0s, or the row holds no instance",
+         (nsp_w == present).all(1) & (j >= 1)),
+        ("input_mask is not the instances 1..j on contiguous positions, then 0s",
+         (real == (mask != 0)).all(1) & (mask[:, 0] == 1) & (mask <= j[:, None]).all(1) & (mask.max(1) == j)
+         & (((step == 0) | (step == 1)) | ~real[:, 1:]).all(1)),
+        ("padding is not zero", ((ids == 0) & (seg == 0) & (position == 0) | real).all(1)),
+        ("next_sentence_positions are not where each instance starts (or not 0 in an empty slot)",
+         np.where(present, nsp_pos == first, nsp_pos == 0).all(1)),
+        ("next_sentence_labels are not 0/1 (or not 0 in an empty slot)",
+         np.where(present, np.isin(nsp_label, (0, 1)), nsp_label == 0).all(1)),
+        ("position_ids do not restart at 0 on each instance",
+         (position == np.where(real, cols - block_start, 0)).all(1)),
+        ("masked_lm_weights are not 1s then 0s", (w == live).all(1)),
+        ("masked_lm_positions are not sorted, or fall outside the instances",
+         (~live | inside).all(1) & (~live[:, 1:] | (pos[:, 1:] > pos[:, :-1])).all(1)),
+        ("masked_lm padding is not zero", ((pos == 0) & (lm == 0) | live).all(1)),
+    ]
+
+
+def check_packed_batch(r: dict[str, np.ndarray], max_predictions_per_seq: int, vocab_size: int, cls_id: int,
+                       sep_id: int) -> list[tuple[int, str]]:
+    """(row, message) for each bad row of a batch of decoded packed rows: its first failed row check, else the
+    first instance that fails an unpacked record's checks once taken out of the row."""
+    bad, ok = {}, np.ones(len(r["input_ids"]), bool)
+    for message, verdict in packed_row_checks(r):
+        for row in np.flatnonzero(ok & ~verdict).tolist():
+            bad[row] = message
+        ok &= verdict
+    rows = np.flatnonzero(ok)
+    try:
+        instances, row_of = packing.unpack({name: values[rows] for name, values in r.items()}, max_predictions_per_seq)
+    except ValueError as e:   # an instance with more than P predictions: find its row
+        for row in rows.tolist():
+            try:
+                packing.unpack({name: values[row:row + 1] for name, values in r.items()}, max_predictions_per_seq)
+            except ValueError as one:
+                bad[row] = str(one)
+        return sorted(bad.items()) if bad else [(int(rows[0]), str(e))]
+    slot = np.concatenate([np.arange(c) for c in np.bincount(row_of, minlength=len(rows))]) if len(row_of) else []
+    for i in np.flatnonzero(~shard_batch_ok(instances, vocab_size, cls_id, sep_id)).tolist():
+        row = int(rows[row_of[i]])
+        one = {name: values[i] for name, values in instances.items()}
+        one["next_sentence_labels"] = instances["next_sentence_labels"][i:i + 1]
+        message = check_shard_record(one, vocab_size, cls_id, sep_id) or "fails the batch checks"
+        bad.setdefault(row, f"instance {slot[i] + 1}: {message}")
+    return sorted(bad.items())
+
+
 def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int, sep_id: int) -> str | None:
     n = len(pair.token_ids)
     if n > max_seq_length:
@@ -163,8 +262,11 @@ BATCH = 1024   # shard records checked together
 
 
 def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.Shape | None = None,
-                 vocab_size: int = 1 << 31, cls_id: int = 101, sep_id: int = 102) -> list[int]:
-    """Reads every record of `files`, recording problems; returns the record count of each file."""
+                 vocab_size: int = 1 << 31, cls_id: int = 101, sep_id: int = 102,
+                 max_predictions_per_seq: int = 0, tally: dict | None = None) -> list[int]:
+    """Reads every record of `files`, recording problems; returns the record count of each file. Packed shards
+    (a packed `shape`) need their instances' `max_predictions_per_seq`; their instances are counted in `tally`."""
+    tally = {} if tally is None else tally
     counts = []
     for path in files:
         name = os.path.basename(path)
@@ -176,7 +278,10 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
             elif kind == "shards":   # BATCH records at a time: 10x faster than one by one
                 records = tfrecord.read_file(path)
                 while batch := list(itertools.islice(records, BATCH)):
-                    for i, message in _check_shard_batch(batch, shape, vocab_size, cls_id, sep_id):
+                    found = (_check_packed_records(batch, shape, max_predictions_per_seq, vocab_size, cls_id, sep_id,
+                                                   tally) if shape.packed
+                             else _check_shard_batch(batch, shape, vocab_size, cls_id, sep_id))
+                    for i, message in found:
                         problems.add(f"{name}: record {n + i}", message)
                     n += len(batch)
             else:
@@ -223,15 +328,22 @@ def main(args) -> int:
         kind = {manifest.SHARDS: "shards", manifest.PAIRS: "pairs", manifest.DOCUMENTS: "documents"}[m["format"]]
         vocab = m.get("vocab", {})
         ids = vocab.get("ids", {})
-        shape = schema.Shape(m.get("max_seq_length", 0), m.get("max_predictions_per_seq", 0))
+        shape = manifest.shard_shape(m) if kind == "shards" else schema.Shape(m.get("max_seq_length", 0), 0)
+        tally = {}
         counts = verify_files(files, kind, problems, shape, vocab.get("size", 1 << 31), ids.get("cls_id", 101),
-                              ids.get("sep_id", 102))
+                              ids.get("sep_id", 102), m.get("max_predictions_per_seq", 0), tally)
         for path, n in zip(files, counts):
             if opened.records.get(path) != n:
                 problems.add(os.path.basename(path), f"{n} records read, manifest says {opened.records.get(path)}")
-        total_key = "documents" if kind == "documents" else "instances"
-        if len(opened.manifests) == 1 and len(files) == len(m["files"]) and m["counts"].get(total_key) != sum(counts):
-            problems.add("manifest.json", f"{sum(counts)} records in all, manifest counts {m['counts'].get(total_key)}")
+        whole = len(opened.manifests) == 1 and len(files) == len(m["files"])
+        totals = ({"rows": sum(counts), "instances": tally.get("instances", 0)} if shape.packed
+                  else {"documents" if kind == "documents" else "instances": sum(counts)})
+        for key, value in totals.items():
+            if whole and m["counts"].get(key) != value:
+                problems.add("manifest.json", f"{value} {key} in all, manifest counts {m['counts'].get(key)}")
+        if shape.packed and whole and m["packing"].get("instances") != tally.get("instances", 0):
+            problems.add("manifest.json", f"{tally.get('instances', 0)} instances in the rows, its packing entry "
+                                          f"counts {m['packing'].get('instances')}")
         for d, dm in opened.manifests.items():
             listed = {e["file"] for e in dm["files"]}
             for path in storage.match(storage.join(d, "*")):
@@ -239,7 +351,8 @@ def main(args) -> int:
                 if name not in listed and name != manifest.NAME and (
                         fnmatch.fnmatch(name, "*.tfrecord") or fnmatch.fnmatch(name, "*.jsonl.gz")):
                     problems.add(name, "data file not listed in manifest.json (stale output from another run?)")
-        print(f"{directory}: {m['format']}, {len(files)} file(s), {sum(counts):,} records")
+        packed = f" (packed rows holding {tally.get('instances', 0):,} instances)" if shape.packed else ""
+        print(f"{directory}: {m['format']}, {len(files)} file(s), {sum(counts):,} records{packed}")
     if problems.items:
         more = len(problems.items) - MAX_REPORTED
         print(f"FAILED: {len(problems.items)} problem(s)" + (f" ({more} not shown)" if more > 0 else ""),
