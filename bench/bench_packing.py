@@ -164,9 +164,9 @@ def learning_table(made: dict[str, Path], out: Path, steps: int, batch: int, see
     L = manifest(plain)["max_seq_length"]
     unpacked_eff, packed_eff = c["tokens"] / (c["instances"] * L), m_train["packing"]["efficiency"]
     packed_steps = max(1, round(steps * unpacked_eff / packed_eff))   # the same real tokens
-    print(f"\n4. learning: mini, CPU, Wikipedia L=512, the same training instances and ~{steps * batch * L * unpacked_eff:,.0f}"
-          f" real tokens ({steps} unpacked steps, {packed_steps} packed steps of {batch} rows); held-out: the same "
-          f"instances\n")
+    tokens = steps * batch * L * unpacked_eff
+    print(f"\n4. learning: mini, CPU, Wikipedia L=512, the same training instances and ~{tokens:,.0f} real tokens "
+          f"({steps} unpacked steps, {packed_steps} packed steps of {batch} rows); held-out: the same instances\n")
     rows, final = [], {}
     for seed in range(seeds):
         for label, data, evaluation, n in (("unpacked", train_files, held_out, steps),

@@ -216,6 +216,10 @@ COMMANDS = {   # command line -> the stage labels the job must hold (run.py's ch
     "prepare-pack": (["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB, "--pack"],
                      {"ReadBooks", "Tokenize", "MakePairs", "MaskPairs", "PackShards"}),
     "pack": (["pack", "--input", "{inputs}/shards"], {"ReadShards", "PackShards"}),
+    "dedup": (["dedup", "--input", "{inputs}/docs/documents-*.jsonl.gz"],
+              {"ReadDocuments", "Dedup", "WriteDocuments"}),
+    "prepare-dedup": (["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB, "--dedup"],
+                      {"ReadBooks", "Dedup", "Tokenize", "MakePairs", "MaskPairs", "WriteShards"}),
 }
 
 

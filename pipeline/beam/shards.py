@@ -127,7 +127,7 @@ class WriteShards(beam.PTransform):
 
 
 # What bertprep writes into an output directory: data files, the manifest, and .incomplete/ while it runs
-_OURS = re.compile(r"manifest\.json|[a-z]+-\d{5}-of-\d{5}\.[a-z.]+|\.incomplete/.+")
+_OURS = re.compile(r"manifest\.json|[a-z]+-\d{5}-of-\d{5}\.[a-z.]+|dedup_report\.jsonl\.gz|\.incomplete/.+")
 
 
 def prepare_output(directory: str, overwrite: bool) -> None:
@@ -186,11 +186,12 @@ def written_stats(directory: str, prefix: str, num_shards: int, suffix: str) -> 
     return stats
 
 
-def publish(directory: str, written: list[dict]) -> list[dict]:
-    """Moves the shards out of `.incomplete/` into the directory, in shard order, removes everything else under
-    `.incomplete/`; returns their entries."""
-    sources = [FileSystems.join(directory, INCOMPLETE, w["file"]) for w in written]
-    targets = [FileSystems.join(directory, w["file"]) for w in written]
+def publish(directory: str, written: list[dict], side_files: Sequence[str] = ()) -> list[dict]:
+    """Moves the shards out of `.incomplete/` into the directory, in shard order, and the job's `side_files` (a
+    report) after them; removes everything else under `.incomplete/`; returns the shards' entries."""
+    names = [w["file"] for w in written] + list(side_files)
+    sources = [FileSystems.join(directory, INCOMPLETE, name) for name in names]
+    targets = [FileSystems.join(directory, name) for name in names]
     FileSystems.rename(sources, targets)
     remove_incomplete(directory)
     return [{k: v for k, v in w.items() if k != "shard"} for w in written]

@@ -21,7 +21,7 @@ from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
                                      vocab_file)
 
-BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare", "pack")
+BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare", "pack", "dedup")
 GOOGLE_DUPE_FACTOR = 10   # create_pretraining_data.py's default
 
 
@@ -125,6 +125,42 @@ def _add_pack(p: flags.Parser) -> None:
                         f"{packing.DEFAULT_SEQUENCES_PER_PACK})")
 
 
+DEDUP_DEFAULTS = {"near_threshold": 0.8, "num_perm": 128, "bands": 32, "shingle_words": 5, "min_paragraph_chars": 64,
+                  "max_paragraph_copies": 1}
+
+
+def jaccard_threshold(text: str) -> float:
+    return flags._number(float, text, lambda v: 0 < v <= 1, "a Jaccard similarity is in (0, 1]")
+
+
+def _add_dedup(p: flags.Parser, switch: bool) -> None:
+    """The dedup passes' flags: `bertprep dedup`'s own, or with `switch` prepare's, which take them after --dedup."""
+    if switch:
+        p.add_argument("--dedup", action="store_true",
+                       help="deduplicate the documents before pairing: exact and near-duplicate documents and "
+                            "repeated paragraphs out (as `bertprep dedup`; its flags below need --dedup)")
+    d = (lambda name: None) if switch else DEDUP_DEFAULTS.get
+    p.add_argument("--no-exact", action="store_true", help="skip the exact pass (same normalized text)")
+    p.add_argument("--no-near", action="store_true", help="skip the near-duplicate pass (MinHash LSH)")
+    p.add_argument("--no-paragraphs", action="store_true", help="skip the repeated-paragraph pass")
+    p.add_argument("--near-threshold", type=jaccard_threshold, default=d("near_threshold"),
+                   help="estimated Jaccard similarity of word 5-grams that makes two documents near duplicates "
+                        f"(default {DEDUP_DEFAULTS['near_threshold']})")
+    p.add_argument("--num-perm", type=positive_int, default=d("num_perm"),
+                   help=f"MinHash signature values per document (default {DEDUP_DEFAULTS['num_perm']})")
+    p.add_argument("--bands", type=positive_int, default=d("bands"),
+                   help=f"LSH bands; must divide --num-perm (default {DEDUP_DEFAULTS['bands']}: 4 rows a band, "
+                        "chosen in bench/bench_dedup.py)")
+    p.add_argument("--shingle-words", type=positive_int, default=d("shingle_words"),
+                   help=f"words a shingle (default {DEDUP_DEFAULTS['shingle_words']})")
+    p.add_argument("--min-paragraph-chars", type=positive_int, default=d("min_paragraph_chars"),
+                   help="paragraphs shorter than this (normalized) are never dropped as repeats (default "
+                        f"{DEDUP_DEFAULTS['min_paragraph_chars']})")
+    p.add_argument("--max-paragraph-copies", type=positive_int, default=d("max_paragraph_copies"),
+                   help="a paragraph in more documents than this is kept in the first (by id) only (default "
+                        f"{DEDUP_DEFAULTS['max_paragraph_copies']})")
+
+
 def _add_seed(p: flags.Parser) -> None:
     p.add_argument("--seed", type=int, default=12345)
 
@@ -164,6 +200,7 @@ def add_mask(p: flags.Parser) -> None:
 
 def add_prepare(p: flags.Parser) -> None:
     _add_corpus(p)
+    _add_dedup(p, switch=True)
     _add_pairs(p)
     _add_mask(p)
     _add_pack(p)
@@ -194,6 +231,19 @@ def add_pack(p: flags.Parser) -> None:
     p.add_argument("--num-shards", type=nonnegative_int, default=0,
                    help="TFRecord shards (0: from the input's size, ~128 MiB each). Each file is packed on its own, "
                         "in one worker's memory: fewer, bigger files pack a little tighter")
+    _add_output(p)
+
+
+def add_dedup(p: flags.Parser) -> None:
+    p.add_argument("--input", required=True, help="document directories or GLOBs of documents-*.jsonl.gz")
+    _add_allow_incomplete(p, "the documents-*.jsonl.gz of a directory without manifest")
+    _add_dedup(p, switch=False)
+    _add_seed(p)
+    p.add_argument("--pair-parallelism", type=nonnegative_int, default=0,
+                   help="work items per shuffle are 4 per worker: this many workers (0: the local worker count, "
+                        "or 32 on a distributed runner); the output does not depend on it")
+    p.add_argument("--num-shards", type=nonnegative_int, default=0,
+                   help="document files to write (0: from the input's size, ~128 MiB each)")
     _add_output(p)
 
 
@@ -241,6 +291,8 @@ COMMANDS: dict[str, tuple[str, Callable | str, str]] = {
                 "pipeline.commands.run:main"),
     "pack": ("masked shards -> packed shards: the same instances, several a row, no padding between them",
              add_pack, "pipeline.commands.run:main"),
+    "dedup": ("documents -> documents without exact or near duplicates and repeated paragraphs", add_dedup,
+              "pipeline.commands.run:main"),
     "inspect": ("counts, length/masking stats and decoded examples of an output directory", add_inspect,
                 "pipeline.commands.inspection:main"),
     "verify": ("read every record of an output directory: framing, CRCs, schema, invariants, counts",
@@ -352,6 +404,19 @@ def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
                        "segments from few documents, unlike google's whole-corpus pool")
     if getattr(args, "max_seq_length", None) is not None and args.max_seq_length < 5 and hasattr(args, "dupe_factor"):
         parser.error(f"--max-seq-length {args.max_seq_length}: [CLS] A [SEP] B [SEP] needs at least 5")
+    if hasattr(args, "dedup"):   # prepare: the dedup flags need --dedup
+        given = [f"--{k.replace('_', '-')}" for k in ("no_exact", "no_near", "no_paragraphs", *DEDUP_DEFAULTS)
+                 if getattr(args, k) not in (None, False)]
+        if given and not args.dedup:
+            parser.error(f"{given[0]} without --dedup")
+        for k, v in DEDUP_DEFAULTS.items():
+            if getattr(args, k) is None:
+                setattr(args, k, v)
+    if hasattr(args, "bands") and args.num_perm % args.bands:
+        parser.error(f"--bands {args.bands} does not divide --num-perm {args.num_perm}: every band needs the same "
+                     "number of rows")
+    if hasattr(args, "no_exact") and args.no_exact and args.no_near and args.no_paragraphs:
+        parser.error("--no-exact, --no-near and --no-paragraphs: every pass is off, nothing to do")
     if hasattr(args, "pack"):
         if args.max_sequences_per_pack is not None and not args.pack:
             parser.error("--max-sequences-per-pack without --pack")

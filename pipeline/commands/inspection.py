@@ -13,7 +13,8 @@ import os
 import numpy as np
 
 from pipeline.algorithms import masking, packing
-from pipeline.formats import documents, example_proto, manifest, pair_records, schema, tfrecord
+from pipeline.formats import (dedup_report, documents, example_proto, manifest, pair_records, schema, storage,
+                              tfrecord)
 from pipeline.text import tokenization
 
 
@@ -45,6 +46,23 @@ def inspect_documents(paths: list[str], m: dict, examples: int) -> None:
                 print(f"\n  [{doc.id}] {doc.title}\n    " + "\n    ".join(p[:160] for p in doc.paragraphs[:2]))
     print(f"\n  documents {n:,}  paragraphs {paragraphs:,}  characters {chars:,}"
           f"  (manifest: {m['counts'].get('documents')})")
+
+
+def inspect_dedup(directory: str, m: dict) -> None:
+    """A deduplicated output's totals: what each pass removed, as the manifest counts them and as its report
+    lists them."""
+    d = m.get("dedup")
+    if not d:
+        return
+    print(f"\n  dedup: {d['documents_in']:,} documents in, {d['kept']:,} kept; removed: {d['removed_exact']:,} exact "
+          f"and {d['removed_near']:,} near duplicates in {d['clusters']:,} clusters, {d['removed_emptied']:,} left "
+          f"with no paragraph; {d['paragraphs_dropped']:,} paragraphs dropped ({d['repeated_paragraphs']:,} "
+          f"repeated ones); {d['empty_documents']:,} documents with no words (kept, never clustered)")
+    if d.get("report"):
+        found = dedup_report.totals(storage.join(directory, d["report"]))
+        differs = any(found[k] != d[k] for k in found)
+        print(f"  report {d['report']}: {found['clusters']:,} clusters, {found['removed_exact']:,} exact, "
+              f"{found['removed_near']:,} near" + ("  <-- DIFFERS from the manifest" if differs else ""))
 
 
 def shard_statistics(paths: list[str], shape: schema.Shape, mask_id: int, examples: int = 0) -> dict:
@@ -194,4 +212,6 @@ def main(args) -> int:
         inspect_records(opened.files, m, args.examples, vocab)
     else:
         inspect_documents(opened.files, m, args.examples)
+    if len(opened.manifests) == 1:
+        inspect_dedup(next(iter(opened.manifests)), m)
     return 0

@@ -16,6 +16,8 @@ published and manifest.json (the commit marker) is written last.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import os
 import shutil
 import sys
@@ -28,7 +30,8 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipeline.algorithms import masking, packing, pairs
+from pipeline.algorithms import dedup, masking, packing, pairs
+from pipeline.beam import dedup as deduplication
 from pipeline.beam import local, shards, sizing, transforms
 from pipeline.beam.options import is_dataflow, is_dry_run, is_local_runner, local_workers
 from pipeline.beam.shuffle import ShuffleConfig, undelivered
@@ -158,7 +161,7 @@ def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
 
 
 def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleConfig, basis: str,
-                    args, checks=()) -> tuple[list[dict], dict]:
+                    args, checks=(), side_files=()) -> tuple[list[dict], dict]:
     """Prints the plan, runs the pipeline (again, up to --retries times, if it fails), publishes its shards;
     returns (file entries with stats, counters). A local run is guarded (pipeline/beam/local.py): Ctrl-C stops it at
     once, and its worker processes' tracebacks stay off the console unless --debug or -v.
@@ -166,7 +169,8 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
     Beam's local FnApiRunner does not retry a failed bundle (Dataflow retries each one 4 times), so a transient
     failure fails the whole run; a retry runs the whole pipeline again. That is safe: nothing is published before
     the run succeeds, and the files under .incomplete/ are removed and rewritten with the same bytes.
-    `checks` are more counts that must reconcile: functions of the counters returning what does not.
+    `checks` are more counts that must reconcile: functions of the counters returning what does not;
+    `side_files` are files the job writes beside its shards (a report), published with them.
     """
     for line in plan_lines(title, p, shuffle, out, basis):
         print(line, file=sys.stderr)
@@ -202,7 +206,7 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
         if not sum(w["records"] for w in written):   # nothing to publish: say why instead of writing empty files
             shards.remove_incomplete(out.directory)
             raise manifest.ManifestError(f"nothing to write from --input {out.source}: {_why_empty(values)}")
-        files = shards.publish(out.directory, written)
+        files = shards.publish(out.directory, written, side_files)
     finally:
         if temporary:
             shutil.rmtree(temporary, ignore_errors=True)
@@ -466,22 +470,30 @@ def prepare(args, options) -> dict:
     parallelism = pair_parallelism(args, options)
     label, write = _write_or_pack(args, out, shuffle, pack)
     reader = _corpus_reader(args.corpus, files, args)
+    deduplicate = _dedup_params(args) if args.dedup else None
     p = beam.Pipeline(options=options)
-    (p
-     | f"Read{args.corpus.capitalize()}" >> reader
-     | "SpreadDocuments" >> transforms.SpreadDocuments(shuffle, spread_ranges(len(reader.reads), parallelism))
+    docs = p | f"Read{args.corpus.capitalize()}" >> reader
+    if deduplicate:   # its shuffles spread the documents over the workers already
+        docs = docs | "Dedup" >> deduplication.Dedup(deduplicate, args.output, shuffle, 4 * parallelism)
+    (docs
+     | "SpreadDocuments" >> transforms.SpreadDocuments(
+         shuffle, 0 if deduplicate else spread_ranges(len(reader.reads), parallelism))
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
      | "MakePairs" >> transforms.MakePairs(shuffle, args.vocab, _pair_params(args, vocab), args.seed,
                                           args.bucket_docs, parallelism)
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
      | label >> write)
+    checks = ([_packing_lost] if pack else []) + ([functools.partial(deduplication.lost, params=deduplicate)]
+                                                   if deduplicate else [])
     written, values = run_and_publish(f"prepare {args.corpus}", p, out, shuffle,
-                                      _instances_basis(sum(sizes.values()), tokens, args), args,
-                                      checks=[_packing_lost] if pack else [])
+                                      _instances_basis(sum(sizes.values()), tokens, args), args, checks=checks,
+                                      side_files=_dedup_side_files(deduplicate))
     m = _shards_manifest("prepare", args, params, vocab, args.max_seq_length,
                          values.get("tokenize/documents", 0), written, values,
                          [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)}, pack)
+    if deduplicate:
+        m["dedup"] = _dedup_summary(deduplicate, values)
     manifest.write(args.output, m)
     return m
 
@@ -550,9 +562,63 @@ def pack(args, options) -> dict:
     return m
 
 
+def _dedup_params(args) -> dedup.DedupParams:
+    return dedup.DedupParams(exact=not args.no_exact, near=not args.no_near, paragraphs=not args.no_paragraphs,
+                             num_perm=args.num_perm, bands=args.bands, threshold=args.near_threshold,
+                             shingle_words=args.shingle_words, min_paragraph_chars=args.min_paragraph_chars,
+                             max_paragraph_copies=args.max_paragraph_copies, seed=args.seed)
+
+
+def _dedup_side_files(params: dedup.DedupParams | None) -> list[str]:
+    """The report, written by the clusters step: there is none when neither document pass runs."""
+    return [deduplication.REPORT] if params and (params.exact or params.near) else []
+
+
+def _dedup_summary(params: dedup.DedupParams, values: dict[str, int]) -> dict:
+    """The manifest's `dedup` entry: the parameters, and what each pass kept and removed."""
+    c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
+    return {"parameters": dataclasses.asdict(params), "documents_in": c("documents"), "kept": c("kept"),
+            "removed_exact": c("removed_exact"), "removed_near": c("removed_near"),
+            "removed_emptied": c("removed_emptied"), "clusters": c("clusters"),
+            "empty_documents": c("empty_documents"), "repeated_paragraphs": c("repeated_paragraphs"),
+            "paragraphs_dropped": c("paragraphs_dropped"), "report": (_dedup_side_files(params) or [None])[0]}
+
+
+def dedup_documents(args, options) -> dict:
+    """`bertprep dedup`: documents -> the documents kept, exact and near duplicates and repeated paragraphs out."""
+    opened = manifest.open_output(args.input, (manifest.DOCUMENTS,), args.allow_incomplete, foreign=True)
+    files = opened.files
+    params = _dedup_params(args)
+    sizes = sizing.local_sizes(files)
+    size = sum(sizes.values())
+    out = Output(args.output, "documents", args.num_shards or sizing.file_count(size), ".jsonl.gz", size,
+                 args.input)
+    shuffle = shuffle_config(args, options)
+    shards.prepare_output(args.output, args.overwrite)
+
+    p = beam.Pipeline(options=options)
+    (p
+     | "ReadDocuments" >> transforms.ReadDocuments(files)
+     | "Dedup" >> deduplication.Dedup(params, args.output, shuffle, 4 * pair_parallelism(args, options))
+     | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"),
+                                           (1, len(d.paragraphs), sum(map(len, d.paragraphs))))])
+     | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", args.seed,
+                                              shuffle, stat_names=("documents", "paragraphs", "characters")))
+    written, values = run_and_publish("dedup", p, out, shuffle, f"{size / 1e6:,.1f} MB of documents", args,
+                                      checks=[functools.partial(deduplication.lost, params=params)],
+                                      side_files=_dedup_side_files(params))
+    m = {"format": manifest.DOCUMENTS, "stage": "dedup", "seed": args.seed,
+         "parameters": {"num_shards": out.num_shards, **dataclasses.asdict(params)},
+         "counts": {**sum_stats(written, ("documents", "paragraphs", "characters")), "counters": values},
+         "dedup": _dedup_summary(params, values), "files": written, "inputs": opened.inputs}
+    manifest.write(args.output, m)
+    return m
+
+
 # ---------------------------------------------------------------------------------------------- the command
 
-STAGES = {"extract": extract, "pairs": make_pairs, "mask": mask, "prepare": prepare, "pack": pack}
+STAGES = {"extract": extract, "pairs": make_pairs, "mask": mask, "prepare": prepare, "pack": pack,
+          "dedup": dedup_documents}
 
 
 def main(args) -> int:

@@ -28,7 +28,7 @@ import sys
 import numpy as np
 
 from pipeline.algorithms import packing
-from pipeline.formats import documents, manifest, pair_records, schema, storage, tfrecord
+from pipeline.formats import dedup_report, documents, manifest, pair_records, schema, storage, tfrecord
 
 MAX_REPORTED = 20
 
@@ -299,6 +299,26 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
     return counts
 
 
+def _check_dedup_report(directory: str, m: dict, problems: Problems) -> None:
+    """A deduplicated output's report must account for every document its clusters removed."""
+    dedup = m.get("dedup")
+    if not dedup or not dedup.get("report"):
+        return
+    path = storage.join(directory, dedup["report"])
+    try:
+        found = dedup_report.totals(path)
+    except (OSError, ValueError, KeyError, EOFError) as e:
+        problems.add(dedup["report"], f"unreadable ({e})")
+        return
+    for key, value in found.items():
+        if dedup.get(key) != value:
+            problems.add(dedup["report"], f"{value} {key.replace('_', ' ')}, manifest.json counts {dedup.get(key)}")
+    removed = dedup["removed_exact"] + dedup["removed_near"] + dedup["removed_emptied"]
+    if dedup["documents_in"] != dedup["kept"] + removed:
+        problems.add("manifest.json", f"dedup: {dedup['documents_in']} documents in, {dedup['kept']} kept and "
+                                      f"{removed} removed")
+
+
 def main(args) -> int:
     directory = args.directory
     problems = Problems()
@@ -348,9 +368,11 @@ def main(args) -> int:
             listed = {e["file"] for e in dm["files"]}
             for path in storage.match(storage.join(d, "*")):
                 name = os.path.basename(path)
-                if name not in listed and name != manifest.NAME and (
+                report = (dm.get("dedup") or {}).get("report")
+                if name not in listed and name not in (manifest.NAME, report) and (
                         fnmatch.fnmatch(name, "*.tfrecord") or fnmatch.fnmatch(name, "*.jsonl.gz")):
                     problems.add(name, "data file not listed in manifest.json (stale output from another run?)")
+            _check_dedup_report(d, dm, problems)
         packed = f" (packed rows holding {tally.get('instances', 0):,} instances)" if shape.packed else ""
         print(f"{directory}: {m['format']}, {len(files)} file(s), {sum(counts):,} records{packed}")
     if problems.items:

@@ -1,0 +1,155 @@
+"""Duplicate documents and repeated paragraphs, decided by pure functions the Beam stage wraps (pipeline/beam/dedup.py).
+
+    fingerprint(document)   its normalized length, an exact hash of its normalized text, the MinHash signature of
+                            its word 5-gram shingles, and the hashes of its long paragraphs
+    band_keys(signature)    LSH: `bands` keys of `rows` signature values each; two documents sharing a key are
+                            candidates (probability 1 - (1 - J^rows)^bands at Jaccard similarity J)
+    similarity(a, b)        the estimated Jaccard similarity: the share of equal signature values
+    Components              union-find over verified pairs: clusters are its connected components
+    keeper(members)         the one document a cluster keeps: the longest normalized text, ties to the smallest id
+
+MinHash (Broder 1997): value i of a signature is the least of h_i over a document's shingles, h_i a seeded 64-bit
+mix; two documents agree on value i with probability their Jaccard similarity. Exact duplicates (the same
+normalized text) have the same exact hash and need no signature comparison.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.formats.documents import Document
+from pipeline.text import normalize
+
+SHINGLE_CHUNK = 4096   # shingles hashed per step: a (num_perm, chunk) array at a time, not (num_perm, all)
+
+
+@dataclass(frozen=True)
+class DedupParams:
+    """The three passes and their parameters (`bertprep dedup` flags; defaults chosen in bench/bench_dedup.py)."""
+    exact: bool = True
+    near: bool = True
+    paragraphs: bool = True
+    num_perm: int = 128                 # signature values
+    bands: int = 32                     # LSH bands of num_perm // bands rows each
+    threshold: float = 0.8              # estimated Jaccard similarity that confirms a near duplicate
+    shingle_words: int = 5
+    min_paragraph_chars: int = 64       # shorter paragraphs ("CHAPTER I.", "Notes") are never dropped
+    max_paragraph_copies: int = 1       # a long paragraph in more documents than this is kept only in the first
+    seed: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.num_perm // self.bands
+
+    def check(self) -> None:
+        """Raises ValueError naming the flag of an impossible value."""
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"--near-threshold {self.threshold}: a Jaccard similarity in (0, 1]")
+        if self.num_perm < 1 or self.bands < 1 or self.num_perm % self.bands:
+            raise ValueError(f"--bands {self.bands} does not divide --num-perm {self.num_perm}: every band needs "
+                             "the same number of rows")
+
+
+@dataclass
+class Fingerprint:
+    """What deduplication knows of one document."""
+    id: str
+    title: str
+    length: int                  # characters of its normalized text (the keeper is the longest)
+    exact: str                   # hex blake2b of its normalized text; "" for a document with no words
+    signature: np.ndarray        # (num_perm,) uint64; empty for a document with no words
+    paragraphs: list[str]        # hex hashes of its paragraphs of at least min_paragraph_chars, in order
+
+    @property
+    def empty(self) -> bool:
+        return not self.exact
+
+
+def _hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def paragraph_key(paragraph: str, params: DedupParams) -> str | None:
+    """The hash a paragraph is compared by, or None for one too short to be dropped."""
+    text = normalize.normalize(paragraph)
+    return _hash(text) if len(text) >= params.min_paragraph_chars else None
+
+
+def fingerprint(doc: Document, params: DedupParams) -> Fingerprint:
+    text = normalize.normalize("\n".join(doc.paragraphs))
+    tokens = text.split()
+    paragraphs = [k for k in (paragraph_key(p, params) for p in doc.paragraphs) if k] if params.paragraphs else []
+    if not tokens:
+        return Fingerprint(doc.id, doc.title, 0, "", np.zeros(0, np.uint64), paragraphs)
+    signature = (minhash(normalize.shingles(normalize.word_ids(tokens), params.shingle_words), params.num_perm,
+                         params.seed) if params.near else np.zeros(0, np.uint64))
+    return Fingerprint(doc.id, doc.title, len(text), _hash(text), signature, paragraphs)
+
+
+def permutation_seeds(num_perm: int, seed: int) -> np.ndarray:
+    """(num_perm,) uint64: the seed of each hash function h_i(x) = mix(x ^ seed_i)."""
+    base = np.frombuffer(hashlib.blake2b(f"minhash:{seed}".encode(), digest_size=8).digest(), "<u8")[0]
+    with np.errstate(over="ignore"):
+        return normalize.mix(base + np.arange(1, num_perm + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+
+
+def minhash(shingles: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
+    """(num_perm,) uint64: the least h_i over the shingles for each i (shingles taken SHINGLE_CHUNK at a time)."""
+    seeds = permutation_seeds(num_perm, seed)[:, None]                          # (num_perm, 1)
+    least = np.full(num_perm, np.iinfo(np.uint64).max, np.uint64)
+    for start in range(0, len(shingles), SHINGLE_CHUNK):
+        values = normalize.mix(shingles[None, start:start + SHINGLE_CHUNK] ^ seeds)   # (num_perm, chunk)
+        np.minimum(least, values.min(axis=1), out=least)
+    return least
+
+
+def band_keys(signature: np.ndarray, bands: int) -> list[str]:
+    """One key per band: its index and a hash of its rows' values (equal keys: equal on every row of the band)."""
+    rows = len(signature) // bands
+    folded = signature.reshape(bands, rows).astype("<u8")
+    return [f"{b}:{hashlib.blake2b(folded[b].tobytes(), digest_size=8).hexdigest()}" for b in range(bands)]
+
+
+def similarity(a: np.ndarray, b: np.ndarray) -> float:
+    """The estimated Jaccard similarity of two documents: the share of their signature values that agree."""
+    return float(np.mean(a == b))
+
+
+def candidate_probability(jaccard: float, bands: int, rows: int) -> float:
+    """The chance that two documents of this Jaccard similarity share at least one band key."""
+    return 1.0 - (1.0 - jaccard ** rows) ** bands
+
+
+def keep_order(length: int, doc_id: str) -> tuple:
+    """Sort key of a cluster's members: the one it keeps first (the longest normalized text, then the smallest id)."""
+    return (-length, doc_id)
+
+
+class Components:
+    """Union-find over document ids: connected components of the verified similar pairs."""
+
+    def __init__(self):
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        root = x
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while self.parent.get(x, x) != root:   # path compression
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)   # the smaller id is the root: the result does not depend on order
+            self.parent.setdefault(min(ra, rb), min(ra, rb))
+
+    def groups(self) -> list[list[str]]:
+        """The components of two or more ids, each sorted, in the order of their smallest id."""
+        found: dict[str, list[str]] = {}
+        for x in self.parent:
+            found.setdefault(self.find(x), []).append(x)
+        return sorted((sorted(g) for g in found.values() if len(g) > 1), key=lambda g: g[0])

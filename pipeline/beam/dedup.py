@@ -1,0 +1,368 @@
+"""Deduplication on Beam: documents in, the documents it keeps out, every grouping through the shuffle.
+
+    Fingerprint      Document -> Fingerprint (pipeline/algorithms/dedup.py), counted: documents, empty ones
+    ExactGroups      keyed by exact hash      | Shuffle | each group's members -> pairs to its smallest id
+    BandGroups       keyed by LSH band key    | Shuffle | each bucket's members -> candidate pairs
+    Verify           candidates + signatures keyed by one end, then by the other | Shuffle x2 | -> similar pairs
+    Clusters         similar pairs            | Shuffle (one group) | union-find -> removals, the report
+    DropDocuments    documents + removals keyed by id        | Shuffle | -> the documents kept
+    ParagraphGroups  kept documents' long paragraphs by hash | Shuffle | -> drops beyond the first document
+    DropParagraphs   kept documents + drops keyed by id      | Shuffle | -> the documents, repeated paragraphs out
+
+The shuffle hands each Slice its records in hash order, so records of one key arrive together: every step walks
+one key's records at a time (a band bucket's members, a document and its decisions), never a whole Slice, and
+no step holds the corpus. The one exception is Clusters, which holds the similar pairs' documents (a union-find
+over the documents that have a duplicate, not over the corpus) in one worker, and writes the report.
+Every decision is a function of the documents' ids and texts: any worker count keeps the same documents.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from typing import Iterator
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from pipeline.algorithms import dedup
+from pipeline.beam import shuffle
+from pipeline.formats import dedup_report, tfrecord
+from pipeline.formats.documents import Document
+
+REPORT = dedup_report.NAME
+SLICE_BYTES = 64 << 20   # records a Slice holds at most: a groupbykey worker sorts one Slice in memory
+INCOMPLETE = ".incomplete"
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+def _record(key: str, tag: bytes, body: bytes) -> shuffle.Record:
+    """A record of one of the shuffles below: its key (length-prefixed) leads the payload, so a Slice's walk can
+    tell where one key's records end; `tag` says what the body holds. Its one stat is its size (plan_by_size)."""
+    k = key.encode("utf-8", "surrogatepass")
+    payload = len(k).to_bytes(4, "little") + k + tag + body
+    return key, payload, (len(payload),)
+
+
+def _keyed(sliced: tuple[shuffle.Slice, object]) -> Iterator[tuple[str, list[bytes]]]:
+    """(key, [tag + body, ...]) for each key of a Slice, in hash order: equal keys have equal hashes, so their
+    records are adjacent."""
+    key, bodies = None, []
+    for frame in sliced[1].frames():
+        payload = tfrecord.payload(frame)
+        n = int.from_bytes(payload[:4], "little")
+        k, body = payload[4:4 + n], payload[4 + n:]
+        if k != key and bodies:
+            yield key.decode("utf-8", "surrogatepass"), bodies
+            bodies = []
+        key = k
+        bodies.append(body)
+    if bodies:
+        yield key.decode("utf-8", "surrogatepass"), bodies
+
+
+def plan_by_size(min_slices: int, max_bytes: int, counts: shuffle.Counts) -> list[shuffle.Slice]:
+    """Balanced Slices, at least `min_slices` (work for every worker) and enough that none holds much more than
+    `max_bytes` of records (the records' one stat is their size)."""
+    total = int(counts.totals[0]) if len(counts.totals) else 0
+    return shuffle.plan_ranges(max(min_slices, -(-total // max_bytes)), counts)
+
+
+def _shuffled(name: str, seed: int, config: shuffle.ShuffleConfig, slices: int) -> shuffle.Shuffle:
+    return shuffle.Shuffle(name, f"{name}:{seed}", functools.partial(plan_by_size, slices, SLICE_BYTES), 1, config)
+
+
+def _member(f: dedup.Fingerprint) -> dict:
+    return {"id": f.id, "length": f.length, "title": f.title, "exact": f.exact}
+
+
+# ---------------------------------------------------------------------------------------------- steps
+
+class _Fingerprint(beam.DoFn):
+    def __init__(self, params: dedup.DedupParams):
+        self.params = params
+        self.documents = Metrics.counter("dedup", "documents")
+        self.empty = Metrics.counter("dedup", "empty_documents")
+
+    def process(self, doc: Document):
+        f = dedup.fingerprint(doc, self.params)
+        self.documents.inc()
+        if f.empty:
+            self.empty.inc()   # no words: never clustered, passed on as it is
+        yield f
+
+
+def _exact_records(f: dedup.Fingerprint) -> list[shuffle.Record]:
+    return [] if f.empty else [_record(f.exact, b"M", json.dumps(_member(f)).encode())]
+
+
+def _exact_pairs(sliced) -> Iterator[dict]:
+    """Each group of documents with the same normalized text -> a pair (member, first by id) per other member."""
+    for _, bodies in _keyed(sliced):
+        if len(bodies) < 2:
+            continue
+        members = sorted((json.loads(b[1:]) for b in bodies), key=lambda m: m["id"])
+        for m in members[1:]:
+            yield {"a": members[0], "b": m, "similarity": 1.0}
+
+
+def _band_records(f: dedup.Fingerprint, params: dedup.DedupParams) -> list[shuffle.Record]:
+    if f.empty:
+        return []
+    body = json.dumps([f.id, f.exact]).encode()
+    return [_record(key, b"B", body) for key in dedup.band_keys(f.signature, params.bands)]
+
+
+def _candidates(sliced, exact_pass: bool) -> Iterator[list[shuffle.Record]]:
+    """Each band bucket (documents equal on every row of a band) -> candidate pairs: each member with the
+    bucket's first (smallest id) and with the member before it. Members with the same text as an earlier one are
+    left out when the exact pass links them already."""
+    for _, bodies in _keyed(sliced):
+        if len(bodies) < 2:
+            continue
+        members, seen = [], set()
+        for doc_id, exact in sorted(json.loads(b[1:]) for b in bodies):
+            if exact_pass and exact in seen:
+                continue
+            seen.add(exact)
+            members.append(doc_id)
+        pairs = {(members[0], m) for m in members[1:]} | set(zip(members[1:-1], members[2:]))
+        yield [_record(a, b"C", b.encode()) for a, b in sorted(pairs)]
+
+
+def _signature_records(f: dedup.Fingerprint) -> list[shuffle.Record]:
+    if f.empty:
+        return []
+    return [_record(f.id, b"S", f.signature.astype("<u8").tobytes() + json.dumps(_member(f)).encode())]
+
+
+def _split_signed(body: bytes, num_perm: int) -> tuple[np.ndarray, dict]:
+    """A signed body (tag, num_perm values, the member's JSON) -> (signature, member)."""
+    width = 8 * num_perm
+    return np.frombuffer(body[1:1 + width], "<u8"), json.loads(body[1 + width:])
+
+
+def _sign_first(sliced, num_perm: int) -> Iterator[list[shuffle.Record]]:
+    """Verify, first hop: a document's candidates (keyed by their first end) -> each candidate, keyed by its
+    other end, carrying the first end's signature."""
+    for _, bodies in _keyed(sliced):
+        signed = next((b for b in bodies if b[:1] == b"S"), None)
+        others = sorted({b[1:].decode() for b in bodies if b[:1] == b"C"})
+        if signed is None or not others:
+            continue
+        yield [_record(other, b"A", signed[1:]) for other in others]
+
+
+def _similar_pairs(sliced, params: dedup.DedupParams) -> Iterator[dict]:
+    """Verify, second hop: a document's signature and the signed candidates keyed by it -> the pairs whose
+    estimated Jaccard similarity reaches the threshold."""
+    for _, bodies in _keyed(sliced):
+        signed = next((b for b in bodies if b[:1] == b"S"), None)
+        if signed is None:
+            continue
+        signature, member = _split_signed(signed, params.num_perm)
+        for body in sorted({b for b in bodies if b[:1] == b"A"}):
+            other_signature, other = _split_signed(body, params.num_perm)
+            similar = dedup.similarity(signature, other_signature)
+            if similar >= params.threshold:
+                yield {"a": other, "b": member, "similarity": similar}
+
+
+def _pair_records(pair: dict) -> list[shuffle.Record]:
+    key = f"{pair['a']['id']}\x00{pair['b']['id']}"
+    return [_record(key, b"E", json.dumps(pair).encode())]
+
+
+class _Clusters(beam.DoFn):
+    """The one group of every similar pair -> union-find -> the documents each cluster removes (keyed by id), and
+    the report, one line a cluster, written under the output's .incomplete/ (published with the data)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.clusters = Metrics.counter("dedup", "clusters")
+        self.removed = {reason: Metrics.counter("dedup", f"report_removed_{reason}") for reason in ("exact", "near")}
+
+    def process(self, sliced):
+        components, members, best = dedup.Components(), {}, {}
+        for _, bodies in _keyed(sliced):
+            for body in bodies:
+                pair = json.loads(body[1:])
+                a, b = pair["a"], pair["b"]
+                members[a["id"]], members[b["id"]] = a, b
+                components.union(a["id"], b["id"])
+                for x in (a["id"], b["id"]):
+                    best[x] = max(best.get(x, 0.0), pair["similarity"])
+        lines, removals = [], []
+        for group in components.groups():
+            cluster = sorted((members[i] for i in group), key=lambda m: dedup.keep_order(m["length"], m["id"]))
+            kept, removed = cluster[0], []
+            self.clusters.inc()
+            for m in cluster[1:]:
+                reason = "exact" if m["exact"] == kept["exact"] else "near"
+                self.removed[reason].inc()
+                removed.append({**m, "reason": reason, "similarity": round(best[m["id"]], 4)})
+                removals.append(_record(m["id"], b"R", reason.encode()))
+            lines.append(dedup_report.encode(kept, removed))
+        path = FileSystems.join(self.directory, INCOMPLETE, dedup_report.NAME)
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            dedup_report.write(f, lines)   # a retried bundle writes the same bytes
+        yield removals
+
+
+def _document_records(doc: Document) -> list[shuffle.Record]:
+    return [_record(doc.id, b"D", doc.to_json().encode())]
+
+
+class _DropDocuments(beam.DoFn):
+    """A document and the removals keyed by its id -> the document, unless a cluster removes it."""
+
+    def __init__(self):
+        self.kept = Metrics.counter("dedup", "documents_after_clusters")
+        self.removed = {reason: Metrics.counter("dedup", f"removed_{reason}") for reason in ("exact", "near")}
+
+    def process(self, sliced):
+        for _, bodies in _keyed(sliced):
+            reasons = sorted({b[1:].decode() for b in bodies if b[:1] == b"R"})
+            for body in bodies:
+                if body[:1] != b"D":
+                    continue
+                if reasons:
+                    self.removed["exact" if "exact" in reasons else "near"].inc()
+                    continue
+                self.kept.inc()
+                yield Document.from_json(body[1:])
+
+
+def _paragraph_records(doc: Document, params: dedup.DedupParams):
+    """A kept document -> its record for DropParagraphs (with its paragraphs' keys), and on the `paragraphs`
+    output one record per distinct long paragraph for ParagraphGroups."""
+    keys = [dedup.paragraph_key(p, params) for p in doc.paragraphs]
+    yield [_record(doc.id, b"D", json.dumps({"document": doc.to_json(), "keys": keys}).encode())]
+    yield beam.pvalue.TaggedOutput("paragraphs", [_record(k, b"P", doc.id.encode())
+                                                  for k in sorted({k for k in keys if k})])
+
+
+def _paragraph_drops(sliced, max_copies: int) -> Iterator[list[shuffle.Record]]:
+    """Each long paragraph's documents -> a drop for every document after the first (by id), when it is in more
+    than `max_copies` documents."""
+    repeated = Metrics.counter("dedup", "repeated_paragraphs")
+    for key, bodies in _keyed(sliced):
+        ids = sorted({b[1:].decode() for b in bodies if b[:1] == b"P"})
+        if len(ids) > max_copies:
+            repeated.inc()
+            yield [_record(doc_id, b"X", key.encode()) for doc_id in ids[1:]]
+
+
+class _DropParagraphs(beam.DoFn):
+    """A kept document and its paragraph drops -> the document without those paragraphs (all their occurrences);
+    a document left with none is removed, counted."""
+
+    def __init__(self):
+        self.dropped = Metrics.counter("dedup", "paragraphs_dropped")
+        self.emptied = Metrics.counter("dedup", "removed_emptied")
+        self.kept = Metrics.counter("dedup", "kept")
+
+    def process(self, sliced):
+        for _, bodies in _keyed(sliced):
+            drops = {b[1:].decode() for b in bodies if b[:1] == b"X"}
+            for body in bodies:
+                if body[:1] != b"D":
+                    continue
+                d = json.loads(body[1:])
+                doc = Document.from_json(d["document"])
+                keep = [p for p, k in zip(doc.paragraphs, d["keys"]) if k is None or k not in drops]
+                self.dropped.inc(len(doc.paragraphs) - len(keep))
+                if not keep:
+                    self.emptied.inc()
+                    continue
+                self.kept.inc()
+                yield Document(doc.id, doc.source, doc.title, keep, doc.presplit)
+
+
+class _PassOn(beam.DoFn):
+    """The last step when the paragraph pass is off: counts the documents kept."""
+
+    def __init__(self):
+        self.kept = Metrics.counter("dedup", "kept")
+
+    def process(self, doc: Document):
+        self.kept.inc()
+        yield doc
+
+
+# ---------------------------------------------------------------------------------------------- the composite
+
+class Dedup(beam.PTransform):
+    """Documents -> the documents deduplication keeps; writes `directory`/.incomplete/dedup_report.jsonl.gz.
+
+    `slices`: the least number of work items each shuffle is cut into (more as its records grow)."""
+
+    def __init__(self, params: dedup.DedupParams, directory: str, config: shuffle.ShuffleConfig, slices: int):
+        super().__init__()
+        params.check()
+        self.params, self.directory, self.config, self.slices = params, directory, config, max(1, slices)
+
+    def _shuffle(self, name: str, slices: int | None = None) -> shuffle.Shuffle:
+        return _shuffled(f"dedup-{name}", self.params.seed, self.config, slices or self.slices)
+
+    def expand(self, docs):
+        p = self.params
+        fingerprints = docs | "Fingerprint" >> beam.ParDo(_Fingerprint(p))
+        pairs = []
+        if p.exact:
+            pairs.append(fingerprints
+                         | "ExactRecords" >> beam.Map(_exact_records)
+                         | "ExactGroups" >> self._shuffle("exact")
+                         | "ExactPairs" >> beam.FlatMap(_exact_pairs))
+        if p.near:
+            candidates = (fingerprints
+                          | "BandRecords" >> beam.Map(_band_records, p)
+                          | "BandGroups" >> self._shuffle("bands")
+                          | "Candidates" >> beam.FlatMap(_candidates, p.exact))
+            signatures = fingerprints | "Signatures" >> beam.Map(_signature_records)
+            signed = ((candidates, signatures)
+                      | "JoinFirst" >> beam.Flatten()
+                      | "VerifyFirst" >> self._shuffle("verify-first")
+                      | "SignFirst" >> beam.FlatMap(_sign_first, p.num_perm))
+            pairs.append((signed, fingerprints | "SignaturesAgain" >> beam.Map(_signature_records))
+                         | "JoinSecond" >> beam.Flatten()
+                         | "VerifySecond" >> self._shuffle("verify-second")
+                         | "SimilarPairs" >> beam.FlatMap(_similar_pairs, p))
+        if pairs:
+            removals = (tuple(pairs)
+                        | "AllPairs" >> beam.Flatten()
+                        | "PairRecords" >> beam.Map(_pair_records)
+                        | "OneGroup" >> self._shuffle("pairs", slices=1)
+                        | "Clusters" >> beam.ParDo(_Clusters(self.directory)))
+            docs = ((docs | "DocumentRecords" >> beam.Map(_document_records), removals)
+                    | "JoinRemovals" >> beam.Flatten()
+                    | "ByDocument" >> self._shuffle("documents")
+                    | "DropDocuments" >> beam.ParDo(_DropDocuments()))
+        if not p.paragraphs:
+            return docs | "Kept" >> beam.ParDo(_PassOn())
+        records = docs | "ParagraphRecords" >> beam.FlatMap(_paragraph_records, p).with_outputs(
+            "paragraphs", main="documents")
+        drops = (records.paragraphs
+                 | "ParagraphGroups" >> self._shuffle("paragraphs")
+                 | "RepeatedParagraphs" >> beam.FlatMap(_paragraph_drops, p.max_paragraph_copies))
+        return ((records.documents, drops)
+                | "JoinDrops" >> beam.Flatten()
+                | "ByKeptDocument" >> self._shuffle("kept")
+                | "DropParagraphs" >> beam.ParDo(_DropParagraphs()))
+
+
+def lost(values: dict[str, int], params: dedup.DedupParams) -> list[str]:
+    """The dedup counts that must reconcile before anything is published: documents in = kept + removed, and the
+    report accounts for every document a cluster removed."""
+    c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
+    wrong = []
+    removed = c("removed_exact") + c("removed_near") + c("removed_emptied")
+    if c("documents") != c("kept") + removed:
+        wrong.append(f"dedup: {c('documents'):,} documents in, {c('kept'):,} kept and {removed:,} removed")
+    if c("report_removed_exact") + c("report_removed_near") != c("removed_exact") + c("removed_near"):
+        wrong.append(f"dedup: the report removes {c('report_removed_exact') + c('report_removed_near'):,} "
+                     f"documents, the documents step {c('removed_exact') + c('removed_near'):,}")
+    return wrong

@@ -1,0 +1,195 @@
+"""Deduplication: normalization, MinHash and LSH on real text, and `bertprep dedup` / `prepare --dedup` on the
+bundled books with altered copies of them (bench/copies.py): what it merges, what it keeps, what it reports."""
+import gzip
+import json
+import random
+
+import numpy as np
+import pytest
+
+from bench.copies import ALTERATIONS
+from pipeline.algorithms import dedup
+from pipeline.commands import cli
+from pipeline.formats import dedup_report, documents
+from pipeline.formats.documents import Document
+from pipeline.text import normalize
+from tests.conftest import SAMPLES, UNCASED_VOCAB
+
+ONE = ["--preset", "local-1"]
+TWO = ["--preset", "local", "--direct_num_workers=2"]
+BOOKS = sorted((SAMPLES / "books").glob("*.txt"))
+
+
+def shingle_set(text: str) -> set[int]:
+    return set(normalize.shingles(normalize.word_ids(normalize.words(text))).tolist())
+
+
+def jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b)
+
+
+# ---------------------------------------------------------------------------------------------- pure
+
+def test_normalize_folds_what_copies_of_a_text_differ_in():
+    a = "\u201cWell,\u201d said he\u2014quite well-known\u2014\n   and \u2018so\u2019 on\u2026 ﬁne"
+    b = '"WELL," said he--quite well-known--\nand \'so\' on... fine'
+    c = '"well,"  said he - quite   well-known -  and \'so\' on...\n\nfine'
+    assert normalize.normalize(a) == normalize.normalize(b) == normalize.normalize(c) == \
+        '"well," said he - quite well-known - and \'so\' on... fine'
+    assert normalize.normalize("word-word") == "word-word"   # a hyphen inside a word stays
+    assert normalize.normalize(" \n\t ") == ""
+
+
+def test_shingle_hashes_are_stable_across_processes_and_versions():
+    ids = normalize.word_ids("the quick brown fox jumps over the lazy dog".split())
+    h = normalize.shingles(ids, 5)
+    assert len(h) == 5 and len(set(h.tolist())) == 5
+    assert int(h[0]) == 3072179690705669634   # a fixed value: any worker, any machine, any run
+    assert len(normalize.shingles(ids[:3], 5)) == 1 and len(normalize.shingles(ids[:0], 5)) == 0
+    assert normalize.shingles(ids[[1, 0, 2, 3, 4]], 5)[0] != h[0]   # order matters
+
+
+@pytest.mark.parametrize("alteration", ["drop_chapter", "shuffle_chapters", "excerpt"])
+def test_minhash_estimates_the_jaccard_similarity_of_real_copies(alteration):
+    text = (SAMPLES / "books" / "carroll-alice.txt").read_text()
+    copy = ALTERATIONS[alteration](text, random.Random(3))
+    exact = jaccard(shingle_set(text), shingle_set(copy))
+    params = dedup.DedupParams(num_perm=256)
+    a, b = (dedup.fingerprint(Document(str(i), "books", "t", [t]), params) for i, t in enumerate((text, copy)))
+    assert abs(dedup.similarity(a.signature, b.signature) - exact) < 0.08, (alteration, exact)
+
+
+def test_band_probability_and_band_keys():
+    assert dedup.candidate_probability(0.8, 32, 4) > 0.999 and dedup.candidate_probability(0.2, 32, 4) < 0.05
+    sig = np.arange(128, dtype=np.uint64)
+    keys = dedup.band_keys(sig, 32)
+    other = sig.copy()
+    other[5] += 1   # one value differs: only the key of its band (band 1 of 4 rows each) changes
+    assert [k1 == k2 for k1, k2 in zip(keys, dedup.band_keys(other, 32))] == [i != 1 for i in range(32)]
+
+
+def test_components_and_the_keep_rule():
+    c = dedup.Components()
+    for a, b in (("d", "b"), ("x", "y"), ("b", "a"), ("y", "z")):
+        c.union(a, b)
+    assert c.groups() == [["a", "b", "d"], ["x", "y", "z"]]
+    members = [(500, "b"), (900, "c"), (900, "a"), (10, "z")]
+    assert min(members, key=lambda m: dedup.keep_order(*m)) == (900, "a")
+
+
+def test_params_refuse_what_cannot_work():
+    with pytest.raises(ValueError, match="--near-threshold 0"):
+        dedup.DedupParams(threshold=0).check()
+    with pytest.raises(ValueError, match="--bands 30 does not divide --num-perm 128"):
+        dedup.DedupParams(bands=30).check()
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory):
+    """The three bundled books, each with an altered copy of every kind (bench/copies.py), extracted."""
+    root = tmp_path_factory.mktemp("copies")
+    (root / "books").mkdir()
+    for path in BOOKS:
+        text = path.read_text()
+        (root / "books" / path.name).write_text(text)
+        for name, alter in ALTERATIONS.items():
+            (root / "books" / f"{path.stem}--{name}.txt").write_text(alter(text, random.Random(path.name + name)))
+    assert cli.main(["extract", "books", "--input", str(root / "books"), "--output", str(root / "docs"), *ONE]) == 0
+    assert cli.main(["dedup", "--input", str(root / "docs"), "--output", str(root / "out"), *ONE]) == 0
+    return root
+
+
+def _clusters(directory):
+    return list(dedup_report.read(str(directory / "dedup_report.jsonl.gz")))
+
+
+def _source(doc_id: str) -> str:
+    return doc_id.split(":")[1].split("--")[0].split(".")[0].split("#")[0]
+
+
+@pytest.mark.slow
+def test_each_book_and_its_copies_make_one_cluster_and_books_never_merge(copies):
+    clusters = _clusters(copies / "out")
+    assert len(clusters) == len(BOOKS)
+    for cluster in clusters:
+        ids = [cluster["kept"]] + [m["id"] for m in cluster["removed"]]
+        assert len({_source(i) for i in ids}) == 1, ids                 # no two books merged
+        kinds = {i.split("--")[1].split(".")[0] if "--" in i else "original" for i in ids}
+        # every copy of Jaccard >= 0.8 (an excerpt is ~0.3: not a near duplicate)
+        assert kinds == {"original", "rewrap", "curly", "header", "drop_chapter", "shuffle_chapters"}, ids
+        assert all(m["similarity"] >= 0.8 for m in cluster["removed"])
+
+
+@pytest.mark.slow
+def test_counts_reconcile_and_the_report_accounts_for_every_removal(copies, capsys):
+    m = json.loads((copies / "out/manifest.json").read_text())
+    d = m["dedup"]
+    kept = [doc for f in sorted((copies / "out").glob("documents-*.jsonl.gz")) for doc in documents.read_file(str(f))]
+    assert d["documents_in"] == len(BOOKS) * (1 + len(ALTERATIONS))
+    assert d["kept"] == len(kept) == m["counts"]["documents"]
+    assert d["documents_in"] == d["kept"] + d["removed_exact"] + d["removed_near"] + d["removed_emptied"]
+    assert dedup_report.totals(str(copies / "out/dedup_report.jsonl.gz")) == \
+        {k: d[k] for k in ("clusters", "removed_exact", "removed_near")}
+    # the excerpts survive the document passes; their paragraphs are all in the full book: the paragraph pass
+    # keeps each in the first document by id, and drops it from the others
+    assert d["repeated_paragraphs"] > 100 and d["paragraphs_dropped"] >= d["repeated_paragraphs"]
+    assert cli.main(["verify", str(copies / "out")]) in (0, None)
+    assert cli.main(["inspect", str(copies / "out"), "--examples", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"{d['documents_in']} documents in" in out and "DIFFERS" not in out
+
+
+@pytest.mark.slow
+def test_the_same_documents_kept_on_any_worker_count_and_back_end(copies, tmp_path):
+    for name, args in (("two", TWO), ("gbk", [*ONE, "--shuffle", "groupbykey"])):
+        assert cli.main(["dedup", "--input", str(copies / "docs"), "--output", str(tmp_path / name), *args]) == 0
+        for f in [*(copies / "out").glob("documents-*.jsonl.gz"), copies / "out/dedup_report.jsonl.gz"]:
+            assert (tmp_path / name / f.name).read_bytes() == f.read_bytes(), (name, f.name)
+
+
+def _write_documents(path, docs):
+    path.mkdir(parents=True)
+    with open(path / "documents-00000-of-00001.jsonl.gz", "wb") as f:
+        documents.write_gzip_jsonl(f, docs)
+
+
+@pytest.mark.slow
+def test_exact_copies_repeated_paragraphs_and_documents_left_empty(tmp_path):
+    story = (SAMPLES / "books" / "carroll-alice.txt").read_text().split("\n\n")
+    paras = [" ".join(p.split()) for p in story if len(" ".join(p.split())) > 80][:40]
+    licence = ("This text is provided as is, without warranty of any kind; you may copy it, give it away or re-use "
+               "it under the terms of the licence included with it.")
+    docs = [Document("t:a", "text", "A", paras[:20] + [licence]),
+            Document("t:b", "text", "B copy", [p.upper() for p in paras[:20]] + [licence]),   # A, another case
+            Document("t:c", "text", "C", paras[20:] + [licence, "Notes."]),
+            Document("t:d", "text", "D", [licence]),                    # nothing but boilerplate
+            Document("t:e", "text", "E", ["\u200b"])]                   # no words at all
+    _write_documents(tmp_path / "docs", docs)
+    assert cli.main(["dedup", "--input", str(tmp_path / "docs" / "*.jsonl.gz"), "--output", str(tmp_path / "out"),
+                     *ONE]) == 0
+    d = json.loads((tmp_path / "out/manifest.json").read_text())["dedup"]
+    kept = {doc.id: doc for doc in documents.read_file(str(tmp_path / "out/documents-00000-of-00001.jsonl.gz"))}
+    assert (d["removed_exact"], d["removed_near"], d["removed_emptied"], d["empty_documents"]) == (1, 0, 1, 1)
+    assert sorted(kept) == ["t:a", "t:c", "t:e"]   # b: a's exact copy; d: its one paragraph is a's; e: no words
+    assert licence in kept["t:a"].paragraphs and licence not in kept["t:c"].paragraphs
+    assert "Notes." in kept["t:c"].paragraphs      # short paragraphs are never dropped
+    assert d["repeated_paragraphs"] == 1 and d["paragraphs_dropped"] == 2
+    (cluster,) = _clusters(tmp_path / "out")
+    assert cluster["kept"] == "t:a" and cluster["removed"] == [
+        {"id": "t:b", "title": "B copy", "reason": "exact", "similarity": 1.0}]
+
+
+@pytest.mark.slow
+def test_prepare_dedup_removes_duplicates_before_pairing(copies, tmp_path):
+    argv = ["prepare", "books", "--input", str(copies / "books"), "--vocab", str(UNCASED_VOCAB), "--dupe-factor",
+            "1", "--num-shards", "2", *ONE]
+    assert cli.main([*argv, "--dedup", "--output", str(tmp_path / "deduped")]) == 0
+    m = json.loads((tmp_path / "deduped/manifest.json").read_text())
+    same = json.loads((copies / "out/manifest.json").read_text())["dedup"]
+    assert {k: m["dedup"][k] for k in same if k != "parameters"} == {k: same[k] for k in same if k != "parameters"}
+    assert m["counts"]["documents"] <= m["dedup"]["kept"]
+    assert gzip.decompress((tmp_path / "deduped/dedup_report.jsonl.gz").read_bytes()) == \
+        gzip.decompress((copies / "out/dedup_report.jsonl.gz").read_bytes())
+    assert cli.main(["verify", str(tmp_path / "deduped")]) in (0, None)
