@@ -162,7 +162,7 @@ TABLE = [
     (["dedup", "--input", "{m}/docs", "--output", "{m}/o6", "--near-threshold", "1.5"], 2,
      ["--near-threshold", "in (0, 1]"]),
     (["dedup", "--input", "{m}/docs", "--output", "{m}/o6", "--bands", "30"], 2,
-     ["--bands 30 does not divide --num-perm 128"]),
+     ["--bands 30 does not divide --num-perm 256"]),
     (["dedup", "--input", "{m}/docs", "--output", "{m}/o6", "--no-exact", "--no-near", "--no-paragraphs"], 2,
      ["every pass is off"]),
     (["dedup", "--input", "{m}/docs", "--output", "{m}/o6", "--max-paragraph-copies", "0"], 2,

@@ -80,7 +80,7 @@ def test_components_and_the_keep_rule():
 def test_params_refuse_what_cannot_work():
     with pytest.raises(ValueError, match="--near-threshold 0"):
         dedup.DedupParams(threshold=0).check()
-    with pytest.raises(ValueError, match="--bands 30 does not divide --num-perm 128"):
+    with pytest.raises(ValueError, match="--bands 30 does not divide --num-perm 256"):
         dedup.DedupParams(bands=30).check()
 
 

@@ -1,8 +1,9 @@
 """Deduplication on Beam: documents in, the documents it keeps out, every grouping through the shuffle.
 
-    Fingerprint      Document -> Fingerprint (pipeline/algorithms/dedup.py), counted: documents, empty ones
-    ExactGroups      keyed by exact hash      | Shuffle | each group's members -> pairs to its smallest id
-    BandGroups       keyed by LSH band key    | Shuffle | each bucket's members -> candidate pairs
+    Fingerprint      Document -> Fingerprint (pipeline/algorithms/dedup.py) and the document's record,
+                     counted: documents, empty ones
+    Buckets          keyed by exact hash and by each LSH band key | Shuffle | an exact group's members -> pairs
+                     with its first; a band bucket's members -> candidate pairs
     Verify           candidates + signatures keyed by one end, then by the other | Shuffle x2 | -> similar pairs
     Clusters         similar pairs            | Shuffle (one group) | union-find -> removals, the report
     DropDocuments    documents + removals keyed by id        | Shuffle | -> the documents kept
@@ -82,6 +83,9 @@ def _member(f: dedup.Fingerprint) -> dict:
 # ---------------------------------------------------------------------------------------------- steps
 
 class _Fingerprint(beam.DoFn):
+    """A document -> its fingerprint, and on the `documents` output (its id, its body: the document and its
+    paragraphs' keys, so that no later step normalizes it again)."""
+
     def __init__(self, params: dedup.DedupParams):
         self.params = params
         self.documents = Metrics.counter("dedup", "documents")
@@ -92,36 +96,36 @@ class _Fingerprint(beam.DoFn):
         self.documents.inc()
         if f.empty:
             self.empty.inc()   # no words: never clustered, passed on as it is
-        yield f
+        else:
+            yield f
+        yield beam.pvalue.TaggedOutput("documents", (doc.id, json.dumps({"document": doc.to_json(),
+                                                                         "keys": f.paragraphs}).encode()))
 
 
-def _exact_records(f: dedup.Fingerprint) -> list[shuffle.Record]:
-    return [] if f.empty else [_record(f.exact, b"M", json.dumps(_member(f)).encode())]
+def _bucket_records(f: dedup.Fingerprint, params: dedup.DedupParams) -> list[shuffle.Record]:
+    """A document's record under its exact hash (with what a pair reports of it), and one under each band key."""
+    records = [_record(f"x:{f.exact}", b"M", json.dumps(_member(f)).encode())] if params.exact else []
+    if params.near:
+        body = json.dumps([f.id, f.exact]).encode()
+        records += [_record(key, b"B", body) for key in dedup.band_keys(f.signature, params.bands)]
+    return records
 
 
-def _exact_pairs(sliced) -> Iterator[dict]:
-    """Each group of documents with the same normalized text -> a pair (member, first by id) per other member."""
-    for _, bodies in _keyed(sliced):
+NEIGHBOURS = 16   # a bucket's member is a candidate with the bucket's first and the NEIGHBOURS before it
+
+
+def _pairs_and_candidates(sliced, exact_pass: bool):
+    """Each exact group -> a similar pair (member, first by id) per other member. Each band bucket (documents
+    equal on every row of a band) -> on the `candidates` output, each member (in id order) with the bucket's first
+    and the NEIGHBOURS members before it: every pair of a bucket of up to 17, and work linear in a bigger one.
+    Members with the same text as an earlier one are left out when the exact pass links them already."""
+    for key, bodies in _keyed(sliced):
         if len(bodies) < 2:
             continue
-        members = sorted((json.loads(b[1:]) for b in bodies), key=lambda m: m["id"])
-        for m in members[1:]:
-            yield {"a": members[0], "b": m, "similarity": 1.0}
-
-
-def _band_records(f: dedup.Fingerprint, params: dedup.DedupParams) -> list[shuffle.Record]:
-    if f.empty:
-        return []
-    body = json.dumps([f.id, f.exact]).encode()
-    return [_record(key, b"B", body) for key in dedup.band_keys(f.signature, params.bands)]
-
-
-def _candidates(sliced, exact_pass: bool) -> Iterator[list[shuffle.Record]]:
-    """Each band bucket (documents equal on every row of a band) -> candidate pairs: each member with the
-    bucket's first (smallest id) and with the member before it. Members with the same text as an earlier one are
-    left out when the exact pass links them already."""
-    for _, bodies in _keyed(sliced):
-        if len(bodies) < 2:
+        if key.startswith("x:"):
+            members = sorted((json.loads(b[1:]) for b in bodies), key=lambda m: m["id"])
+            for m in members[1:]:
+                yield {"a": members[0], "b": m, "similarity": 1.0}
             continue
         members, seen = [], set()
         for doc_id, exact in sorted(json.loads(b[1:]) for b in bodies):
@@ -129,8 +133,9 @@ def _candidates(sliced, exact_pass: bool) -> Iterator[list[shuffle.Record]]:
                 continue
             seen.add(exact)
             members.append(doc_id)
-        pairs = {(members[0], m) for m in members[1:]} | set(zip(members[1:-1], members[2:]))
-        yield [_record(a, b"C", b.encode()) for a, b in sorted(pairs)]
+        pairs = {(members[j], members[i]) for i in range(1, len(members))
+                 for j in (0, *range(max(1, i - NEIGHBOURS), i))}
+        yield beam.pvalue.TaggedOutput("candidates", [_record(a, b"C", b.encode()) for a, b in sorted(pairs)])
 
 
 def _signature_records(f: dedup.Fingerprint) -> list[shuffle.Record]:
@@ -212,8 +217,8 @@ class _Clusters(beam.DoFn):
         yield removals
 
 
-def _document_records(doc: Document) -> list[shuffle.Record]:
-    return [_record(doc.id, b"D", doc.to_json().encode())]
+def _document_records(pair: tuple[str, bytes]) -> list[shuffle.Record]:
+    return [_record(pair[0], b"D", pair[1])]
 
 
 class _DropDocuments(beam.DoFn):
@@ -233,16 +238,17 @@ class _DropDocuments(beam.DoFn):
                     self.removed["exact" if "exact" in reasons else "near"].inc()
                     continue
                 self.kept.inc()
-                yield Document.from_json(body[1:])
+                yield body   # the document's record, as DropParagraphs reads it
 
 
-def _paragraph_records(doc: Document, params: dedup.DedupParams):
-    """A kept document -> its record for DropParagraphs (with its paragraphs' keys), and on the `paragraphs`
-    output one record per distinct long paragraph for ParagraphGroups."""
-    keys = [dedup.paragraph_key(p, params) for p in doc.paragraphs]
-    yield [_record(doc.id, b"D", json.dumps({"document": doc.to_json(), "keys": keys}).encode())]
-    yield beam.pvalue.TaggedOutput("paragraphs", [_record(k, b"P", doc.id.encode())
-                                                  for k in sorted({k for k in keys if k})])
+def _paragraph_records(body: bytes):
+    """A kept document's record -> itself keyed by its id for DropParagraphs, and on the `paragraphs` output one
+    record per distinct long paragraph for ParagraphGroups."""
+    d = json.loads(body[1:])
+    doc_id = json.loads(d["document"])["id"]
+    yield [_record(doc_id, b"D", body[1:])]
+    yield beam.pvalue.TaggedOutput("paragraphs", [_record(k, b"P", doc_id.encode())
+                                                  for k in sorted({k for k in d["keys"] if k})])
 
 
 def _paragraph_drops(sliced, max_copies: int) -> Iterator[list[shuffle.Record]]:
@@ -283,14 +289,14 @@ class _DropParagraphs(beam.DoFn):
 
 
 class _PassOn(beam.DoFn):
-    """The last step when the paragraph pass is off: counts the documents kept."""
+    """The last step when the paragraph pass is off: the documents kept, counted."""
 
     def __init__(self):
         self.kept = Metrics.counter("dedup", "kept")
 
-    def process(self, doc: Document):
+    def process(self, body: bytes):
         self.kept.inc()
-        yield doc
+        yield Document.from_json(json.loads(body[1:])["document"])
 
 
 # ---------------------------------------------------------------------------------------------- the composite
@@ -310,40 +316,37 @@ class Dedup(beam.PTransform):
 
     def expand(self, docs):
         p = self.params
-        fingerprints = docs | "Fingerprint" >> beam.ParDo(_Fingerprint(p))
-        pairs = []
-        if p.exact:
-            pairs.append(fingerprints
-                         | "ExactRecords" >> beam.Map(_exact_records)
-                         | "ExactGroups" >> self._shuffle("exact")
-                         | "ExactPairs" >> beam.FlatMap(_exact_pairs))
-        if p.near:
-            candidates = (fingerprints
-                          | "BandRecords" >> beam.Map(_band_records, p)
-                          | "BandGroups" >> self._shuffle("bands")
-                          | "Candidates" >> beam.FlatMap(_candidates, p.exact))
-            signatures = fingerprints | "Signatures" >> beam.Map(_signature_records)
-            signed = ((candidates, signatures)
-                      | "JoinFirst" >> beam.Flatten()
-                      | "VerifyFirst" >> self._shuffle("verify-first")
-                      | "SignFirst" >> beam.FlatMap(_sign_first, p.num_perm))
-            pairs.append((signed, fingerprints | "SignaturesAgain" >> beam.Map(_signature_records))
-                         | "JoinSecond" >> beam.Flatten()
-                         | "VerifySecond" >> self._shuffle("verify-second")
-                         | "SimilarPairs" >> beam.FlatMap(_similar_pairs, p))
-        if pairs:
+        fingerprints = docs | "Fingerprint" >> beam.ParDo(_Fingerprint(p)).with_outputs("documents",
+                                                                                        main="fingerprints")
+        kept = fingerprints.documents | "Bodies" >> beam.Map(lambda pair: b"D" + pair[1])
+        if p.exact or p.near:
+            found = (fingerprints.fingerprints
+                     | "BucketRecords" >> beam.Map(_bucket_records, p)
+                     | "Buckets" >> self._shuffle("buckets")
+                     | "PairsAndCandidates" >> beam.FlatMap(_pairs_and_candidates, p.exact).with_outputs(
+                         "candidates", main="pairs"))
+            pairs = [found.pairs]
+            if p.near:
+                signed = ((found.candidates, fingerprints.fingerprints | "Signatures" >> beam.Map(_signature_records))
+                          | "JoinFirst" >> beam.Flatten()
+                          | "VerifyFirst" >> self._shuffle("verify-first")
+                          | "SignFirst" >> beam.FlatMap(_sign_first, p.num_perm))
+                pairs.append((signed, fingerprints.fingerprints | "SignaturesAgain" >> beam.Map(_signature_records))
+                             | "JoinSecond" >> beam.Flatten()
+                             | "VerifySecond" >> self._shuffle("verify-second")
+                             | "SimilarPairs" >> beam.FlatMap(_similar_pairs, p))
             removals = (tuple(pairs)
                         | "AllPairs" >> beam.Flatten()
                         | "PairRecords" >> beam.Map(_pair_records)
                         | "OneGroup" >> self._shuffle("pairs", slices=1)
                         | "Clusters" >> beam.ParDo(_Clusters(self.directory)))
-            docs = ((docs | "DocumentRecords" >> beam.Map(_document_records), removals)
+            kept = ((fingerprints.documents | "DocumentRecords" >> beam.Map(_document_records), removals)
                     | "JoinRemovals" >> beam.Flatten()
                     | "ByDocument" >> self._shuffle("documents")
                     | "DropDocuments" >> beam.ParDo(_DropDocuments()))
         if not p.paragraphs:
-            return docs | "Kept" >> beam.ParDo(_PassOn())
-        records = docs | "ParagraphRecords" >> beam.FlatMap(_paragraph_records, p).with_outputs(
+            return kept | "Kept" >> beam.ParDo(_PassOn())
+        records = kept | "ParagraphRecords" >> beam.FlatMap(_paragraph_records).with_outputs(
             "paragraphs", main="documents")
         drops = (records.paragraphs
                  | "ParagraphGroups" >> self._shuffle("paragraphs")

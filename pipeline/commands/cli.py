@@ -125,7 +125,7 @@ def _add_pack(p: flags.Parser) -> None:
                         f"{packing.DEFAULT_SEQUENCES_PER_PACK})")
 
 
-DEDUP_DEFAULTS = {"near_threshold": 0.8, "num_perm": 128, "bands": 32, "shingle_words": 5, "min_paragraph_chars": 64,
+DEDUP_DEFAULTS = {"near_threshold": 0.8, "num_perm": 256, "bands": 32, "shingle_words": 5, "min_paragraph_chars": 64,
                   "max_paragraph_copies": 1}
 
 
@@ -149,8 +149,8 @@ def _add_dedup(p: flags.Parser, switch: bool) -> None:
     p.add_argument("--num-perm", type=positive_int, default=d("num_perm"),
                    help=f"MinHash signature values per document (default {DEDUP_DEFAULTS['num_perm']})")
     p.add_argument("--bands", type=positive_int, default=d("bands"),
-                   help=f"LSH bands; must divide --num-perm (default {DEDUP_DEFAULTS['bands']}: 4 rows a band, "
-                        "chosen in bench/bench_dedup.py)")
+                   help=f"LSH bands; must divide --num-perm (default {DEDUP_DEFAULTS['bands']}: 8 rows a band; "
+                        "bench/bench_dedup.py prints the curve the defaults were chosen by)")
     p.add_argument("--shingle-words", type=positive_int, default=d("shingle_words"),
                    help=f"words a shingle (default {DEDUP_DEFAULTS['shingle_words']})")
     p.add_argument("--min-paragraph-chars", type=positive_int, default=d("min_paragraph_chars"),

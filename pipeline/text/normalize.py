@@ -13,19 +13,26 @@ al. 2022), so after `normalize` such copies have the same shingles but where the
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
 
 import numpy as np
 
-# quotes and apostrophes -> ' or "; hyphens -> -; en and em dashes -> -- (as Gutenberg's plain text writes them);
-# format characters (category Cf, 163 code points; found once, ~0.1 s) -> nothing
-_FOLD = str.maketrans({**{cp: None for cp in range(0x110000) if unicodedata.category(chr(cp)) == "Cf"},
-                       **{c: "'" for c in "\u2018\u2019\u201a\u201b\u2032\u0060\u00b4"},
-                       **{c: '"' for c in "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"},
-                       **{c: "-" for c in "\u2010\u2011\u2212\ufe63\uff0d"},
-                       **{c: "--" for c in "\u2012\u2013\u2014\u2015\ufe58"}})
+
+@functools.cache
+def _fold() -> dict[int, str | None]:
+    """quotes and apostrophes -> ' or "; hyphens -> -; en and em dashes -> -- (as Gutenberg's plain text writes
+    them); format characters (category Cf, 163 code points) -> nothing. Built on first use (~0.1 s a process),
+    so that importing this module costs nothing."""
+    return str.maketrans({**{cp: None for cp in range(0x110000) if unicodedata.category(chr(cp)) == "Cf"},
+                          **{c: "'" for c in "\u2018\u2019\u201a\u201b\u2032\u0060\u00b4"},
+                          **{c: '"' for c in "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"},
+                          **{c: "-" for c in "\u2010\u2011\u2212\ufe63\uff0d"},
+                          **{c: "--" for c in "\u2012\u2013\u2014\u2015\ufe58"}})
+
+
 _DASHES = re.compile(r"-{2,}|(?<=\s)-|-(?=\s)")   # a dash: two or more, or one with a space beside it
 
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
@@ -34,8 +41,12 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 def normalize(text: str) -> str:
     """The text with case, Unicode forms, quote and dash styles and whitespace folded (see the module doc)."""
-    text = unicodedata.normalize("NFKC", text).casefold().translate(_FOLD)
-    text = _DASHES.sub(" - ", text)
+    if text.isascii():   # NFKC and the fold table change no ASCII character; lower() is casefold() on ASCII
+        text = text.lower()
+    else:
+        text = unicodedata.normalize("NFKC", text).casefold().translate(_fold())
+    if "-" in text:
+        text = _DASHES.sub(" - ", text)
     return " ".join(text.split())
 
 
@@ -46,9 +57,11 @@ def words(text: str) -> list[str]:
 
 def word_ids(tokens: list[str]) -> np.ndarray:
     """(n,) uint64: a stable 64-bit hash of each word (blake2b, once per distinct word)."""
-    ids = {w: int.from_bytes(hashlib.blake2b(w.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
-           for w in set(tokens)}
-    return np.fromiter((ids[w] for w in tokens), np.uint64, len(tokens))
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(w, len(index)) for w in tokens), np.intp, len(tokens))
+    hashes = np.frombuffer(b"".join(hashlib.blake2b(w.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+                                    for w in index), "<u8")
+    return hashes[codes] if len(tokens) else np.zeros(0, np.uint64)
 
 
 def mix(x: np.ndarray) -> np.ndarray:
