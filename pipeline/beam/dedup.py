@@ -328,11 +328,9 @@ class Dedup(beam.PTransform):
             pairs = [found.pairs]
             if p.near:
                 signed = ((found.candidates, fingerprints.fingerprints | "Signatures" >> beam.Map(_signature_records))
-                          | "JoinFirst" >> beam.Flatten()
                           | "VerifyFirst" >> self._shuffle("verify-first")
                           | "SignFirst" >> beam.FlatMap(_sign_first, p.num_perm))
                 pairs.append((signed, fingerprints.fingerprints | "SignaturesAgain" >> beam.Map(_signature_records))
-                             | "JoinSecond" >> beam.Flatten()
                              | "VerifySecond" >> self._shuffle("verify-second")
                              | "SimilarPairs" >> beam.FlatMap(_similar_pairs, p))
             removals = (tuple(pairs)
@@ -341,7 +339,6 @@ class Dedup(beam.PTransform):
                         | "OneGroup" >> self._shuffle("pairs", slices=1)
                         | "Clusters" >> beam.ParDo(_Clusters(self.directory)))
             kept = ((fingerprints.documents | "DocumentRecords" >> beam.Map(_document_records), removals)
-                    | "JoinRemovals" >> beam.Flatten()
                     | "ByDocument" >> self._shuffle("documents")
                     | "DropDocuments" >> beam.ParDo(_DropDocuments()))
         if not p.paragraphs:
@@ -352,7 +349,6 @@ class Dedup(beam.PTransform):
                  | "ParagraphGroups" >> self._shuffle("paragraphs")
                  | "RepeatedParagraphs" >> beam.FlatMap(_paragraph_drops, p.max_paragraph_copies))
         return ((records.documents, drops)
-                | "JoinDrops" >> beam.Flatten()
                 | "ByKeptDocument" >> self._shuffle("kept")
                 | "DropParagraphs" >> beam.ParDo(_DropParagraphs()))
 

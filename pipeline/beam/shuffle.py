@@ -267,12 +267,16 @@ class _ShuffleFiles(beam.PTransform):
         super().__init__()
         self.name, self.salt, self.plan, self.num_stats, self.config = name, salt, plan, num_stats, config
 
-    def expand(self, batches):
+    def expand(self, inputs):
         plan, runs_dir, name = self.plan, self.config.runs_dir, self.name
-        runs = batches | "SortRuns" >> beam.ParDo(_SortRuns(self.salt, self.num_stats, runs_dir,
-                                                            self.config.run_bytes, name))
+        sort = _SortRuns(self.salt, self.num_stats, runs_dir, self.config.run_bytes, name)
+        if isinstance(inputs, tuple):   # each input sorted into runs where it is made, only then flattened
+            runs = (tuple(batches | f"SortRuns{i}" >> beam.ParDo(sort) for i, batches in enumerate(inputs))
+                    | "JoinRuns" >> beam.Flatten())
+        else:
+            runs = inputs | "SortRuns" >> beam.ParDo(sort)
         counts = runs | "CountHashes" >> beam.CombineGlobally(_CountRuns(self.num_stats))
-        return (batches.pipeline
+        return (runs.pipeline
                 | "Start" >> beam.Create([None])
                 | "Plan" >> beam.FlatMap(lambda _, c: plan(c), beam.pvalue.AsSingleton(counts))
                 | "SpreadSlices" >> beam.Reshuffle()
@@ -334,11 +338,16 @@ class _ShuffleGroupByKey(beam.PTransform):
         super().__init__()
         self.name, self.salt, self.plan, self.num_stats = name, salt, plan, num_stats
 
-    def expand(self, batches):
+    def expand(self, inputs):
         plan = self.plan
-        hashed = batches | "HashRecords" >> beam.Map(_hash_batch, self.salt, self.num_stats, self.name)
+        if isinstance(inputs, tuple):
+            hashed = (tuple(batches | f"HashRecords{i}" >> beam.Map(_hash_batch, self.salt, self.num_stats, self.name)
+                            for i, batches in enumerate(inputs))
+                      | "JoinHashed" >> beam.Flatten())
+        else:
+            hashed = inputs | "HashRecords" >> beam.Map(_hash_batch, self.salt, self.num_stats, self.name)
         counts = hashed | "CountHashes" >> beam.CombineGlobally(_CountBatches(self.num_stats))
-        slices = (batches.pipeline
+        slices = (hashed.pipeline
                   | "Start" >> beam.Create([None])
                   | "Plan" >> beam.FlatMap(lambda _, c: plan(c), beam.pvalue.AsSingleton(counts)))
         keyed = hashed | "KeyBySlice" >> beam.FlatMap(_route, beam.pvalue.AsList(slices))
@@ -352,6 +361,10 @@ class _ShuffleGroupByKey(beam.PTransform):
 class Shuffle(beam.PTransform):
     """Batches (lists) of (key, payload, stats) records -> (Slice, Group) for each Slice of `plan(Counts)`.
 
+    The input may be a tuple of PCollections (a join: records of two kinds under one key). Each is then sorted
+    into runs (or hashed) where it is made and only those are flattened: Beam's local runner would otherwise hold
+    an input made early (the documents) in memory until the other one (the decisions about them) is done.
+
     `name` names its counters (one per shuffle of a job); `salt` seeds the key hash; `plan` must be picklable (a
     module-level function or a functools.partial)."""
 
@@ -364,9 +377,9 @@ class Shuffle(beam.PTransform):
             raise ValueError("the files shuffle needs a local runs directory")
         self.name, self.salt, self.plan, self.num_stats, self.config = name, str(salt), plan, num_stats, config
 
-    def expand(self, batches):
+    def expand(self, inputs):
         if self.config.backend == "files":
-            return batches | "Files" >> _ShuffleFiles(self.name, self.salt, self.plan, self.num_stats, self.config)
-        return batches | "GroupByKey" >> _ShuffleGroupByKey(self.name, self.salt, self.plan, self.num_stats)
+            return inputs | "Files" >> _ShuffleFiles(self.name, self.salt, self.plan, self.num_stats, self.config)
+        return inputs | "GroupByKey" >> _ShuffleGroupByKey(self.name, self.salt, self.plan, self.num_stats)
 
 
