@@ -1,5 +1,6 @@
 """The shard reader: masked-LM TFRecord shards (pipeline/formats/schema.py) -> batches of fixed-shape torch
-tensors.
+tensors, in either of the schema's layouts: google's (one instance a row) or packed (up to k a row), as the
+manifest says; files without a manifest (google's) are google's layout.
 
 No tensorflow and no Beam: files are opened with plain `open`, framed and CRC-checked by pipeline.formats.tfrecord
 (a damaged byte raises CorruptRecordError naming the file and the record), and decoded a batch at a time by the
@@ -51,9 +52,11 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
                 max_predictions_per_seq: int | None = None, allow_incomplete: bool = False) -> ShardSet:
     """The shard files of a directory, glob or comma list (manifest.open_output), checked against their manifests.
 
-    Every manifest must be a shards manifest whose vocab size and lengths equal the ones given. Files without a
-    manifest are refused, unless both lengths are given (google-made shards) or allow_incomplete (lengths then read
-    from the first record).
+    Every manifest must be a shards manifest whose vocab size and lengths equal the ones given (for packed shards
+    too, the lengths are those of the instances: L and P); the record shape, google's layout or the packed one,
+    comes from the manifest. Files without a manifest are refused, unless both lengths are given (google-made
+    shards: google's layout) or allow_incomplete (the shape, either layout, read from the first record); packed
+    shards are never read together with files that have none.
     """
     google = max_seq_length is not None and max_predictions_per_seq is not None
     if (google or allow_incomplete) and os.path.isdir(pattern) and not os.path.exists(os.path.join(pattern, MANIFEST)):
@@ -70,23 +73,37 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
         shape = (schema.Shape(max_seq_length, max_predictions_per_seq) if google
                  else _shape_of_first_record(opened.files[0]))
         return ShardSet(opened.files, shape, None, opened.records)
-    shape = schema.Shape(int(m["max_seq_length"]), int(m["max_predictions_per_seq"]))
+    unlisted = [f for f in opened.files if f not in opened.records]
+    if manifest.packed(m) and unlisted:
+        raise ShardSpecError(f"{unlisted[0]} has no {MANIFEST} to say whether it is packed, and "
+                             f"{next(iter(opened.manifests))} holds packed shards: they cannot be read as one input "
+                             "(pack the other too, or give one at a time)")
     data_vocab = int(m["vocab"]["size"])
     if vocab_size is not None and data_vocab != vocab_size:
         raise ShardSpecError(f"{pattern}: shards use a vocab of {data_vocab} ids, the model has vocab_size "
                              f"{vocab_size}")
-    for flag, given, have in (("--max-seq-length", max_seq_length, shape.max_seq_length),
-                              ("--max-predictions-per-seq", max_predictions_per_seq, shape.max_predictions_per_seq)):
+    lengths = (("--max-seq-length", max_seq_length, int(m["max_seq_length"])),
+               ("--max-predictions-per-seq", max_predictions_per_seq, int(m["max_predictions_per_seq"])))
+    for flag, given, have in lengths:
         if given is not None and given != have:
             raise ShardSpecError(f"{pattern}: {flag} {given} but the shards were made with {have}")
-    return ShardSet(opened.files, shape, data_vocab, opened.records)
+    return ShardSet(opened.files, manifest.shard_shape(m), data_vocab, opened.records)
+
+
+def describe(shape: schema.Shape) -> str:
+    """'packed shards (L=128, M=30, k=8)' or 'unpacked shards (L=128, P=20)': the words of a refusal and a log."""
+    if shape.packed:
+        return (f"packed shards (L={shape.max_seq_length}, M={shape.max_predictions_per_seq}, "
+                f"k={shape.max_sequences_per_pack})")
+    return f"unpacked shards (L={shape.max_seq_length}, P={shape.max_predictions_per_seq})"
 
 
 def _shape_of_first_record(path: str) -> schema.Shape:
     with open(path, "rb") as f:
         for record in tfrecord.iter_records(f, name=path):
             parsed = example_proto.decode_example(record)
-            return schema.Shape(len(parsed["input_ids"]), len(parsed["masked_lm_positions"]))
+            k = len(parsed["next_sentence_positions"]) if "position_ids" in parsed else 0  # a packed row
+            return schema.Shape(len(parsed["input_ids"]), len(parsed["masked_lm_positions"]), k)
     raise ShardSpecError(f"{path}: empty file, cannot tell the record shape")
 
 
@@ -94,7 +111,8 @@ def _shape_of_first_record(path: str) -> schema.Shape:
 # Decoding a batch of records
 
 class BatchDecoder:
-    """Turns a list of serialised records into the schema's arrays; records are (bytes, file, index) triples.
+    """Turns a list of serialised records into the schema's arrays, in the layout of `shape`; records are
+    (bytes, file, index) triples.
 
     The vectorised schema.decode_plain first; a batch it does not recognise goes through schema.decode record by
     record, whose error is raised naming the file and record. Ids and positions are range-checked either way.
@@ -118,13 +136,17 @@ class BatchDecoder:
                 decoded.append(schema.decode(rec, self.shape))
             except ValueError as e:
                 raise BadRecordError(f"{path}: record {index}: {e}") from None
-        out = {name: np.stack([d[name] for d in decoded]) for name in schema.FEATURES}
-        out["next_sentence_labels"] = out["next_sentence_labels"].reshape(len(items))
+        out = {name: np.stack([d[name] for d in decoded]) for name in self.shape.features}
+        if not self.shape.packed:  # google's [1] a record -> (B,), as decode_plain gives it
+            out["next_sentence_labels"] = out["next_sentence_labels"].reshape(len(items))
         return out
 
     def _check_ranges(self, out, items):
         """Ids the embedding cannot look up, or positions past the sequence, fail here with their record."""
-        limits = {"masked_lm_positions": self.shape.max_seq_length}
+        L = self.shape.max_seq_length
+        limits = {"masked_lm_positions": L}
+        if self.shape.packed:  # gathered at (next_sentence_positions), looked up (position_ids < L <= the table)
+            limits.update(next_sentence_positions=L, position_ids=L)
         if self.vocab_size is not None:
             limits.update(input_ids=self.vocab_size, masked_lm_ids=self.vocab_size)
         for name, limit in limits.items():

@@ -3,8 +3,10 @@
 One process per device; for several, launch with torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK):
     torchrun --nproc_per_node 8 -m pipeline train --data ... --output RUN_DIR
 
---batch-size is the global batch (sequences per optimizer step), split over ranks and --grad-accum micro-steps, so
-a run's hyperparameters do not depend on the hardware. RUN_DIR gets config.json, log.jsonl, TensorBoard events
+--batch-size is the global batch (rows of the shards per optimizer step; a packed row holds several instances),
+split over ranks and --grad-accum micro-steps, so a run's hyperparameters do not depend on the hardware. Packed
+shards (`bertprep pack`) are read as their manifest says; the log counts instances, real tokens and the padding
+share either way, so packed and unpacked runs compare. RUN_DIR gets config.json, log.jsonl, TensorBoard events
 (tb/) and checkpoints/step-N.pt; `--resume` continues from the latest checkpoint with the very next batch.
 
 Reads top to bottom: the flags; `train`, which sets up (ranks and device, the run directory, data, model and
@@ -34,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from model import config as config_lib
 from model import data
-from model.bert import MLM_LOSS_EPS, Bert
+from model.bert import MLM_LOSS_EPS, Bert, packed_attention_for
 from pipeline.algorithms import masking
 from pipeline.commands.flags import (device_name, nonnegative_float, nonnegative_int, positive_float, positive_int,
                                      probability)
@@ -45,7 +47,8 @@ from pipeline.formats.tfrecord import CorruptRecordError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Adds every `bertprep train` flag to `p`, grouped as in --help."""
     g = p.add_argument_group("data")
-    g.add_argument("--data", required=True, help="glob of masked-LM shards, e.g. 'out/shards/*.tfrecord'")
+    g.add_argument("--data", required=True,
+                   help="masked-LM shards, packed or not (not both): a directory, a glob or a comma list")
     g.add_argument("--eval-data", help="glob of held-out shards (default: the last training file is held out)")
     g.add_argument("--max-seq-length", type=positive_int, help="required for shards without a manifest (google-made)")
     g.add_argument("--max-predictions-per-seq", type=positive_int, help="required for shards without a manifest")
@@ -64,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g = p.add_argument_group("optimisation")
     g.add_argument("--steps", type=positive_int, default=10_000, help="optimizer steps; the schedule decays to 0 here")
-    g.add_argument("--batch-size", type=positive_int, default=256, help="global batch: sequences per optimizer step")
+    g.add_argument("--batch-size", type=positive_int, default=256,
+                   help="global batch: rows per optimizer step (a packed row holds several instances)")
     g.add_argument("--grad-accum", type=positive_int, default=1, help="micro-steps per optimizer step")
     g.add_argument("--lr", type=positive_float, default=1e-4, help="peak learning rate (google: 1e-4 for BERT-Base)")
     g.add_argument("--warmup-steps", type=nonnegative_int, default=None,
@@ -135,10 +139,11 @@ def train(args: argparse.Namespace) -> dict:
         os.makedirs(os.path.join(args.output, "checkpoints"), exist_ok=True)
         with open(os.path.join(args.output, "config.json"), "w") as f:
             f.write(config.to_json())
+        attention = f"{model.packed_attention}, one block per instance" if shards.shape.packed else "sdpa"
         print(f"model: {model.num_params() / 1e6:.2f}M parameters ({args.model}); data: {len(shards.train_files)} "
-              f"train / {len(shards.eval_files)} eval file(s), L={shards.shape.max_seq_length} "
-              f"P={shards.shape.max_predictions_per_seq}; {ranks.world} rank(s) x {args.grad_accum} micro-step(s) "
-              f"of {micro_batch} on {ranks.device}; step {step}/{args.steps}")
+              f"train / {len(shards.eval_files)} eval file(s) of {data.describe(shards.shape)}; attention: "
+              f"{attention}; {ranks.world} rank(s) x {args.grad_accum} micro-step(s) of {micro_batch} rows on "
+              f"{ranks.device}; step {step}/{args.steps}")
     session = Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, loader, log)
     first_step = step
     step, last_checkpoint = train_loop(session, step, resume_path)
@@ -215,10 +220,11 @@ def start_run_dir(args: argparse.Namespace, ranks: Ranks) -> str | None:
 
 @dataclass
 class Shards:
-    """What the run reads: training and held-out files of one shape, and how their records become arrays."""
+    """What the run reads: training and held-out files of one layout, and how their records become arrays."""
     shape: schema.Shape
     train_files: list[str]
     eval_files: list[str]
+    eval_shape: schema.Shape                # packed held-out rows may have their own M and k
     records: dict[str, int]                 # file -> record count from its manifest, checked as files end
     decoder: data.DynamicMasker | None      # --dynamic-masking: pairs masked afresh each epoch; None: shards
 
@@ -245,24 +251,32 @@ def open_data(args: argparse.Namespace, config: config_lib.BertConfig,
     if found.shape.max_seq_length > config.max_position_embeddings:
         raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")
-    train_files, eval_files = held_out_split(args, found, config.vocab_size)
-    return config, Shards(found.shape, train_files, eval_files, found.records, decoder)
+    train_files, eval_files, eval_shape = held_out_split(args, found, config.vocab_size)
+    return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder)
 
 
-def held_out_split(args: argparse.Namespace, found: data.ShardSet, vocab_size: int) -> tuple[list[str], list[str]]:
-    """(training files, held-out files): --eval-data's, or with --eval-every alone the last training file."""
+def held_out_split(args: argparse.Namespace, found: data.ShardSet,
+                   vocab_size: int) -> tuple[list[str], list[str], schema.Shape]:
+    """(training files, held-out files, the held-out shape): --eval-data's, or with --eval-every alone the last
+    training file. Held-out shards are of the training shards' kind, packed or not."""
     shape = found.shape
     if args.eval_data and args.dynamic_masking:
-        return found.files, data.open_pairs(args.eval_data, shape.max_predictions_per_seq)[0].files
+        return found.files, data.open_pairs(args.eval_data, shape.max_predictions_per_seq)[0].files, shape
     if args.eval_data:
-        return found.files, data.open_shards(args.eval_data, vocab_size, shape.max_seq_length,
-                                             shape.max_predictions_per_seq, args.allow_incomplete).files
+        # google-made held-out files (no manifest) are read with the training shards' lengths; packed shards'
+        # instances share L, not the rows' M
+        held = data.open_shards(args.eval_data, vocab_size, shape.max_seq_length,
+                                None if shape.packed else shape.max_predictions_per_seq, args.allow_incomplete)
+        if held.shape.packed != shape.packed:
+            raise data.ShardSpecError(f"--eval-data {args.eval_data} holds {data.describe(held.shape)} and --data "
+                                      f"{data.describe(shape)}: give held-out shards of the same kind")
+        return found.files, held.files, held.shape
     if args.eval_every:
         if len(found.files) < 2:
             raise data.ShardSpecError("--eval-every needs --eval-data or at least 2 shard files (the last one is "
                                       "held out)")
-        return found.files[:-1], found.files[-1:]
-    return found.files, []
+        return found.files[:-1], found.files[-1:], shape
+    return found.files, [], shape
 
 
 def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: Ranks):
@@ -271,6 +285,7 @@ def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: 
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same init on every rank (DDP also broadcasts it)
     model = Bert(config).to(ranks.device)
+    model.packed_attention = packed_attention_for(config, ranks.device_type)
     decay = [p for p in model.parameters() if p.dim() >= 2]      # matrices and embedding tables
     no_decay = [p for p in model.parameters() if p.dim() < 2]    # LayerNorm weights and all biases
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -304,7 +319,7 @@ class Session:
     ranks: Ranks
     config: config_lib.BertConfig
     shards: Shards
-    micro_batch: int                 # sequences per rank and micro-step
+    micro_batch: int                 # rows per rank and micro-step
     model: Bert                      # the module itself: state dicts, clipping, evaluation
     step_model: torch.nn.Module      # what a training step calls: the model, compiled and/or DDP-wrapped
     optimizer: torch.optim.Optimizer
@@ -371,18 +386,26 @@ def lr_multiplier(step: int, warmup: int, total: int) -> float:
 
 # ---- statistics: named sums over micro-batches and ranks -----------------------------------------------------------
 
-TRAIN_STATS = ("loss", "mlm_loss", "nsp_loss", "mlm_correct", "mlm_weight", "nsp_correct", "sequences")
+TRAIN_STATS = ("loss", "mlm_loss", "nsp_loss", "mlm_correct", "mlm_weight", "nsp_correct", "sequences", "instances",
+               "real_tokens")
 EVAL_STATS = TRAIN_STATS + ("mlm_ce",)
 
 
 def batch_stats(out: dict, batch: dict) -> dict[str, torch.Tensor]:
-    """One micro-batch's statistics as scalar tensors: its mean losses, and counts summed over the batch."""
+    """One micro-batch's statistics as scalar tensors: its mean losses, and counts summed over the batch.
+
+    Sequences are the shards' rows; NSP is scored per instance: one a row in google's layout, each slot of weight 1
+    in a packed row."""
     w = batch["masked_lm_weights"]
+    labels = batch["next_sentence_labels"]  # (B,) or packed (B, k)
+    instance = batch.get("next_sentence_weights", torch.ones_like(labels, dtype=torch.float32))
     return {"loss": out["loss"], "mlm_loss": out["mlm_loss"], "nsp_loss": out["nsp_loss"],
             "mlm_correct": ((out["mlm_logits"].argmax(-1) == batch["masked_lm_ids"]).float() * w).sum(),
             "mlm_weight": w.sum(),  # real predictions
-            "nsp_correct": (out["nsp_logits"].argmax(-1) == batch["next_sentence_labels"]).float().sum(),
-            "sequences": torch.tensor(float(len(w)), device=w.device)}
+            "nsp_correct": ((out["nsp_logits"].argmax(-1) == labels).float() * instance).sum(),
+            "sequences": torch.tensor(float(len(w)), device=w.device),
+            "instances": instance.sum(),
+            "real_tokens": (batch["input_mask"] != 0).sum()}
 
 
 class Sums:
@@ -409,21 +432,23 @@ def train_record(session: Session, step: int, s: dict[str, float], lr: float, gr
                  seconds: float) -> dict:
     """The log record of `steps` optimizer steps that took `seconds`, from their summed statistics `s`."""
     micro_steps = steps * session.args.grad_accum * session.ranks.world
-    seqs = s["sequences"]
+    positions = s["sequences"] * session.shards.shape.max_seq_length  # what the model computed on, padding too
     return {"split": "train", "step": step,
             "loss": s["loss"] / micro_steps, "mlm_loss": s["mlm_loss"] / micro_steps,
             "nsp_loss": s["nsp_loss"] / micro_steps,
             "mlm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1.0),
-            "nsp_accuracy": s["nsp_correct"] / max(seqs, 1.0),
+            "nsp_accuracy": s["nsp_correct"] / max(s["instances"], 1.0),
             "lr": lr, "grad_norm": float(grad_norm),
-            "sequences_per_s": seqs / seconds, "tokens_per_s": seqs * session.shards.shape.max_seq_length / seconds,
+            "sequences_per_s": s["sequences"] / seconds, "tokens_per_s": positions / seconds,
+            "instances_per_s": s["instances"] / seconds, "real_tokens_per_s": s["real_tokens"] / seconds,
+            "padding_share": 1.0 - s["real_tokens"] / max(positions, 1.0),
             "eta_s": (session.args.steps - step - 1) * seconds / steps}
 
 
 @torch.no_grad()
 def evaluate(session: Session, step: int) -> dict:
     """Mean losses and accuracies over the first --eval-batches batches of the held-out files (no shuffling)."""
-    dataset = data.ShardDataset(session.shards.eval_files, session.shards.shape, session.micro_batch,
+    dataset = data.ShardDataset(session.shards.eval_files, session.shards.eval_shape, session.micro_batch,
                                 vocab_size=session.config.vocab_size, shuffle=False, drop_last=False,
                                 decoder=session.shards.decoder)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(session.args.num_workers, 1),
@@ -440,9 +465,11 @@ def evaluate(session: Session, step: int) -> dict:
         stats["mlm_ce"] = out["mlm_loss"] * (stats["mlm_weight"] + MLM_LOSS_EPS)  # back to a sum over predictions
         sums.add(stats)
     s = sums.collect()
+    positions = s["sequences"] * session.shards.eval_shape.max_seq_length
     return {"split": "eval", "step": step, "mlm_loss": s["mlm_ce"] / max(s["mlm_weight"], 1.0),
             "mlm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1.0),
-            "nsp_accuracy": s["nsp_correct"] / max(s["sequences"], 1.0), "sequences": int(s["sequences"])}
+            "nsp_accuracy": s["nsp_correct"] / max(s["instances"], 1.0), "sequences": int(s["sequences"]),
+            "instances": int(s["instances"]), "padding_share": 1.0 - s["real_tokens"] / max(positions, 1.0)}
 
 
 # ---- the log: history, log.jsonl, TensorBoard, stdout --------------------------------------------------------------
@@ -573,8 +600,10 @@ def summary_writer(log_dir: str):
 def format_field(key: str, value) -> str:
     if key == "eta_s":
         return f"eta {int(value) // 3600}h{int(value) % 3600 // 60:02d}m{int(value) % 60:02d}s"
-    if key in ("sequences_per_s", "tokens_per_s"):
-        return f"{value:,.0f} {key[:-6]}/s"
+    if key.endswith("_per_s"):
+        return f"{value:,.0f} {key[:-6].replace('_', ' ')}/s"
+    if key == "padding_share":
+        return f"padding {100 * value:.1f}%"
     if key == "lr":
         return f"lr {value:.2e}"
     if isinstance(value, float):

@@ -1,7 +1,9 @@
 """The shard reader: fast decoding against the generic one and tensorflow's, damage, manifests, sharding, resume."""
 import collections
+import glob
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import torch
 from model import data
 from pipeline.formats import example_proto, schema, tfrecord
 from pipeline.formats.tfrecord import CorruptRecordError
+from tests import packed_rows
 
 L, P = 24, 5
 
@@ -175,6 +178,69 @@ def test_no_manifest_is_refused_unless_lengths_given_or_incomplete_allowed(tmp_p
     json.dump({"format": "bertprep.pairs/1"}, open(tmp_path / "manifest.json", "w"))
     with pytest.raises(data.ShardSpecError, match="not masked-LM shards"):
         data.open_shards(pattern)
+
+
+# ---- packed shards -------------------------------------------------------------------------------------------------
+
+def test_packed_shards_read_as_their_manifest_says(tmp_path):
+    arrays, vocab = packed_rows.instances()
+    directory = packed_rows.write(tmp_path / "packed", arrays, vocab, k=4, files=2)
+    _, rows, M = packed_rows.pack(arrays, 4)
+    R = len(rows["input_ids"])
+    # --max-seq-length and --max-predictions-per-seq name the instances' L and P, as for unpacked shards
+    shards = data.open_shards(directory, vocab_size=vocab, max_seq_length=packed_rows.L,
+                              max_predictions_per_seq=packed_rows.P)
+    assert shards.shape == schema.Shape(packed_rows.L, M, 4) and sum(shards.records.values()) == R
+    batch = next(iter(data.ShardDataset(shards.files, shards.shape, R, vocab_size=vocab, shuffle=False)))
+    for name in schema.PACKED_FEATURES:
+        assert batch[name].shape == rows[name].shape and np.array_equal(batch[name].numpy(), rows[name]), name
+    with pytest.raises(data.ShardSpecError, match="--max-predictions-per-seq 21 but the shards were made with 20"):
+        data.open_shards(directory, max_predictions_per_seq=packed_rows.P + 1)
+
+
+def test_packed_records_off_the_fast_path_decode_and_are_range_checked(tmp_path):
+    arrays, vocab = packed_rows.instances()
+    _, rows, M = packed_rows.pack({name: values[:30] for name, values in arrays.items()}, 4)
+    shape = schema.Shape(packed_rows.L, M, 4)
+
+    def items(extra=None, bad_row=None):
+        out = []
+        for i in range(len(rows["input_ids"])):
+            features = {name: rows[name][i].copy() for name in schema.PACKED_FEATURES[::-1]}
+            if i == bad_row:
+                features["next_sentence_positions"][0] = packed_rows.L
+            out.append((example_proto.encode_example({**features, **(extra or {})}), "f", i))
+        return out
+
+    odd = items(extra={"extra": [b"read by no one"]})
+    assert schema.decode_plain([r for r, _, _ in odd], shape) is None   # the generic, per-record decoder
+    out = data.BatchDecoder(shape, vocab)(odd)
+    for name in schema.PACKED_FEATURES:
+        assert np.array_equal(out[name], rows[name]), name
+    with pytest.raises(data.BadRecordError, match=r"f: record 3: next_sentence_positions holds a value outside "
+                                                  rf"\[0, {packed_rows.L}\)"):
+        data.BatchDecoder(shape, vocab)(items(bad_row=3))
+    with pytest.raises(data.BadRecordError, match=r"record 0: a packed row .* read as google's unpacked layout"):
+        data.BatchDecoder(schema.Shape(packed_rows.L, M), vocab)(odd)
+
+
+def test_packed_and_unpacked_shards_are_never_one_input(tmp_path):
+    arrays, vocab = packed_rows.instances()
+    packed = packed_rows.write(tmp_path / "packed", arrays, vocab, k=4)
+    plain = packed_rows.write(tmp_path / "plain", arrays, vocab)
+    with pytest.raises(data.ShardSpecError, match="packed holds packed shards and .*plain unpacked ones"):
+        data.open_shards(f"{plain},{packed}")
+    google = tmp_path / "google"   # google-made: no manifest, read as google's layout given both lengths
+    google.mkdir()
+    for path in glob.glob(os.path.join(plain, "*.tfrecord")):
+        shutil.copy(path, google / f"google-{os.path.basename(path)}")
+    with pytest.raises(data.ShardSpecError, match="google-shard-.* has no manifest.json to say whether it is packed"):
+        data.open_shards(f"{packed},{google}/*.tfrecord", max_seq_length=packed_rows.L,
+                         max_predictions_per_seq=packed_rows.P)
+    # an unfinished packed output (no manifest yet) reads as packed: its shape comes off the first record
+    shape = data.open_shards(packed).shape
+    os.remove(os.path.join(packed, "manifest.json"))
+    assert shape.packed and data.open_shards(packed, allow_incomplete=True).shape == shape
 
 
 # ---- order, sharding, resume ----------------------------------------------------------------------------------------

@@ -1,13 +1,17 @@
-"""The model against HF's BertForPreTraining (random init, weights copied), the config's JSON round trip."""
+"""The model against HF's BertForPreTraining (random init, weights copied), packed rows against their instances
+unpacked, the config's JSON round trip."""
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
+from model import bert
 from model import config as config_lib
 from model.bert import MLM_LOSS_EPS, Bert, pretraining_flops
 from model.config import BertConfig
 from model.export_hf import hf_config, to_hf_state_dict
+from tests import packed_rows
 
 # google's test sizes, odd on purpose: a transposed or mis-split dimension shows up as a shape error.
 ODD = BertConfig(vocab_size=99, hidden_size=32, num_layers=5, num_heads=4, intermediate_size=37,
@@ -123,6 +127,71 @@ def test_loss_ignores_padding_slots_and_empty_batch_is_finite():
         c = model(**batch)["mlm_loss"]
     assert torch.equal(a, b)
     assert c.item() == 0.0
+
+
+def tensors(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {name: torch.from_numpy(values) for name, values in arrays.items()}
+
+
+def packed_model(vocab_size: int) -> Bert:
+    """ODD without dropout, 3 layers, positions for the instances' L; scrambled, so that a leak between instances
+    moves the losses by far more than the tolerance (at google's init it would not: ~6e-6)."""
+    config = dataclasses.replace(ODD, vocab_size=vocab_size, num_layers=3, dropout=0.0,
+                                 max_position_embeddings=packed_rows.L)
+    torch.manual_seed(0)
+    model = Bert(config)
+    scramble(model)
+    return model
+
+
+def test_packed_rows_give_their_instances_losses_and_gradients():
+    """The same real instances (the books, paired and masked by the pipeline), one a row in google's layout and up
+    to 4 a row packed: the same NSP logits per instance, losses and every gradient, fp32 on CPU."""
+    arrays, vocab_size = packed_rows.instances()
+    a, rows, _ = packed_rows.pack(arrays, k=4)
+    per_row = rows["next_sentence_weights"].sum(axis=1)
+    assert a.num_rows < len(arrays["input_ids"]) and (per_row >= 3).sum() >= 3   # several instances a row
+    model = packed_model(vocab_size)
+
+    def run(batch):
+        model.zero_grad()
+        out = model(**tensors(batch))
+        out["loss"].backward()
+        return out, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    (plain, plain_grads), (packed, packed_grads) = run(arrays), run(rows)
+    assert packed["nsp_logits"].shape == (a.num_rows, 4, 2)
+    torch.testing.assert_close(packed["nsp_logits"][a.row, a.slot], plain["nsp_logits"], rtol=1e-5, atol=1e-5)
+    for name in ("mlm_loss", "nsp_loss", "loss"):
+        torch.testing.assert_close(packed[name], plain[name], rtol=1e-5, atol=1e-5, msg=name)
+    assert plain_grads.keys() == packed_grads.keys()
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, rtol=1e-5, atol=1e-5, msg=name)
+    # what it would catch: attention across the instances of a row, positions that run on across them
+    with torch.no_grad():
+        for wrong in ({"input_mask": (rows["input_mask"] > 0).astype(np.int64)}, {"position_ids": None}):
+            leaky = model(**tensors({n: v for n, v in {**rows, **wrong}.items() if v is not None}))
+            assert abs(leaky["loss"] - plain["loss"]) > 1e-3
+
+
+@pytest.mark.skipif(bert.flex_attention is None, reason="this torch has no FlexAttention")
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_attention_document_mask_equals_sdpa_block_mask():
+    """FlexAttention runs on CPU too, eager (scores materialised: slower than SDPA, hence SDPA there): the same
+    document mask the CUDA kernel gets, checked against SDPA's boolean block-diagonal mask on real packed rows."""
+    arrays, vocab_size = packed_rows.instances()
+    _, rows, _ = packed_rows.pack({name: values[:40] for name, values in arrays.items()}, k=4)
+    model = packed_model(vocab_size).eval()
+    with torch.no_grad():
+        sdpa = model(**tensors(rows))
+        model.packed_attention = "flex_attention"
+        assert not isinstance(model.attention_mask(torch.from_numpy(rows["input_mask"]), True), torch.Tensor)
+        flex = model(**tensors(rows))
+    for name in ("mlm_logits", "nsp_logits", "loss"):   # MLM logits up to ~30 here: 1e-4 is a few float32 ulps
+        torch.testing.assert_close(flex[name], sdpa[name], rtol=1e-5, atol=1e-4, msg=name)
+    # the trainer's choice: SDPA on CPU, and wherever there is attention dropout (FlexAttention has none)
+    assert bert.packed_attention_for(model.config, "cpu") == "sdpa"
+    assert bert.packed_attention_for(ODD, "cuda") == "sdpa"
 
 
 def test_config_json_round_trip(tmp_path):

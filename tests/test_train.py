@@ -1,8 +1,11 @@
-"""The trainer on tiny shards: exact resume, learning, checkpoints, logs, LAMB, the schedule, export-hf and plot."""
+"""The trainer on tiny shards: exact resume, learning, checkpoints, logs, LAMB, the schedule, export-hf and plot;
+packed shards."""
+import dataclasses
 import glob
 import json
 import os
 import re
+import types
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ from model import export_hf, plot, train
 from model.bert import Bert
 from model.config import BertConfig
 from pipeline.formats import schema, tfrecord
+from tests import packed_rows
 
 L, P, VOCAB = 24, 5, 99
 TINY = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37,
@@ -90,6 +94,69 @@ def test_resume_continues_bitwise(tmp_path, tiny_json, num_workers, accum):
     assert evals == [0, 5, 10, 15, 20, 25, 27]
 
 
+@pytest.fixture(scope="module")
+def packed_data(tmp_path_factory):
+    """The books' real instances as packed shards (k=4), as unpacked ones, a packed held-out set, and a tiny config
+    of their vocab."""
+    root = tmp_path_factory.mktemp("packed")
+    arrays, vocab = packed_rows.instances()
+    held_out = {name: values[-30:] for name, values in arrays.items()}
+    arrays = {name: values[:-30] for name, values in arrays.items()}
+    config = root / "tiny.json"
+    config.write_text(dataclasses.replace(TINY, vocab_size=vocab, max_position_embeddings=packed_rows.L).to_json())
+    return types.SimpleNamespace(packed=packed_rows.write(root / "packed", arrays, vocab, k=4, files=3),
+                                 plain=packed_rows.write(root / "plain", arrays, vocab, files=3),
+                                 eval=packed_rows.write(root / "eval", held_out, vocab, k=4, files=1),
+                                 config=str(config))
+
+
+def test_packed_shards_train_log_instances_and_resume_exactly(tmp_path, packed_data, capsys):
+    # 2 workers and 2 micro-steps of 2 rows: the resume test's harder case, on packed rows
+    extra = ["--steps", "12", "--num-workers", "2", "--grad-accum", "2", "--eval-every", "6", "--eval-data",
+             packed_data.eval]
+    full = train.train(args_for(packed_data.packed, tmp_path / "full", packed_data.config, *extra))
+    start = capsys.readouterr().out.splitlines()[0]
+    assert "packed shards (L=128, M=" in start and "k=4)" in start and "attention: sdpa, one block per instance" in start
+    first = train.train(args_for(packed_data.packed, tmp_path / "cut", packed_data.config, *extra, "--stop-after", "5"))
+    rest = train.train(args_for(packed_data.packed, tmp_path / "cut", packed_data.config, *extra, "--resume"))
+    assert train_losses(first) + train_losses(rest) == train_losses(full) and len(train_losses(full)) == 12
+    a = torch.load(full["checkpoint"], weights_only=False)["model"]
+    b = torch.load(rest["checkpoint"], weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    plain = train.train(args_for(packed_data.plain, tmp_path / "plain", packed_data.config, "--steps", "12",
+                                 "--num-workers", "0"))
+    packed_log = [r for r in full["history"] if r["split"] == "train"]
+    plain_log = [r for r in plain["history"] if r["split"] == "train"]
+    for log in (packed_log, plain_log):
+        for r in log:   # one step of 4 rows a record: whole instances, real tokens and right NSP guesses
+            instances = 4 * r["instances_per_s"] / r["sequences_per_s"]
+            real = 4 * r["real_tokens_per_s"] / r["sequences_per_s"]
+            assert instances == pytest.approx(round(instances)) and 4 <= round(instances) <= 16
+            assert real == pytest.approx(round(real)) and r["padding_share"] == pytest.approx(1 - real / (4 * 128))
+            assert r["nsp_accuracy"] * instances == pytest.approx(round(r["nsp_accuracy"] * instances))
+    per_row = [r["instances_per_s"] / r["sequences_per_s"] for r in packed_log]
+    assert sum(per_row) / len(per_row) > 1.5   # several instances a row
+    assert all(r["instances_per_s"] == pytest.approx(r["sequences_per_s"]) for r in plain_log)
+    share = lambda log: sum(r["padding_share"] for r in log) / len(log)  # noqa: E731
+    assert share(packed_log) < 0.2 and share(plain_log) > 0.3
+    evals = [r for r in full["history"] if r["split"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 6, 12] and evals[0]["instances"] == 30 > evals[0]["sequences"]
+
+
+def test_packed_and_unpacked_data_mixed_is_one_line(tmp_path, packed_data, capsys):
+    base = ["--model", packed_data.config, "--steps", "1", "--num-workers", "0"]
+    for argv, message in (
+            (["--data", f"{packed_data.plain},{packed_data.packed}"], "packed holds packed shards and "),
+            (["--data", packed_data.packed, "--eval-data", packed_data.plain],
+             "--eval-data .*plain holds unpacked shards \\(L=128, P=20\\) and --data packed shards"),
+            (["--data", packed_data.plain, "--eval-data", packed_data.eval],
+             "--eval-data .*eval holds packed shards .* and --data unpacked shards")):
+        assert train.main([*argv, *base, "--output", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("bertprep train: error: ") and re.search(message, err), err
+
+
 def test_training_learns_and_logs_from_step_zero(tmp_path, tiny_json):
     data = write_shards(tmp_path / "data", [40, 40, 40], skewed=True)
     result = train.train(args_for(data, tmp_path / "run", tiny_json, "--steps", "40", "--num-workers", "0",
@@ -101,7 +168,8 @@ def test_training_learns_and_logs_from_step_zero(tmp_path, tiny_json):
     assert train_log[0]["lr"] == 0.0 and train_log[1]["lr"] == pytest.approx(1e-3 * (1 - 10 / 40))
     assert eval_log[-1]["mlm_accuracy"] > eval_log[0]["mlm_accuracy"] + 0.3  # 80% of the targets are one id
     assert eval_log[-1]["mlm_loss"] < eval_log[0]["mlm_loss"] - 1.0
-    for key in ("loss", "mlm_accuracy", "nsp_accuracy", "lr", "sequences_per_s", "tokens_per_s", "eta_s"):
+    for key in ("loss", "mlm_accuracy", "nsp_accuracy", "lr", "sequences_per_s", "tokens_per_s", "instances_per_s",
+                "real_tokens_per_s", "padding_share", "eta_s"):
         assert key in train_log[-1]
     on_disk = [json.loads(line) for line in open(tmp_path / "run" / "log.jsonl")]
     assert on_disk == result["history"]
