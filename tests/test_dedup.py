@@ -193,3 +193,21 @@ def test_prepare_dedup_removes_duplicates_before_pairing(copies, tmp_path):
     assert gzip.decompress((tmp_path / "deduped/dedup_report.jsonl.gz").read_bytes()) == \
         gzip.decompress((copies / "out/dedup_report.jsonl.gz").read_bytes())
     assert cli.main(["verify", str(tmp_path / "deduped")]) in (0, None)
+
+
+def test_gzip_outputs_carry_no_file_name(tmp_path):
+    """A local file object has a name, an object store's has none: gzip would write the name into the header, and
+    the same documents (or report) would differ in bytes from one file system to the other."""
+    import io
+
+    docs = [Document("t:a", "text", "A", ["one paragraph"])]
+    named, unnamed = tmp_path / "documents-00000-of-00001.jsonl.gz", io.BytesIO()
+    with open(named, "wb") as f:
+        documents.write_gzip_jsonl(f, docs)
+    documents.write_gzip_jsonl(unnamed, docs)
+    assert named.read_bytes() == unnamed.getvalue()
+    with open(tmp_path / "dedup_report.jsonl.gz", "wb") as f:
+        dedup_report.write(f, [b"{}\n"])
+    other = io.BytesIO()
+    dedup_report.write(other, [b"{}\n"])
+    assert (tmp_path / "dedup_report.jsonl.gz").read_bytes() == other.getvalue()

@@ -54,6 +54,28 @@ def test_prepare_onto_an_object_store_gives_the_local_bytes_and_leaves_nothing(l
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("backend", ["files", "groupbykey"])
+def test_dedup_and_pack_onto_an_object_store_give_the_local_bytes_and_report(backend, tmp_path, monkeypatch):
+    """prepare --dedup --pack: the dedup report (written by one worker under .incomplete/ on the store) and the
+    packed shards are published as on a local disk, byte for byte, and nothing is left behind."""
+    argv = ["prepare", *BOOKS, "--dedup", "--pack", *ONE, "--shuffle", backend]
+    assert cli.main([*argv, "--output", str(tmp_path / "local")]) == 0
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")   # a simstore:// path must never become a local directory
+    bucket = simstore.new_bucket()
+    assert cli.main([*argv, "--output", f"simstore://{bucket}/shards"]) == 0
+    assert list((tmp_path / "cwd").iterdir()) == []
+    local_dir = tmp_path / "local"
+    m = json.loads((local_dir / "manifest.json").read_text())
+    assert m["packing"] and m["dedup"]["report"] == "dedup_report.jsonl.gz"
+    names = [f["file"] for f in m["files"]] + ["dedup_report.jsonl.gz"]
+    assert simstore.objects(bucket) == sorted([f"shards/{n}" for n in names] + ["shards/manifest.json"])
+    for n in names:
+        with open(simstore._object(bucket, f"shards/{n}"), "rb") as f:
+            assert f.read() == (local_dir / n).read_bytes(), n
+    _healthy(simstore.usage(bucket))
+
+
 def test_three_stages_on_an_object_store_with_two_worker_processes(local, tmp_path):
     """extract, pairs and mask each read the previous stage from the store (2 worker processes, which load the
     simulated store through tests/simstore_site): the shards equal prepare's on a local disk."""

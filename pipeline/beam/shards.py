@@ -56,7 +56,7 @@ def _write_tfrecord(f, frames: Iterable[bytes]) -> None:
 
 
 def _write_jsonl_gz(f, frames: Iterable[bytes]) -> None:
-    with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, compresslevel=6) as gz:
+    with gzip.GzipFile(filename="", fileobj=f, mode="wb", mtime=0, compresslevel=6) as gz:   # no name, no time
         for line in _payloads(frames):
             gz.write(line + b"\n")
 

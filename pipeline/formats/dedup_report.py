@@ -25,7 +25,7 @@ def encode(kept: dict, removed: list[dict]) -> bytes:
 
 
 def write(f: BinaryIO, lines: Iterator[bytes]) -> None:
-    with gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as gz:   # no timestamp: the same clusters, the same bytes
+    with gzip.GzipFile(filename="", fileobj=f, mode="wb", mtime=0) as gz:   # no file name, no time: same bytes
         for line in lines:
             gz.write(line)
 

@@ -53,7 +53,7 @@ FILE_PATTERN = "documents-*.jsonl.gz"
 def write_gzip_jsonl(f: BinaryIO, documents: Iterable[Document]) -> int:
     """Writes documents as gzip JSON Lines with a zero mtime, so equal input gives equal bytes."""
     n = 0
-    with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, compresslevel=6) as gz:
+    with gzip.GzipFile(filename="", fileobj=f, mode="wb", mtime=0, compresslevel=6) as gz:   # no name, no time
         for doc in documents:
             gz.write(doc.to_json().encode("utf-8") + b"\n")
             n += 1
