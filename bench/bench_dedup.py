@@ -16,6 +16,9 @@ every other pair whose MinHash estimate passes 0.3 (so a merge of two books woul
 3. the shared Wikipedia sample: what dedup finds, and that every article is kept.
 4. CPU: `bertprep dedup` and `prepare --dedup` against `prepare` on the 17 books (as google's tool would read
    them: 11.4 MB), CPU seconds per MB; peak RSS of `dedup` on the books x1 and x4 (four copies under new names).
+5. with --scale-mb N (e.g. 1000): N MB of the books, every copy altered at random (bench/copies.py, excerpts
+   left out), extracted and deduplicated with the `local` preset: wall, CPU, peak RSS, what it kept and
+   removed, and `bertprep verify` of the output.
 """
 from __future__ import annotations
 
@@ -210,13 +213,47 @@ def cpu(out: Path) -> None:
     print(table(["books", "documents in", "kept", "CPU s", "peak RSS MB (2 workers)"], rows))
 
 
+def scale(out: Path, megabytes: float) -> None:
+    print(f"\n5. {megabytes:,.0f} MB of altered copies of the books, `--preset local` (2 workers)\n")
+    books = sorted((SHARED / "books").glob("*.txt"))
+    texts = {b.name: b.read_text(encoding="utf-8", errors="replace") for b in books}
+    size = sum(len(s.encode()) for s in texts.values())
+    copies = max(1, round(megabytes * 1e6 / size))
+    source = out / f"scale-{megabytes:.0f}"
+    if not (source / "docs" / "manifest.json").exists():
+        (source / "books").mkdir(parents=True, exist_ok=True)
+        kinds = [k for k in ALTERATIONS if k != "excerpt"]
+        for c in range(copies):
+            for name, text in texts.items():
+                rng = random.Random(f"{c}/{name}")
+                for kind in rng.sample(kinds, 2):   # two alterations each, the first copy of each book as it is
+                    text = text if c == 0 else ALTERATIONS[kind](text, rng)
+                (source / "books" / f"copy{c:03d}-{name}").write_text(text)
+        bertprep("extract", "books", "--input", str(source / "books"), "--output", str(source / "docs"),
+                 "--overwrite")
+    m = measure([BERTPREP, "dedup", "--input", str(source / "docs"), "--output", str(source / "out"), "--overwrite"],
+                cwd=str(REPO))
+    d = json.loads((source / "out" / "manifest.json").read_text())["dedup"]
+    verified = subprocess.run([BERTPREP, "verify", str(source / "out")], cwd=REPO, capture_output=True, text=True)
+    mb = sum(f.stat().st_size for f in (source / "books").iterdir()) / 1e6
+    print(table(["input MB", "documents in", "kept", "exact", "near", "emptied", "clusters", "wall s", "CPU s",
+                 "CPU s / MB", "peak RSS MB", "verify"],
+                [[f"{mb:,.0f}", d["documents_in"], d["kept"], d["removed_exact"], d["removed_near"],
+                  d["removed_emptied"], d["clusters"], f"{m.wall:.0f}", f"{m.cpu:.0f}", f"{m.cpu / mb:.3f}",
+                  f"{m.peak_rss_mb:.0f}", "OK" if verified.returncode == 0 else verified.stderr[-200:]]]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "dedup"))
     ap.add_argument("--skip-cpu", action="store_true")
+    ap.add_argument("--scale-mb", type=float, default=0, help="also the big run, of this many MB (part 5)")
+    ap.add_argument("--only-scale", action="store_true", help="part 5 alone")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.only_scale:
+        return scale(out, args.scale_mb or 1000)
     docs_dir = make_set(out)
     docs = load(docs_dir)
     jaccard = truth(docs, out)
@@ -227,6 +264,8 @@ def main() -> None:
     wikipedia(out)
     if not args.skip_cpu:
         cpu(out)
+    if args.scale_mb:
+        scale(out, args.scale_mb)
 
 
 if __name__ == "__main__":

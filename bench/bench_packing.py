@@ -1,7 +1,7 @@
 """Packed shards against unpacked ones, side by side in one run (issue 21's figures).
 
     .venv/bin/python bench/bench_packing.py [--steps 40] [--learn-steps 300] [--seeds 2] [--skip-train]
-                                            [--out bench/out/packing]
+                                            [--only-learning] [--out bench/out/packing]
 
 Inputs: the shared Wikipedia sample at L=512, P=80 and at L=128, P=20, and the shared books at L=128, P=20
 (dupe 2 each), each made once by `bertprep prepare` (unpacked) and then packed by `bertprep pack` with every k
@@ -193,10 +193,13 @@ def main() -> None:
     ap.add_argument("--learn-steps", type=int, default=300, help="unpacked steps of the learning runs")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--skip-train", action="store_true", help="parts 1 and 2 only")
+    ap.add_argument("--only-learning", action="store_true", help="part 4 only (the inputs are made if missing)")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "packing"))
     args = ap.parse_args()
     out = Path(args.out)
     made = make_inputs(out)
+    if args.only_learning:
+        return learning_table(made, out, args.learn_steps, args.batch_size, args.seeds)
     packing_table(made, out)
     memory_table(made, out)
     if not args.skip_train:
