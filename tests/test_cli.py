@@ -46,6 +46,10 @@ def made(tmp_path_factory) -> Path:
                      *ONE]) == 0
     assert cli.main(["mask", "--input", str(root / "pairs64"), "--output", str(root / "shards64"), *ONE]) == 0
     assert cli.main(["pack", "--input", str(root / "shards"), "--output", str(root / "packed"), *ONE]) == 0
+    for objective in ("sop", "none"):
+        assert cli.main(["pairs", "--input", str(root / "docs"), "--vocab", VOCAB, "--objective", objective,
+                         "--output", str(root / f"pairs_{objective}"), *common]) == 0
+    assert cli.main(["mask", "--input", str(root / "pairs_none"), "--output", str(root / "shards_none"), *ONE]) == 0
     (root / "google").mkdir()   # shards as google's tool leaves them: no manifest
     for f in (root / "shards").glob("shard-*.tfrecord"):
         shutil.copy(f, root / "google" / f.name.replace("shard-", "tf_examples-"))
@@ -103,7 +107,21 @@ TABLE = [
      ["{m}/pairs holds pair records"]),
     (["pairs", "--input", "{m}/docs", "--vocab", VOCAB, "--output", "{m}/o2", "--max-seq-length", "4"], 2,
      ["--max-seq-length 4"]),
+    (["pairs", "--input", "{m}/docs", "--vocab", VOCAB, "--output", "{m}/o2", "--objective", "mlm"], 2,
+     ["--objective", "invalid choice: 'mlm'"]),
+    (["pairs", "--input", "{m}/docs", "--vocab", VOCAB, "--output", "{m}/o2", "--cross-documents"], 2,
+     ["--cross-documents without --objective none"]),
+    (["pairs", "--input", "{m}/docs", "--vocab", VOCAB, "--output", "{m}/o2", "--objective", "sop",
+      "--split-sentences"], 2, ["--split-sentences without --objective none"]),
+    (["pairs", "--input", "{m}/docs", "--vocab", VOCAB, "--output", "{m}/o2", "--objective", "none",
+      "--short-seq-prob", "0.2"], 2, ["--short-seq-prob with --objective none"]),
     # mask
+    (["mask", "--input", "{m}/pairs_sop", "--output", "{m}/o3", "--objective", "nsp"], 1,
+     ["--objective nsp, but {m}/pairs_sop holds pairs made for sop"]),
+    (["mask", "--input", "{m}/pairs/pairs-*.tfrecord,{m}/pairs_sop/pairs-*.tfrecord", "--output", "{m}/o3"], 1,
+     ["{m}/pairs and {m}/pairs_sop were made with different objective (nsp vs sop)"]),
+    (["mask", "--input", "{m}/pairs_none", "--output", "{m}/o3", "--pack"], 1,
+     ["--pack: {m}/pairs_none holds full-sentence rows (objective none)"]),
     (["mask", "--input", "{m}/pairs", "--output", "{m}/o3", "--mask-token-prob", "0.9", "--random-token-prob",
       "0.2"], 2, ["--mask-token-prob 0.9", "--random-token-prob 0.2", "exceeds 1"]),
     (["mask", "--input", "{m}/pairs", "--output", "{m}/o3", "--max-predictions-per-seq", "0"], 2,
@@ -138,7 +156,11 @@ TABLE = [
      2, ["--masked-lm-prob"]),
     (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--max-sequences-per-pack", "3"],
      2, ["--max-sequences-per-pack without --pack"]),
+    (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4", "--objective", "none",
+      "--pack"], 2, ["--pack with --objective none"]),
     # pack
+    (["pack", "--input", "{m}/shards_none", "--output", "{m}/o5"], 1,
+     ["{m}/shards_none holds full-sentence rows (objective none)"]),
     (["pack", "--input", "{m}/pairs", "--output", "{m}/o5"], 1, ["{m}/pairs holds pair records, not masked-LM shards"]),
     (["pack", "--input", "{m}/docs", "--output", "{m}/o5"], 1, ["{m}/docs holds documents, not masked-LM shards"]),
     (["pack", "--input", "{m}/shards", "--output", "{m}/o5", "--max-sequences-per-pack", "0"], 2,

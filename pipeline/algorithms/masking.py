@@ -132,8 +132,10 @@ def mask_batch(pairs: Sequence[PairInstance], params: MaskParams, vocab: VocabId
     seeds = instance_seeds(seed, [p.key for p in pairs])
     cols = np.arange(L)
     na = np.array([p.num_tokens_a for p in pairs], np.int64)
+    # google skips [CLS] and [SEP]: by position, and by id for the [SEP]s between documents of a full-sentence
+    # row (text never tokenizes to [SEP], so NSP and SOP instances are masked as before)
     candidate = batch.input_mask.astype(bool) & (cols != 0) & (cols != (na + 1)[:, None]) & \
-        (cols != (lengths - 1)[:, None])
+        (cols != (lengths - 1)[:, None]) & (batch.input_ids != vocab.sep_id)
     priority = np.where(candidate, uniforms(seeds, PRIORITY, cols), 2.0)   # (B, L); non-candidates last
     want = num_to_predict(lengths, params)
 
@@ -185,6 +187,7 @@ def _choose_units(pair: PairInstance, priority: np.ndarray, want: int, seed: np.
     ids = pair.token_ids
     special = np.zeros(len(ids), bool)
     special[[0, pair.num_tokens_a + 1, len(ids) - 1]] = True
+    special |= priority[:len(ids)] >= 2.0   # every non-candidate of mask_batch (the [SEP]s between documents)
     positions = np.flatnonzero(~special)
     starts = pair.word_starts[positions] | np.concatenate(([True], np.diff(positions) != 1))
     words = np.split(positions, np.flatnonzero(starts)[1:])

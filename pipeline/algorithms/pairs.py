@@ -12,6 +12,13 @@ A document is a list of tokenized sentences. For each document and each dupe pas
   - truncate_seq_pair trims the longer of A and B one token at a time, from the front or the back at random.
 We DON'T concatenate all tokens and cut at fixed lengths: that would make NSP too easy (google's reasoning).
 
+Sentence-order prediction (`objective="sop"`, ALBERT's create_pretraining_data.py with random_next_sentence=False)
+builds the same chunks with the same draws, but B is always the rest of the chunk; with probability 0.5 A and B
+are swapped (label 1, stored where NSP keeps is_random_next). A chunk of one sentence takes the next sentence of
+its document as B (ALBERT would draw B from another document here); a sentence with no next one (a one-sentence
+document's, or the last of a document when it alone reaches the target) gives no instance, and is counted.
+RoBERTa's full-sentence rows (`objective="none"`) are in pipeline/algorithms/objectives.py.
+
 Randomness: the caller passes a generator seeded from (seed, document id, dupe index) (`document_rng`), so the
 instances of a document never depend on worker, bundle or arrival order. The pool of documents for random
 segments is the document's bucket: google draws from the whole corpus, which a distributed
@@ -22,6 +29,7 @@ documents (pipeline/beam/transforms.py MakePairs).
 from __future__ import annotations
 
 import bisect
+import collections
 import hashlib
 import os
 import struct
@@ -139,13 +147,25 @@ def spill_pool(records: Iterable[bytes], spill: BinaryIO) -> list[SpilledDocumen
     return pool
 
 
+OBJECTIVES = ("nsp", "sop", "none")
+
+
 @dataclass(frozen=True)
 class PairParams:
     max_seq_length: int = 128
-    short_seq_prob: float = 0.1
+    short_seq_prob: float = 0.1          # nsp, sop
     dupe_factor: int = 5
     cls_id: int = 101
     sep_id: int = 102
+    objective: str = "nsp"               # nsp | sop | none (OBJECTIVES)
+    cross_documents: bool = False        # none: a row may go on into the bucket's next document (FULL-SENTENCES)
+    split_sentences: bool = False        # none: rows filled to the last position, the cut sentence goes on
+
+    def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r} (one of {', '.join(OBJECTIVES)})")
+        if (self.cross_documents or self.split_sentences) and self.objective != "none":
+            raise ValueError("cross_documents and split_sentences shape the rows of objective 'none' only")
 
 
 def stable_hash(*parts: object) -> int:
@@ -225,12 +245,19 @@ class Uniforms:
 def create_instances_from_document(
         pool: Sequence[TokenizedDocument | SpilledDocument], document_index: int, dupe: int, params: PairParams,
         word_starts: np.ndarray, rng: np.random.Generator,
-        document: TokenizedDocument | None = None) -> list[PairInstance]:
-    """All NSP instances of one pass (`dupe`) over pool[document_index]; random segments come from `pool`.
-    `document` is pool[document_index] with its tokens in memory, if the caller has it already."""
+        document: TokenizedDocument | None = None,
+        stats: collections.Counter | None = None) -> list[PairInstance]:
+    """All NSP (or SOP) instances of one pass (`dupe`) over pool[document_index]; random segments come from
+    `pool`. `document` is pool[document_index] with its tokens in memory, if the caller has it already; `stats`
+    counts what SOP leaves out: sentences with no next one, in every pass (sop_unpaired_sentences), and
+    one-sentence documents, in pass 0 (sop_single_sentence_documents)."""
     document = document if document is not None else pool[document_index].loaded()
     doc_ends = document.ends.tolist()   # a list for fast bisection; other documents stay compact arrays
     num_sentences = len(doc_ends)
+    sop = params.objective == "sop"
+    stats = stats if stats is not None else collections.Counter()
+    if sop and num_sentences == 1 and dupe == 0:
+        stats["sop_single_sentence_documents"] += 1
     u = Uniforms(rng)
     max_num_tokens = params.max_seq_length - 3
     target_seq_length = max_num_tokens
@@ -244,11 +271,22 @@ def create_instances_from_document(
         # the first sentence at which the chunk reaches the target, or the document's last one
         start_token = doc_ends[chunk_start - 1] if chunk_start else 0
         i = min(bisect.bisect_left(doc_ends, start_token + target_seq_length, lo=chunk_start), num_sentences - 1)
+        if sop and i == chunk_start:   # one sentence: B is the next one (ALBERT would take another document's)
+            if i + 1 == num_sentences:
+                stats["sop_unpaired_sentences"] += 1
+                break
+            i += 1
         chunk_len = i + 1 - chunk_start
         a_end = u.randint(1, chunk_len - 1) if chunk_len >= 2 else 1
         a_stop = doc_ends[chunk_start + a_end - 1]
         tokens_a = document.tokens[start_token:a_stop]
-        if chunk_len == 1 or u.next() < 0.5:
+        if sop:   # B follows A; swapped half of the time (label 1), as ALBERT swaps before truncating
+            is_random_next = u.next() < 0.5
+            tokens_b = document.tokens[a_stop:doc_ends[i]]
+            if is_random_next:
+                tokens_a, tokens_b = tokens_b, tokens_a
+            next_start = i + 1
+        elif chunk_len == 1 or u.next() < 0.5:
             is_random_next = True
             target_b_length = target_seq_length - len(tokens_a)
             for _ in range(10):  # google tries 10 times to find another document
@@ -299,9 +337,11 @@ def split_pool(pool: Sequence[TokenizedDocument | SpilledDocument], parts: int) 
 
 
 def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: PairParams, word_starts: np.ndarray,
-                   seed: int, only: set[str] | None = None) -> Iterator[PairInstance]:
-    """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order; with
-    `only`, of those documents only (random next segments still come from the whole pool).
+                   seed: int, only: set[str] | None = None,
+                   stats: collections.Counter | None = None) -> Iterator[PairInstance]:
+    """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order (documents
+    by id); with `only`, of those documents only (random next segments, and rows that go on into the next
+    document, still come from the whole pool). `stats` counts what an objective leaves out or cuts.
 
     A generator: a bucket's instances are many times its tokens, so they stream on instead of piling up.
     """
@@ -310,10 +350,15 @@ def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: 
     if len(set(ids)) != len(ids):   # sorting could not give a stable order, and keys would collide
         duplicate = sorted(i for i in ids if ids.count(i) > 1)[0]
         raise ValueError(f"duplicate document ids in one bucket, e.g. {duplicate!r}")
+    if params.objective == "none":
+        from pipeline.algorithms import objectives
+
+        yield from objectives.full_sentence_rows(pool, params, word_starts, only, stats)
+        return
     for index, doc in enumerate(pool):
         if only is not None and doc.id not in only:
             continue
         loaded = doc.loaded()   # the document's own tokens, read once for all its dupe passes
         for dupe in range(params.dupe_factor):
             yield from create_instances_from_document(
-                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), loaded)
+                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), loaded, stats)

@@ -19,6 +19,7 @@ pipeline/beam/shuffle.py: sorted run files on the local runner, the runner's Gro
 """
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import math
@@ -263,14 +264,17 @@ class _PairBucket(beam.DoFn):
         with tempfile.TemporaryFile(prefix="bertprep-pool-") as spill:
             pool = pairs.spill_pool(group.payloads(), spill)
             mine = pairs.split_pool(pool, work.parts)[work.part]   # every part pairs its share of the whole pool
-            batch = []
-            for instance in pairs.pairs_for_pool(pool, self.params, self.word_starts, self.seed, only=mine):
+            batch, left_out = [], collections.Counter()
+            for instance in pairs.pairs_for_pool(pool, self.params, self.word_starts, self.seed, only=mine,
+                                                 stats=left_out):
                 batch.append(instance)
                 if len(batch) == BATCH:
                     yield self._counted(batch)
                     batch = []
             if batch:
                 yield self._counted(batch)
+            for name, n in sorted(left_out.items()):   # what an objective leaves out or cuts, once a bucket
+                Metrics.counter("pairs", name).inc(n)
 
     def _counted(self, batch):
         self.progress.add(instances=len(batch))

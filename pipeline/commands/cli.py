@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Callable
 
-from pipeline.algorithms import packing
+from pipeline.algorithms import packing, pairs
 from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
                                      vocab_file)
@@ -88,7 +88,22 @@ def _add_pairs(p: flags.Parser) -> None:
     p.add_argument("--dupe-factor", type=positive_int, default=5,
                    help=f"passes over each document, each with new randomness (google's default is "
                         f"{GOOGLE_DUPE_FACTOR}; BERT's data used 10 with a different mask each pass)")
-    p.add_argument("--short-seq-prob", type=probability, default=0.1)
+    p.add_argument("--short-seq-prob", type=probability, default=None,
+                   help="share of nsp/sop instances with a random shorter target length (default 0.1; not for "
+                        "--objective none, whose rows are filled)")
+    p.add_argument("--objective", choices=pairs.OBJECTIVES, default="nsp",
+                   help="nsp: google's next-sentence pairs (default); sop: ALBERT's sentence order (B always "
+                        "follows A in its document, swapped half of the time, label 1 = swapped); none: RoBERTa's "
+                        "rows of whole sentences up to --max-seq-length, segment ids 0, no second objective. A "
+                        "dupe pass of `none` is the same rows masked anew. Its rows are full already: --pack is "
+                        "for nsp and sop")
+    p.add_argument("--cross-documents", action="store_true",
+                   help="with --objective none: a row goes on into the next document of its bucket after a [SEP] "
+                        "(RoBERTa's FULL-SENTENCES; without it DOC-SENTENCES: a row ends with its document)")
+    p.add_argument("--split-sentences", action="store_true",
+                   help="with --objective none: fill every row to the last position, the sentence it cuts going on "
+                        "in the next row (HF run_mlm's group_texts); without it only whole sentences, and a "
+                        "sentence longer than a row is cut (counted)")
     p.add_argument("--bucket-docs", type=positive_int, default=10_000,
                    help="documents per random-next pool: random B segments come from the same bucket (google's "
                         "pool is the whole corpus; a pool of thousands is statistically the same for NSP). At "
@@ -188,6 +203,9 @@ def add_mask(p: flags.Parser) -> None:
                    help="optional: refuse unless the pairs were made with this vocab")
     _add_allow_incomplete(p, "the pairs-*.tfrecord of a directory without manifest (then give --vocab and "
                              "--max-seq-length)")
+    p.add_argument("--objective", choices=pairs.OBJECTIVES, default=None,
+                   help="optional: refuse unless the pairs were made for this objective (the shards keep the pairs' "
+                        "objective; with --allow-incomplete, what the pairs are: default nsp)")
     p.add_argument("--max-seq-length", type=positive_int, default=None,
                    help="with --allow-incomplete: the pairs' max_seq_length (otherwise from their manifest)")
     _add_mask(p)
@@ -402,6 +420,18 @@ def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
         if args.bucket_docs < 1000:
             flags.warn(f"--bucket-docs {args.bucket_docs}: pools under ~1,000 documents draw random-next "
                        "segments from few documents, unlike google's whole-corpus pool")
+    if hasattr(args, "cross_documents"):   # pairs, prepare: the objective's own flags
+        if args.objective != "none":
+            for flag in ("cross_documents", "split_sentences"):
+                if getattr(args, flag):
+                    parser.error(f"--{flag.replace('_', '-')} without --objective none (it shapes full-sentence "
+                                 "rows)")
+        elif args.short_seq_prob is not None:
+            parser.error("--short-seq-prob with --objective none: its rows are filled to --max-seq-length")
+        if args.objective == "none" and getattr(args, "pack", False):
+            parser.error("--pack with --objective none: its rows are filled already (pack is for nsp and sop)")
+        if args.short_seq_prob is None:
+            args.short_seq_prob = 0.1
     if getattr(args, "max_seq_length", None) is not None and args.max_seq_length < 5 and hasattr(args, "dupe_factor"):
         parser.error(f"--max-seq-length {args.max_seq_length}: [CLS] A [SEP] B [SEP] needs at least 5")
     if hasattr(args, "dedup"):   # prepare: the dedup flags need --dedup

@@ -142,16 +142,22 @@ def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
     print(f"\n  instances {total:,}  (manifest: {listed})" + ("" if listed in (None, total) else "  <-- DIFFERS"))
     if not total:
         return
-    lengths = stats["lengths"]
-    print(f"  documents {m['counts'].get('documents')}   random next {stats['random_next_fraction']:.3f}   "
+    lengths, objective = stats["lengths"], manifest.objective(m)
+    L = int(m.get("max_seq_length") or lengths.max())
+    second = {"nsp": f"random next {stats['random_next_fraction']:.3f}",
+              "sop": f"sentence order swapped {stats['random_next_fraction']:.3f}",
+              "none": f"row fill {100 * lengths.sum() / (len(lengths) * L):.2f}% of {L} positions"}[objective]
+    print(f"  objective {objective}   documents {m['counts'].get('documents')}   {second}   "
           f"mean length {stats['mean_length']:.1f}   tokens {lengths.sum():,}")
     if "mean_masked" in stats:
         share = stats["masked_kinds"]
         print(f"  masked per instance {stats['mean_masked']:.2f}   of masked: [MASK] {share[0]:.3f}  "
               f"random {share[1]:.3f}  kept {share[2]:.3f}")
-    print("  real length histogram:\n" + _histogram(lengths, int(m.get("max_seq_length", lengths.max()))))
+    print("  real length histogram:\n" + _histogram(lengths, L))
     for ids, pos, labels, is_random in stats["examples"]:
-        print(f"\n  next_sentence_label={is_random}: {_decode(vocab, ids)}")
+        label = {"nsp": f"next_sentence_label={is_random}: ", "sop": f"sentence_order_label={is_random}: ",
+                 "none": ""}[objective]
+        print(f"\n  {label}{_decode(vocab, ids)}")
         if len(pos):
             print("    masked: " + ", ".join(f"{p}={_decode(vocab, [l])}" for p, l in zip(pos, labels)))
 

@@ -290,7 +290,8 @@ def spread_ranges(read_units: int, parallelism: int) -> int:
 def _pair_params(args, vocab: dict) -> pairs.PairParams:
     return pairs.PairParams(max_seq_length=args.max_seq_length, short_seq_prob=args.short_seq_prob,
                             dupe_factor=args.dupe_factor, cls_id=vocab["ids"]["cls_id"],
-                            sep_id=vocab["ids"]["sep_id"])
+                            sep_id=vocab["ids"]["sep_id"], objective=args.objective,
+                            cross_documents=args.cross_documents, split_sentences=args.split_sentences)
 
 
 def _mask_params(args) -> masking.MaskParams:
@@ -301,8 +302,21 @@ def _mask_params(args) -> masking.MaskParams:
 
 
 def _pair_parameters(args) -> dict:
-    return {"max_seq_length": args.max_seq_length, "short_seq_prob": args.short_seq_prob,
-            "dupe_factor": args.dupe_factor, "bucket_docs": args.bucket_docs}
+    shape = ({"short_seq_prob": args.short_seq_prob} if args.objective != "none" else
+             {"cross_documents": args.cross_documents, "split_sentences": args.split_sentences})
+    return {"max_seq_length": args.max_seq_length, **shape, "dupe_factor": args.dupe_factor,
+            "bucket_docs": args.bucket_docs}
+
+
+def objective_counts(objective: str, counts: dict, max_seq_length: int) -> dict:
+    """The manifest's statistics of the second objective: the share of label 1 (random next, or swapped), or for
+    full-sentence rows their fill (real tokens / (rows x L))."""
+    n = max(1, counts["instances"])
+    if objective == "nsp":
+        return {"random_next_fraction": counts["random_next"] / n}
+    if objective == "sop":
+        return {"swapped_fraction": counts["random_next"] / n}
+    return {"row_fill": counts["tokens"] / (n * max_seq_length)}
 
 
 def _mask_parameters(args, params: masking.MaskParams) -> dict:
@@ -344,25 +358,24 @@ def make_pairs(args, options) -> dict:
     written, values = run_and_publish("pairs", p, out, shuffle, _instances_basis(sum(sizes.values()), tokens, args),
                                       args)
     counts = sum_stats(written, transforms.PAIR_STATS)
-    m = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "vocab": vocab,
-         "max_seq_length": args.max_seq_length,
+    m = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "objective": args.objective,
+         "vocab": vocab, "max_seq_length": args.max_seq_length,
          "parameters": {**_pair_parameters(args), "num_shards": out.num_shards},
          "counts": {"documents": values.get("tokenize/documents", 0), **counts,
-                    "random_next_fraction": counts["random_next"] / max(1, counts["instances"]),
-                    "counters": values},
+                    **objective_counts(args.objective, counts, args.max_seq_length), "counters": values},
          "files": written, "inputs": inputs}
     manifest.write(args.output, m)
     return m
 
 
 def _shards_manifest(stage, args, params, vocab, max_seq_length, documents, written, values, inputs, extra,
-                     pack: packing.PackParams | None = None):
+                     objective: str, pack: packing.PackParams | None = None):
     counts = sum_stats(written, transforms.MASK_STATS)
     n = max(1, counts["instances"])
-    m = {"format": manifest.SHARDS, "stage": stage, "seed": args.seed, "vocab": vocab,
+    m = {"format": manifest.SHARDS, "stage": stage, "seed": args.seed, "objective": objective, "vocab": vocab,
          "max_seq_length": max_seq_length, "max_predictions_per_seq": params.max_predictions_per_seq,
          "parameters": {**extra, **_mask_parameters(args, params), "num_shards": len(written)},
-         "counts": {"documents": documents, **counts, "random_next_fraction": counts["random_next"] / n,
+         "counts": {"documents": documents, **counts, **objective_counts(objective, counts, max_seq_length),
                     "mean_tokens_per_instance": counts["tokens"] / n,
                     "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
          "files": written, "inputs": inputs}
@@ -419,12 +432,17 @@ def mask(args, options) -> dict:
         L = pairs_manifest["max_seq_length"]
         documents = sum(m["counts"]["documents"] for m in opened.manifests.values())
         pair_parameters = pairs_manifest["parameters"]
+        objective = manifest.objective(pairs_manifest)
+        if args.objective and args.objective != objective:
+            raise SystemExit(f"--objective {args.objective}, but {args.input} holds pairs made for {objective}: "
+                             "the shards would claim an objective their instances do not have")
     else:   # --allow-incomplete: no manifest to give the vocab ids and the length the pairs were made with
         if not (args.vocab and args.max_seq_length):
             raise SystemExit(f"{args.input} has no {manifest.NAME} to say which vocab and max_seq_length its pairs "
                              "were made with: with --allow-incomplete also pass --vocab and --max-seq-length")
         vocab = vocab_entry(args.vocab, lowercase=None)
         L, documents, pair_parameters = args.max_seq_length, None, None
+        objective = args.objective or "nsp"
     params = _mask_params(args)
     record = sizing.shard_record_bytes(L, params.max_predictions_per_seq)
     if pair_parameters is not None:   # the pairs manifest counts the instances
@@ -438,6 +456,9 @@ def mask(args, options) -> dict:
                  instances * record, args.input)
     shuffle = shuffle_config(args, options)
     pack = _pack_params(args, L, params.max_predictions_per_seq, params.masked_lm_prob)
+    if pack and objective == "none":
+        raise SystemExit(f"--pack: {args.input} holds full-sentence rows (objective none), filled already: "
+                         "pack is for nsp and sop")
     shards.prepare_output(args.output, args.overwrite)
 
     label, write = _write_or_pack(args, out, shuffle, pack)
@@ -448,7 +469,7 @@ def mask(args, options) -> dict:
      | label >> write)
     written, values = run_and_publish("mask", p, out, shuffle, basis, args, checks=[_packing_lost] if pack else [])
     m = _shards_manifest("mask", args, params, vocab, L, documents, written, values, opened.inputs,
-                         {"pairs": pair_parameters}, pack)
+                         {"pairs": pair_parameters}, objective, pack)
     manifest.write(args.output, m)
     return m
 
@@ -491,7 +512,8 @@ def prepare(args, options) -> dict:
                                       side_files=_dedup_side_files(deduplicate))
     m = _shards_manifest("prepare", args, params, vocab, args.max_seq_length,
                          values.get("tokenize/documents", 0), written, values,
-                         [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)}, pack)
+                         [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)},
+                         args.objective, pack)
     if deduplicate:
         m["dedup"] = _dedup_summary(deduplicate, values)
     manifest.write(args.output, m)
@@ -511,6 +533,9 @@ def _pack_source(args, opened: manifest.Opened) -> tuple[dict, int, int, float, 
                 args.masked_lm_prob, None)
     if manifest.packed(m):
         raise SystemExit(f"{args.input} holds packed shards already: pack the shards they were packed from")
+    if manifest.objective(m) == "none":
+        raise SystemExit(f"{args.input} holds full-sentence rows (objective none), filled already: pack is for nsp "
+                         "and sop")
     L, P = int(m["max_seq_length"]), int(m["max_predictions_per_seq"])
     for (flag, value), have in zip(given, (L, P)):
         if value and value != have:
@@ -548,12 +573,13 @@ def pack(args, options) -> dict:
     counts = sum_stats(written, transforms.MASK_STATS)
     n = max(1, counts["instances"])
     documents = sum((dm["counts"].get("documents") or 0) for dm in opened.manifests.values()) or None
-    m = {"format": manifest.SHARDS, "stage": "pack", "seed": args.seed, "vocab": vocab,
+    objective = manifest.objective(opened.manifest)
+    m = {"format": manifest.SHARDS, "stage": "pack", "seed": args.seed, "objective": objective, "vocab": vocab,
          "max_seq_length": L, "max_predictions_per_seq": P,
          "parameters": {"max_sequences_per_pack": args.max_sequences_per_pack, "num_shards": len(written),
                         "masked_lm_prob": prob, "source": source},
          "counts": {"documents": documents, **counts, "rows": sum(w["records"] for w in written),
-                    "random_next_fraction": counts["random_next"] / n,
+                    **objective_counts(objective, counts, L),
                     "mean_tokens_per_instance": counts["tokens"] / n,
                     "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
          "packing": _packing_entry(params, written, counts, values),

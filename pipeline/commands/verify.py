@@ -13,6 +13,9 @@ Checks TFRecord framing and both CRCs, parses each record against its schema, an
           max_predictions_per_seq predictions.
   pairs:  the same layout on the unpadded ids (A's length from num_tokens_a), length <= max_seq_length,
           word_starts aligned.
+  objective none (full-sentence rows), shards and pairs: [CLS] text [SEP], segment ids all 0, a [SEP] inside
+          only between two runs of text (a document boundary), never masked; next_sentence_labels 0. sop
+          instances have NSP's layout (label 1 = swapped).
   documents: every line a valid document.
 and compares per-file and total record counts with manifest.json, and that no data file is left out of it.
 Works on google's own shards (no manifest) given --max-seq-length and --max-predictions-per-seq.
@@ -63,6 +66,57 @@ def _layout(ids: np.ndarray, n: int, first_sep: int, masked: np.ndarray, cls_id:
     stray = stray[~np.isin(stray, [0, first_sep, n - 1]) & ~np.isin(stray, masked)]
     if len(stray):
         return f"[CLS]/[SEP] at unmasked position(s) {stray.tolist()} inside the sequence"
+    return None
+
+
+def _row_layout(ids: np.ndarray, n: int, masked: np.ndarray, cls_id: int, sep_id: int) -> str | None:
+    """Checks a full-sentence row (objective none), [CLS] text [SEP] [text [SEP] ...], in ids[:n]: a [SEP] inside
+    only between two non-empty runs; returns a message or None. Masked positions may hold any id (see _layout)."""
+    if n < 3:
+        return f"real length {n} is too short for [CLS] text [SEP]"
+    for position, where, token, token_id in ((0, "the start", "[CLS]", cls_id), (n - 1, "the end", "[SEP]", sep_id)):
+        if ids[position] != token_id:
+            return f"position {position} ({where}) holds {ids[position]}, not {token} ({token_id})"
+    inside = np.arange(1, n - 1)
+    unmasked = ~np.isin(inside, masked)
+    stray = inside[(ids[1:n - 1] == cls_id) & unmasked]
+    if len(stray):
+        return f"[CLS] at unmasked position(s) {stray.tolist()} inside the row"
+    seps = inside[(ids[1:n - 1] == sep_id) & unmasked]
+    if len(seps) and (seps[0] == 1 or seps[-1] == n - 2 or (np.diff(seps) == 1).any()):
+        return f"[SEP] at position(s) {seps.tolist()}: a document boundary with no text on one side"
+    return None
+
+
+def check_row_record(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, sep_id: int) -> str | None:
+    """check_shard_record for a full-sentence row (objective none)."""
+    mask, ids, seg = r["input_mask"], r["input_ids"], r["segment_ids"]
+    n = int(mask.sum())
+    if not (mask[:n] == 1).all() or (mask[n:] != 0).any():
+        return "input_mask is not 1s then 0s"
+    if (ids[n:] != 0).any():
+        return "padding is not zero"
+    if (seg != 0).any():
+        return "segment_ids are not all 0 (objective none has one segment)"
+    if (ids < 0).any() or (ids >= vocab_size).any():
+        return f"input_ids outside [0, {vocab_size})"
+    w, pos, lm = r["masked_lm_weights"], r["masked_lm_positions"], r["masked_lm_ids"]
+    k = int((w != 0).sum())
+    if not np.all(w[:k] == 1.0) or (w[k:] != 0).any():
+        return "masked_lm_weights are not 1s then 0s"
+    if k and (np.any(np.diff(pos[:k]) <= 0) or pos[:k].min() < 1 or pos[:k].max() >= n - 1):
+        return f"masked_lm_positions {pos[:k].tolist()} not sorted inside (0, {n - 1})"
+    bad = _row_layout(ids, n, pos[:k], cls_id, sep_id)
+    if bad:
+        return bad
+    if k and np.isin(lm[:k], [cls_id, sep_id]).any():
+        return "a [CLS]/[SEP] is masked"
+    if (pos[k:] != 0).any() or (lm[k:] != 0).any():
+        return "masked_lm padding is not zero"
+    if k and ((lm[:k] <= 0).any() or (lm[:k] >= vocab_size).any()):
+        return f"masked_lm_ids outside (0, {vocab_size})"
+    if r["next_sentence_labels"][0] != 0:
+        return f"next_sentence_labels is {r['next_sentence_labels'][0]} (objective none has no second label)"
     return None
 
 
@@ -165,16 +219,19 @@ def _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab_size, cl
 
 
 def _check_shard_batch(records: list[bytes], shape: schema.Shape, vocab_size: int, cls_id: int,
-                       sep_id: int) -> list[tuple[int, str]]:
+                       sep_id: int, objective: str = "nsp") -> list[tuple[int, str]]:
     """(index in the batch, message) for each bad record of a batch: decoded and checked together when the
-    records are plain (schema.decode_plain), each one alone where they are not or a check fails."""
-    arrays = schema.decode_plain(records, shape)
+    records are plain (schema.decode_plain), each one alone where they are not or a check fails. Full-sentence
+    rows (objective none) are checked one at a time."""
+    rows = objective == "none"
+    arrays = None if rows else schema.decode_plain(records, shape)
     suspects = range(len(records)) if arrays is None else \
         np.flatnonzero(~shard_batch_ok(arrays, vocab_size, cls_id, sep_id)).tolist()
+    check = check_row_record if rows else check_shard_record
     bad = []
     for i in suspects:
         try:
-            message = check_shard_record(schema.decode(records[i], shape), vocab_size, cls_id, sep_id)
+            message = check(schema.decode(records[i], shape), vocab_size, cls_id, sep_id)
         except ValueError as e:
             message = f"does not parse: {e}"
         if message:
@@ -249,12 +306,18 @@ def check_packed_batch(r: dict[str, np.ndarray], max_predictions_per_seq: int, v
     return sorted(bad.items())
 
 
-def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int, sep_id: int) -> str | None:
+def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int, sep_id: int,
+               objective: str = "nsp") -> str | None:
     n = len(pair.token_ids)
     if n > max_seq_length:
         return f"{n} tokens > max_seq_length {max_seq_length}"
     if len(pair.word_starts) != n:
         return "word_starts length differs from token_ids"
+    if objective == "none":
+        if pair.num_tokens_a != n - 2 or pair.is_random_next:
+            return (f"num_tokens_a {pair.num_tokens_a}, is_random_next {pair.is_random_next}: a full-sentence row "
+                    f"has one segment (num_tokens_a = {n - 2}) and no second label")
+        return _row_layout(pair.token_ids, n, np.zeros(0, np.int64), cls_id, sep_id)
     return _layout(pair.token_ids, n, pair.num_tokens_a + 1, np.zeros(0, np.int64), cls_id, sep_id)
 
 
@@ -263,7 +326,7 @@ BATCH = 1024   # shard records checked together
 
 def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.Shape | None = None,
                  vocab_size: int = 1 << 31, cls_id: int = 101, sep_id: int = 102,
-                 max_predictions_per_seq: int = 0, tally: dict | None = None) -> list[int]:
+                 max_predictions_per_seq: int = 0, tally: dict | None = None, objective: str = "nsp") -> list[int]:
     """Reads every record of `files`, recording problems; returns the record count of each file. Packed shards
     (a packed `shape`) need their instances' `max_predictions_per_seq`; their instances are counted in `tally`."""
     tally = {} if tally is None else tally
@@ -280,7 +343,7 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
                 while batch := list(itertools.islice(records, BATCH)):
                     found = (_check_packed_records(batch, shape, max_predictions_per_seq, vocab_size, cls_id, sep_id,
                                                    tally) if shape.packed
-                             else _check_shard_batch(batch, shape, vocab_size, cls_id, sep_id))
+                             else _check_shard_batch(batch, shape, vocab_size, cls_id, sep_id, objective))
                     for i, message in found:
                         problems.add(f"{name}: record {n + i}", message)
                     n += len(batch)
@@ -288,7 +351,8 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
                 for i, record in enumerate(tfrecord.read_file(path)):
                     n = i + 1
                     try:
-                        bad = check_pair(pair_records.decode(record), shape.max_seq_length, cls_id, sep_id)
+                        bad = check_pair(pair_records.decode(record), shape.max_seq_length, cls_id, sep_id,
+                                         objective)
                     except ValueError as e:
                         bad = f"does not parse: {e}"
                     if bad:
@@ -351,7 +415,8 @@ def main(args) -> int:
         shape = manifest.shard_shape(m) if kind == "shards" else schema.Shape(m.get("max_seq_length", 0), 0)
         tally = {}
         counts = verify_files(files, kind, problems, shape, vocab.get("size", 1 << 31), ids.get("cls_id", 101),
-                              ids.get("sep_id", 102), m.get("max_predictions_per_seq", 0), tally)
+                              ids.get("sep_id", 102), m.get("max_predictions_per_seq", 0), tally,
+                              manifest.objective(m))
         for path, n in zip(files, counts):
             if opened.records.get(path) != n:
                 problems.add(os.path.basename(path), f"{n} records read, manifest says {opened.records.get(path)}")

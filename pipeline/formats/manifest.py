@@ -7,6 +7,9 @@ Its presence marks the directory complete (data files are published before it). 
     created_by               "bertprep <version>"
     parameters               every flag of the stage that shapes the data (not Beam's runner flags)
     seed                     the seed (pairs, mask, prepare)
+    objective                pairs and shards: "nsp" (google's, the default) | "sop" (ALBERT's sentence order:
+                             next_sentence_labels 1 = A and B swapped) | "none" (RoBERTa's full-sentence rows:
+                             segment_ids 0, next_sentence_labels 0 and unused); absent (older or google-made) = nsp
     vocab                    {"path", "sha256", "size", "lowercase"} (pairs, mask, prepare)
     max_seq_length, max_predictions_per_seq   (shards; max_seq_length also for pairs; P is per instance)
     packing                  packed shards only: {"max_sequences_per_pack": k, "max_predictions_per_row": M,
@@ -83,6 +86,15 @@ def shard_shape(manifest: dict[str, Any]) -> schema.Shape:
     return schema.Shape(int(manifest["max_seq_length"]), int(manifest["max_predictions_per_seq"]))
 
 
+OBJECTIVES = ("nsp", "sop", "none")
+
+
+def objective(manifest: dict[str, Any] | None) -> str:
+    """The pretraining objective of pairs or shards; shards without a manifest (google's) and manifests written
+    before there was a choice are google's NSP."""
+    return (manifest or {}).get("objective", "nsp")
+
+
 def packed(manifest: dict[str, Any] | None) -> bool:
     return bool(manifest and manifest.get("packing"))
 
@@ -100,7 +112,8 @@ PATTERNS = {DOCUMENTS: "documents-*.jsonl.gz", PAIRS: "pairs-*.tfrecord", SHARDS
 KIND = {DOCUMENTS: "documents", PAIRS: "pair records", SHARDS: "masked-LM shards"}
 EXTENSION = {DOCUMENTS: ".jsonl.gz", PAIRS: ".tfrecord", SHARDS: ".tfrecord"}
 # What must agree for files of several directories to be read as one input
-_SAME = (("vocab", lambda m: (m.get("vocab") or {}).get("sha256")),
+_SAME = (("objective", objective),
+         ("vocab", lambda m: (m.get("vocab") or {}).get("sha256")),
          ("max_seq_length", lambda m: m.get("max_seq_length")),
          ("max_predictions_per_seq", lambda m: m.get("max_predictions_per_seq")),
          ("max_sequences_per_pack", lambda m: (m.get("packing") or {}).get("max_sequences_per_pack")),
