@@ -1,10 +1,12 @@
 """BERT for pretraining, as in the paper (Devlin et al. 2018) and google-research/bert's modeling.py.
 
 Token + segment + learned position embeddings -> post-LN Transformer encoder -> two heads: masked LM (evaluated
-only at the masked positions, decoder tied to the word embeddings) and next-sentence prediction on the pooled
-[CLS]. The model takes tensors in the shard schema's layouts (pipeline/formats/schema.py) and knows nothing of files:
-google's (one instance a row), or the packed one (up to k instances a row, Krell et al. 2021), which it recognises
-by `next_sentence_positions`. A packed row computes what its instances would one by one: attention stays inside
+only at the masked positions, decoder tied to the word embeddings) and a two-way sentence head on the pooled [CLS]:
+next-sentence prediction, or ALBERT's sentence order (the same head on other labels). Without the sentence head the
+model is MLM only (RoBERTa's full-sentence rows), as HF's BertForMaskedLM, which has no pooler either. The model
+takes tensors in the shard schema's layouts (pipeline/formats/schema.py) and knows nothing of files: google's (one
+instance a row), or the packed one (up to k instances a row, Krell et al. 2021), which it recognises by
+`next_sentence_positions`. A packed row computes what its instances would one by one: attention stays inside
 each instance, positions restart at each [CLS], NSP runs at every [CLS], and the losses are normalised per instance
 and per prediction exactly as for the same instances unpacked.
 """
@@ -86,17 +88,19 @@ class Block(nn.Module):
 
 
 class Bert(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, sentence_head: bool = True):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.num_layers)])
-        self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
+        # The sentence head (pooler + nsp) exists only where it is trained: DDP refuses parameters without gradients.
+        # Created in this order either way, so that the weights initialise as they always have.
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if sentence_head else None
         # MLM head: transform then a decoder whose weight is the word embedding matrix (tied), plus its own bias.
         self.mlm_dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.mlm_ln = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
-        self.nsp = nn.Linear(config.hidden_size, 2)
+        self.nsp = nn.Linear(config.hidden_size, 2) if sentence_head else None
         self.apply(self._init_weights)
         # Packed rows' attention, "sdpa" or "flex_attention": a property of the device, not of the model, so not in
         # the config; the trainer sets it from packed_attention_for() and says which ran.
@@ -124,7 +128,8 @@ class Bert(nn.Module):
         input_mask the 1-based instance of each position (0: padding).
 
         Returns mlm_logits (B, P, V), nsp_logits (B, 2), packed (B, k, 2), and, given the labels, mlm_loss, nsp_loss
-        and loss.
+        and loss. Without the sentence head: no nsp_*, and next_sentence_labels (RoBERTa's rows: 0, meaningless)
+        are ignored.
         """
         packed = next_sentence_positions is not None
         x = self.embeddings(input_ids, segment_ids, position_ids)  # (B, T, H)
@@ -132,12 +137,14 @@ class Bert(nn.Module):
         attn_mask = self.attention_mask(input_mask, packed)
         for block in self.blocks:
             x = block(x, attn_mask)
-        if packed:  # the [CLS] of every instance; empty slots point at 0 and are weighted out
-            index = next_sentence_positions.long()[:, :, None].expand(-1, -1, H)  # (B, k, H)
-            pooled = torch.tanh(self.pooler(torch.gather(x, 1, index)))  # (B, k, H)
-        else:
-            pooled = torch.tanh(self.pooler(x[:, 0]))  # (B, H): the [CLS] position
-        nsp_logits = self.nsp(pooled)  # (B, 2) or (B, k, 2)
+        out = {}
+        if self.nsp is not None:
+            if packed:  # the [CLS] of every instance; empty slots point at 0 and are weighted out
+                index = next_sentence_positions.long()[:, :, None].expand(-1, -1, H)  # (B, k, H)
+                pooled = torch.tanh(self.pooler(torch.gather(x, 1, index)))  # (B, k, H)
+            else:
+                pooled = torch.tanh(self.pooler(x[:, 0]))  # (B, H): the [CLS] position
+            out["nsp_logits"] = self.nsp(pooled)  # (B, 2) or (B, k, 2)
 
         # Gather the P masked positions first (google's gather_indexes), so the head and its (H x V) decoder run on
         # B*P rows instead of B*T: at T=128, P=20 that is most of the FLOPs HF's head spends on unmasked tokens.
@@ -145,14 +152,14 @@ class Bert(nn.Module):
         h = torch.gather(x, 1, index)  # (B, P, H)
         h = self.mlm_ln(F.gelu(self.mlm_dense(h)))  # (B, P, H)
         mlm_logits = F.linear(h, self.embeddings.word.weight, self.mlm_bias)  # (B, P, V)
-        out = {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits}
+        out["mlm_logits"] = mlm_logits
 
         losses = []
         if masked_lm_ids is not None:
             out["mlm_loss"] = mlm_loss(mlm_logits, masked_lm_ids, masked_lm_weights)
             losses.append(out["mlm_loss"])
-        if next_sentence_labels is not None:
-            out["nsp_loss"] = nsp_loss(nsp_logits, next_sentence_labels, next_sentence_weights)
+        if next_sentence_labels is not None and self.nsp is not None:
+            out["nsp_loss"] = nsp_loss(out["nsp_logits"], next_sentence_labels, next_sentence_weights)
             losses.append(out["nsp_loss"])
         if losses:
             out["loss"] = sum(losses)

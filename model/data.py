@@ -46,6 +46,7 @@ class ShardSet:
     shape: schema.Shape
     vocab_size: int | None       # from the manifest; None for google-made shards
     records: dict[str, int]      # file -> records, where a manifest says so
+    objective: str = "nsp"       # manifest.OBJECTIVES: nsp | sop | none (MLM only); google-made shards are nsp
 
 
 def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int | None = None,
@@ -54,9 +55,10 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
 
     Every manifest must be a shards manifest whose vocab size and lengths equal the ones given (for packed shards
     too, the lengths are those of the instances: L and P); the record shape, google's layout or the packed one,
-    comes from the manifest. Files without a manifest are refused, unless both lengths are given (google-made
-    shards: google's layout) or allow_incomplete (the shape, either layout, read from the first record); packed
-    shards are never read together with files that have none.
+    comes from the manifest, and so does the objective (manifest.open_output refuses directories of different
+    ones). Files without a manifest are refused, unless both lengths are given (google-made shards: google's
+    layout, NSP) or allow_incomplete (the shape, either layout, read from the first record); packed shards are never
+    read together with files that have none.
     """
     google = max_seq_length is not None and max_predictions_per_seq is not None
     if (google or allow_incomplete) and os.path.isdir(pattern) and not os.path.exists(os.path.join(pattern, MANIFEST)):
@@ -87,7 +89,7 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
     for flag, given, have in lengths:
         if given is not None and given != have:
             raise ShardSpecError(f"{pattern}: {flag} {given} but the shards were made with {have}")
-    return ShardSet(opened.files, manifest.shard_shape(m), data_vocab, opened.records)
+    return ShardSet(opened.files, manifest.shard_shape(m), data_vocab, opened.records, manifest.objective(m))
 
 
 def describe(shape: schema.Shape) -> str:
@@ -187,7 +189,7 @@ def open_pairs(pattern: str, max_predictions_per_seq: int) -> tuple[ShardSet, ma
         raise ShardSpecError(f"{e} (--dynamic-masking reads the pair records made by `bertprep pairs`)") from None
     m = opened.manifest
     shape = schema.Shape(int(m["max_seq_length"]), max_predictions_per_seq)
-    return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records),
+    return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records, manifest.objective(m)),
             masking.VocabIds.from_json(m["vocab"]["ids"]))
 
 

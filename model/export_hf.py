@@ -1,9 +1,10 @@
-"""`bertprep export-hf RUN_DIR OUT_DIR`: a run's checkpoint as a Hugging Face `BertForPreTraining` directory.
+"""`bertprep export-hf RUN_DIR OUT_DIR`: a run's checkpoint as a Hugging Face `BertForPreTraining` directory, or
+`BertForMaskedLM` for a run of objective none (masked LM only: no pooler, no sentence head, as HF's class).
 
 Writes OUT_DIR/config.json and OUT_DIR/model.safetensors (the safetensors layout written here directly, so
-exporting needs neither transformers nor safetensors installed). `BertForPreTraining.from_pretrained(OUT_DIR)`
-loads it with no missing or unexpected keys; the tied decoder weight and bias are left to HF's tying, as HF's own
-save_pretrained does.
+exporting needs neither transformers nor safetensors installed). `BertForPreTraining.from_pretrained(OUT_DIR)`, or
+BertForMaskedLM's, loads it with no missing or unexpected keys; the tied decoder weight and bias are left to HF's
+tying, as HF's own save_pretrained does. The sentence head keeps HF's name, cls.seq_relationship, for SOP too.
 """
 from __future__ import annotations
 
@@ -21,10 +22,15 @@ from model.config import BertConfig
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 
-def hf_config(config: BertConfig) -> dict:
+def hf_architecture(objective: str) -> str:
+    """The HF class of a model trained on `objective`: masked LM only for none, both heads for nsp and sop."""
+    return "BertForMaskedLM" if objective == "none" else "BertForPreTraining"
+
+
+def hf_config(config: BertConfig, objective: str = "nsp") -> dict:
     """transformers.BertConfig fields for our config (GELU is erf-GELU, "gelu" in HF's ACT2FN)."""
     return {
-        "architectures": ["BertForPreTraining"],
+        "architectures": [hf_architecture(objective)],
         "model_type": "bert",
         "vocab_size": config.vocab_size,
         "hidden_size": config.hidden_size,
@@ -45,7 +51,9 @@ def hf_config(config: BertConfig) -> dict:
 
 
 def to_hf_state_dict(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
-    """Our Bert state dict under HF BertForPreTraining's names (tied keys included, for load_state_dict)."""
+    """Our Bert state dict under HF BertForPreTraining's names (tied keys included, for load_state_dict); a model
+    without the sentence head (objective none) has BertForMaskedLM's, which are the same less the pooler and
+    cls.seq_relationship."""
     H = config.hidden_size
     out = {
         "bert.embeddings.word_embeddings.weight": state["embeddings.word.weight"],
@@ -53,8 +61,6 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], config: BertConfig) -> dict
         "bert.embeddings.token_type_embeddings.weight": state["embeddings.segment.weight"],
         "bert.embeddings.LayerNorm.weight": state["embeddings.ln.weight"],
         "bert.embeddings.LayerNorm.bias": state["embeddings.ln.bias"],
-        "bert.pooler.dense.weight": state["pooler.weight"],
-        "bert.pooler.dense.bias": state["pooler.bias"],
         "cls.predictions.transform.dense.weight": state["mlm_dense.weight"],
         "cls.predictions.transform.dense.bias": state["mlm_dense.bias"],
         "cls.predictions.transform.LayerNorm.weight": state["mlm_ln.weight"],
@@ -62,9 +68,10 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], config: BertConfig) -> dict
         "cls.predictions.bias": state["mlm_bias"],
         "cls.predictions.decoder.weight": state["embeddings.word.weight"],
         "cls.predictions.decoder.bias": state["mlm_bias"],
-        "cls.seq_relationship.weight": state["nsp.weight"],
-        "cls.seq_relationship.bias": state["nsp.bias"],
     }
+    if "nsp.weight" in state:  # the sentence head
+        out.update({"bert.pooler.dense.weight": state["pooler.weight"], "bert.pooler.dense.bias": state["pooler.bias"],
+                    "cls.seq_relationship.weight": state["nsp.weight"], "cls.seq_relationship.bias": state["nsp.bias"]})
     for i in range(config.num_layers):
         ours, hf = f"blocks.{i}.", f"bert.encoder.layer.{i}."
         for kind in ("weight", "bias"):
@@ -103,16 +110,19 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path: str) -> None:
     os.replace(tmp, path)
 
 
-def export(checkpoint_path: str, out_dir: str) -> None:
-    """Writes the HF directory for one of our checkpoints."""
+def export(checkpoint_path: str, out_dir: str) -> str:
+    """Writes the HF directory for one of our checkpoints; returns the HF class that loads it."""
+    from model.train import checkpoint_objective
+
     ckpt = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
-    config = BertConfig.from_json(ckpt["config"])
+    config, objective = BertConfig.from_json(ckpt["config"]), checkpoint_objective(ckpt)
     tensors = {k: v.float() for k, v in to_hf_state_dict(ckpt["model"], config).items() if k not in TIED_KEYS}
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(hf_config(config), f, indent=2)
+        json.dump(hf_config(config, objective), f, indent=2)
         f.write("\n")
     save_safetensors(tensors, os.path.join(out_dir, "model.safetensors"))
+    return hf_architecture(objective)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,8 +142,8 @@ def run(args: argparse.Namespace) -> int:
                    f"{args.run_dir}: no checkpoints (expected {args.run_dir}/checkpoints/step-*.pt)")
         print(f"bertprep export-hf: error: {missing}", file=sys.stderr)
         return 2
-    export(path, args.out_dir)
-    print(f"exported {path} -> {args.out_dir} (BertForPreTraining.from_pretrained({args.out_dir!r}))")
+    architecture = export(path, args.out_dir)
+    print(f"exported {path} -> {args.out_dir} ({architecture}.from_pretrained({args.out_dir!r}))")
     return 0
 
 

@@ -16,7 +16,8 @@ def read_log(run_dir: str) -> list[dict]:
 
 
 def plot(records: list[dict], out_path: str, title: str = "") -> None:
-    """Three panels (loss, MLM accuracy, NSP accuracy), train lines and eval markers, against the step."""
+    """Three panels (loss, MLM accuracy, the sentence task's accuracy: NSP or SOP), train lines and eval markers,
+    against the step; two for a masked-LM-only run (objective none)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -26,11 +27,14 @@ def plot(records: list[dict], out_path: str, title: str = "") -> None:
     latest = {(r["split"], r["step"]): r for r in records}
     train = sorted((r for (split, _), r in latest.items() if split == "train"), key=lambda r: r["step"])
     evals = sorted((r for (split, _), r in latest.items() if split == "eval"), key=lambda r: r["step"])
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    panels = [("loss", [("loss", "train loss"), ("mlm_loss", "train MLM loss"), ("nsp_loss", "train NSP loss")],
-               [("mlm_loss", "eval MLM loss")]),
-              ("MLM accuracy", [("mlm_accuracy", "train")], [("mlm_accuracy", "eval")]),
-              ("NSP accuracy", [("nsp_accuracy", "train")], [("nsp_accuracy", "eval")])]
+    # the sentence task the run logged (its metrics nsp_* or sop_*); None: masked LM only
+    task = next((t for t in ("nsp", "sop") if any(f"{t}_accuracy" in r for r in records)), None)
+    panels = [("loss", [("loss", "train loss"), ("mlm_loss", "train MLM loss")], [("mlm_loss", "eval MLM loss")]),
+              ("MLM accuracy", [("mlm_accuracy", "train")], [("mlm_accuracy", "eval")])]
+    if task:
+        panels[0][1].append((f"{task}_loss", f"train {task.upper()} loss"))
+        panels.append((f"{task.upper()} accuracy", [(f"{task}_accuracy", "train")], [(f"{task}_accuracy", "eval")]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
     for ax, (name, train_keys, eval_keys) in zip(axes, panels):
         for key, label in train_keys:
             ax.plot([r["step"] for r in train], [r[key] for r in train], label=label)

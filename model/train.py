@@ -9,6 +9,9 @@ shards (`bertprep pack`) are read as their manifest says; the log counts instanc
 share either way, so packed and unpacked runs compare. RUN_DIR gets config.json, log.jsonl, TensorBoard events
 (tb/) and checkpoints/step-N.pt; `--resume` continues from the latest checkpoint with the very next batch.
 
+The shards' manifest says the objective: nsp (google's), sop (ALBERT's sentence order: the same two-way head,
+logged as sop_loss and sop_accuracy) or none (RoBERTa's full-sentence rows: masked LM only, no sentence head).
+
 Reads top to bottom: the flags; `train`, which sets up (ranks and device, the run directory, data, model and
 optimizer, a resumed state) and hands a `Session` to `train_loop`; the loop's parts (one optimizer step, the named
 statistics it logs, evaluation, checkpoints); LAMB; small helpers; the command's `run` and `main`.
@@ -122,12 +125,15 @@ def train(args: argparse.Namespace) -> dict:
         config = config_lib.from_name_or_json(args.model)
     preset = checkpoint is None and args.model in config_lib.PRESETS  # a preset takes the data's vocab
     config, shards = open_data(args, config, preset)
+    if checkpoint and checkpoint_objective(checkpoint) != shards.objective:
+        raise RunError(f"{args.output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
+                       f"holds objective {shards.objective} shards: resume on the same objective, or start a new run")
     loader = data.Loader(data.ShardDataset(shards.train_files, shards.shape, micro_batch,
                                            vocab_size=config.vocab_size, seed=args.seed,
                                            shuffle_buffer=args.shuffle_buffer, records=shards.records,
                                            decoder=shards.decoder),
                          num_workers=args.num_workers, pin_memory=ranks.device_type == "cuda")
-    model, optimizer, scheduler = build_model(args, config, ranks)
+    model, optimizer, scheduler = build_model(args, config, ranks, sentence_head=shards.task is not None)
     step = restore(checkpoint, model, optimizer, scheduler, loader, ranks.rank) if checkpoint else 0
     del checkpoint  # its copies of the states are loaded: free them
     step_model = torch.compile(model) if args.compile else model
@@ -141,9 +147,9 @@ def train(args: argparse.Namespace) -> dict:
             f.write(config.to_json())
         attention = f"{model.packed_attention}, one block per instance" if shards.shape.packed else "sdpa"
         print(f"model: {model.num_params() / 1e6:.2f}M parameters ({args.model}); data: {len(shards.train_files)} "
-              f"train / {len(shards.eval_files)} eval file(s) of {data.describe(shards.shape)}; attention: "
-              f"{attention}; {ranks.world} rank(s) x {args.grad_accum} micro-step(s) of {micro_batch} rows on "
-              f"{ranks.device}; step {step}/{args.steps}")
+              f"train / {len(shards.eval_files)} eval file(s) of {data.describe(shards.shape)}, objective "
+              f"{shards.objective}; attention: {attention}; {ranks.world} rank(s) x {args.grad_accum} micro-step(s) of "
+              f"{micro_batch} rows on {ranks.device}; step {step}/{args.steps}")
     session = Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, loader, log)
     first_step = step
     step, last_checkpoint = train_loop(session, step, resume_path)
@@ -227,6 +233,12 @@ class Shards:
     eval_shape: schema.Shape                # packed held-out rows may have their own M and k
     records: dict[str, int]                 # file -> record count from its manifest, checked as files end
     decoder: data.DynamicMasker | None      # --dynamic-masking: pairs masked afresh each epoch; None: shards
+    objective: str                          # nsp | sop | none, from the manifest (manifest.OBJECTIVES)
+
+    @property
+    def task(self) -> str | None:
+        """What the sentence head learns and the prefix of its metrics (nsp_*, sop_*); None: masked LM only."""
+        return None if self.objective == "none" else self.objective
 
 
 def open_data(args: argparse.Namespace, config: config_lib.BertConfig,
@@ -252,25 +264,29 @@ def open_data(args: argparse.Namespace, config: config_lib.BertConfig,
         raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")
     train_files, eval_files, eval_shape = held_out_split(args, found, config.vocab_size)
-    return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder)
+    return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder, found.objective)
 
 
 def held_out_split(args: argparse.Namespace, found: data.ShardSet,
                    vocab_size: int) -> tuple[list[str], list[str], schema.Shape]:
     """(training files, held-out files, the held-out shape): --eval-data's, or with --eval-every alone the last
-    training file. Held-out shards are of the training shards' kind, packed or not."""
+    training file. Held-out shards are of the training shards' kind, packed or not, and objective."""
     shape = found.shape
-    if args.eval_data and args.dynamic_masking:
-        return found.files, data.open_pairs(args.eval_data, shape.max_predictions_per_seq)[0].files, shape
     if args.eval_data:
-        # google-made held-out files (no manifest) are read with the training shards' lengths; packed shards'
-        # instances share L, not the rows' M
-        held = data.open_shards(args.eval_data, vocab_size, shape.max_seq_length,
-                                None if shape.packed else shape.max_predictions_per_seq, args.allow_incomplete)
+        if args.dynamic_masking:  # pair records, masked by the training run's masker, at its lengths
+            held = data.open_pairs(args.eval_data, shape.max_predictions_per_seq)[0]
+        else:
+            # google-made held-out files (no manifest) are read with the training shards' lengths; packed shards'
+            # instances share L, not the rows' M
+            held = data.open_shards(args.eval_data, vocab_size, shape.max_seq_length,
+                                    None if shape.packed else shape.max_predictions_per_seq, args.allow_incomplete)
         if held.shape.packed != shape.packed:
             raise data.ShardSpecError(f"--eval-data {args.eval_data} holds {data.describe(held.shape)} and --data "
                                       f"{data.describe(shape)}: give held-out shards of the same kind")
-        return found.files, held.files, held.shape
+        if held.objective != found.objective:
+            raise data.ShardSpecError(f"--eval-data {args.eval_data} was made with objective {held.objective} and "
+                                      f"--data with {found.objective}: give held-out shards of the same objective")
+        return found.files, held.files, shape if args.dynamic_masking else held.shape
     if args.eval_every:
         if len(found.files) < 2:
             raise data.ShardSpecError("--eval-every needs --eval-data or at least 2 shard files (the last one is "
@@ -279,12 +295,12 @@ def held_out_split(args: argparse.Namespace, found: data.ShardSet,
     return found.files, [], shape
 
 
-def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: Ranks):
+def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: Ranks, sentence_head: bool):
     """(model, optimizer, schedule) for a fresh run: the same initial weights on every rank."""
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same init on every rank (DDP also broadcasts it)
-    model = Bert(config).to(ranks.device)
+    model = Bert(config, sentence_head).to(ranks.device)
     model.packed_attention = packed_attention_for(config, ranks.device_type)
     decay = [p for p in model.parameters() if p.dim() >= 2]      # matrices and embedding tables
     no_decay = [p for p in model.parameters() if p.dim() < 2]    # LayerNorm weights and all biases
@@ -331,7 +347,7 @@ class Session:
 def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tuple[int, str | None]:
     """Evaluate, step, log, checkpoint until --steps (or --stop-after); returns (step, the last checkpoint)."""
     args = session.args
-    batches, sums = iter(session.loader), Sums(TRAIN_STATS, session.ranks.device)
+    batches, sums = iter(session.loader), Sums(stat_names(session.shards.task), session.ranks.device)
     interval_steps, interval_start, first_step = 0, time.time(), step
     while step < args.steps:
         if args.eval_every and step % args.eval_every == 0 and session.shards.eval_files:
@@ -368,7 +384,7 @@ def train_step(session: Session, batches, sums: Sums) -> tuple[float, torch.Tens
             with session.ranks.autocast():
                 out = session.step_model(**batch)
             (out["loss"] / session.args.grad_accum).backward()
-        sums.add(batch_stats(out, batch))
+        sums.add(batch_stats(out, batch, session.shards.task))
     grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), session.args.clip_norm)
     lr = session.scheduler.get_last_lr()[0]
     session.optimizer.step()
@@ -386,26 +402,32 @@ def lr_multiplier(step: int, warmup: int, total: int) -> float:
 
 # ---- statistics: named sums over micro-batches and ranks -----------------------------------------------------------
 
-TRAIN_STATS = ("loss", "mlm_loss", "nsp_loss", "mlm_correct", "mlm_weight", "nsp_correct", "sequences", "instances",
-               "real_tokens")
-EVAL_STATS = TRAIN_STATS + ("mlm_ce",)
+def stat_names(task: str | None, evaluation: bool = False) -> tuple[str, ...]:
+    """The statistics a step (or an evaluation) sums: the masked LM's, the batch's, and the sentence task's under its
+    name (nsp_loss, nsp_correct or sop_*), where there is one."""
+    names = ("loss", "mlm_loss", "mlm_correct", "mlm_weight", "sequences", "instances", "real_tokens")
+    names += (f"{task}_loss", f"{task}_correct") if task else ()
+    return (names + ("mlm_ce",)) if evaluation else names
 
 
-def batch_stats(out: dict, batch: dict) -> dict[str, torch.Tensor]:
+def batch_stats(out: dict, batch: dict, task: str | None) -> dict[str, torch.Tensor]:
     """One micro-batch's statistics as scalar tensors: its mean losses, and counts summed over the batch.
 
-    Sequences are the shards' rows; NSP is scored per instance: one a row in google's layout, each slot of weight 1
-    in a packed row."""
+    Sequences are the shards' rows; the sentence task (NSP or SOP: one head, one label field) is scored per
+    instance: one a row in google's layout, each slot of weight 1 in a packed row."""
     w = batch["masked_lm_weights"]
     labels = batch["next_sentence_labels"]  # (B,) or packed (B, k)
     instance = batch.get("next_sentence_weights", torch.ones_like(labels, dtype=torch.float32))
-    return {"loss": out["loss"], "mlm_loss": out["mlm_loss"], "nsp_loss": out["nsp_loss"],
-            "mlm_correct": ((out["mlm_logits"].argmax(-1) == batch["masked_lm_ids"]).float() * w).sum(),
-            "mlm_weight": w.sum(),  # real predictions
-            "nsp_correct": ((out["nsp_logits"].argmax(-1) == labels).float() * instance).sum(),
-            "sequences": torch.tensor(float(len(w)), device=w.device),
-            "instances": instance.sum(),
-            "real_tokens": (batch["input_mask"] != 0).sum()}
+    stats = {"loss": out["loss"], "mlm_loss": out["mlm_loss"],
+             "mlm_correct": ((out["mlm_logits"].argmax(-1) == batch["masked_lm_ids"]).float() * w).sum(),
+             "mlm_weight": w.sum(),  # real predictions
+             "sequences": torch.tensor(float(len(w)), device=w.device),
+             "instances": instance.sum(),
+             "real_tokens": (batch["input_mask"] != 0).sum()}
+    if task:
+        stats[f"{task}_loss"] = out["nsp_loss"]
+        stats[f"{task}_correct"] = ((out["nsp_logits"].argmax(-1) == labels).float() * instance).sum()
+    return stats
 
 
 class Sums:
@@ -435,14 +457,22 @@ def train_record(session: Session, step: int, s: dict[str, float], lr: float, gr
     positions = s["sequences"] * session.shards.shape.max_seq_length  # what the model computed on, padding too
     return {"split": "train", "step": step,
             "loss": s["loss"] / micro_steps, "mlm_loss": s["mlm_loss"] / micro_steps,
-            "nsp_loss": s["nsp_loss"] / micro_steps,
             "mlm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1.0),
-            "nsp_accuracy": s["nsp_correct"] / max(s["instances"], 1.0),
+            **task_metrics(s, session.shards.task, micro_steps),
             "lr": lr, "grad_norm": float(grad_norm),
             "sequences_per_s": s["sequences"] / seconds, "tokens_per_s": positions / seconds,
             "instances_per_s": s["instances"] / seconds, "real_tokens_per_s": s["real_tokens"] / seconds,
             "padding_share": 1.0 - s["real_tokens"] / max(positions, 1.0),
             "eta_s": (session.args.steps - step - 1) * seconds / steps}
+
+
+def task_metrics(s: dict[str, float], task: str | None, micro_steps: int | None = None) -> dict:
+    """The sentence task's metrics under its name: accuracy per instance and, given the micro-steps its loss was
+    summed over (training), the mean loss (nsp_loss, nsp_accuracy or sop_*); nothing for masked LM only."""
+    if task is None:
+        return {}
+    loss = {f"{task}_loss": s[f"{task}_loss"] / micro_steps} if micro_steps else {}
+    return {**loss, f"{task}_accuracy": s[f"{task}_correct"] / max(s["instances"], 1.0)}
 
 
 @torch.no_grad()
@@ -454,22 +484,22 @@ def evaluate(session: Session, step: int) -> dict:
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(session.args.num_workers, 1),
                                          generator=torch.Generator())  # leaves the training RNG alone
     session.model.eval()
-    sums = Sums(EVAL_STATS, session.ranks.device)
+    sums = Sums(stat_names(session.shards.task, evaluation=True), session.ranks.device)
     for i, batch in enumerate(loader):
         if i == session.args.eval_batches:
             break
         batch = {k: v.to(session.ranks.device) for k, v in batch.items() if k not in ("worker", "index")}
         with session.ranks.autocast():
             out = session.model(**batch)
-        stats = batch_stats(out, batch)
+        stats = batch_stats(out, batch, session.shards.task)
         stats["mlm_ce"] = out["mlm_loss"] * (stats["mlm_weight"] + MLM_LOSS_EPS)  # back to a sum over predictions
         sums.add(stats)
     s = sums.collect()
     positions = s["sequences"] * session.shards.eval_shape.max_seq_length
     return {"split": "eval", "step": step, "mlm_loss": s["mlm_ce"] / max(s["mlm_weight"], 1.0),
-            "mlm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1.0),
-            "nsp_accuracy": s["nsp_correct"] / max(s["instances"], 1.0), "sequences": int(s["sequences"]),
-            "instances": int(s["instances"]), "padding_share": 1.0 - s["real_tokens"] / max(positions, 1.0)}
+            "mlm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1.0), **task_metrics(s, session.shards.task),
+            "sequences": int(s["sequences"]), "instances": int(s["instances"]),
+            "padding_share": 1.0 - s["real_tokens"] / max(positions, 1.0)}
 
 
 # ---- the log: history, log.jsonl, TensorBoard, stdout --------------------------------------------------------------
@@ -542,6 +572,12 @@ def latest_checkpoint(run_dir: str) -> str | None:
     return paths[-1] if paths else None
 
 
+def checkpoint_objective(checkpoint: dict) -> str:
+    """What a checkpoint was trained on: nsp | sop | none (which heads it has); checkpoints older than the choice
+    are nsp."""
+    return checkpoint.get("objective", "nsp")
+
+
 def rng_state() -> dict:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
@@ -568,7 +604,7 @@ def save_checkpoint(session: Session, step: int) -> str:
     if session.ranks.master:
         checkpoint = {"step": step, "model": session.model.state_dict(), "optimizer": session.optimizer.state_dict(),
                       "scheduler": session.scheduler.state_dict(), "config": session.config.to_json(), "ranks": ranks,
-                      "args": vars(session.args)}
+                      "args": vars(session.args), "objective": session.shards.objective}
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             torch.save(checkpoint, f)
