@@ -77,6 +77,7 @@ from typing import Iterable, Iterator
 from apache_beam.io.filesystems import FileSystems
 
 from corpora.text import READ_BLOCK_BYTES, Decoded, basename, open_decoded, open_path, rewound
+from pipeline.formats import storage
 from pipeline.formats.documents import Count, Document
 
 DEFAULT_MAX_DOCUMENT_BYTES = 1_000_000   # ~150k words: a novel is a few documents, each a modest element
@@ -367,8 +368,7 @@ def _list_dir(path: str) -> list[str]:
     if FileSystems.get_scheme(path) is None:
         return [os.path.join(path, n) for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))]
     prefix = path.rstrip("/") + "/"
-    return [m.path for m in FileSystems.match([prefix + "*"])[0].metadata_list
-            if "/" not in m.path[len(prefix):]]
+    return [p for p in storage.match(prefix + "*") if "/" not in p[len(prefix):]]
 
 
 def plan_reads(paths: list[str]) -> list[str]:
@@ -376,7 +376,7 @@ def plan_reads(paths: list[str]) -> list[str]:
     out: list[str] = []
     for path in paths:
         if "*" in path or "?" in path:
-            found = sorted(m.path for m in FileSystems.match([path])[0].metadata_list)
+            found = storage.match(path)   # one listing, which also gives the sizes (storage.size)
             if not found:
                 raise ValueError(f"{path}: matches no files")
         elif (path.endswith("/") and FileSystems.get_scheme(path) is not None) or os.path.isdir(path):

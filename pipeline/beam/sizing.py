@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import os
 
+from pipeline.formats import storage
+
 MiB = 1 << 20
 TARGET_FILE_BYTES = 128 * MiB   # estimated bytes per output file: <= 256 MiB even if the estimate is 2x low
 
@@ -62,9 +64,8 @@ def file_count(estimated_bytes: float, minimum: int = 1) -> int:
 
 
 def local_sizes(paths: list[str]) -> dict[str, int]:
-    """{file: bytes} for paths that may be directories (books), through Beam's file systems."""
-    from apache_beam.io.filesystems import FileSystems
-
+    """{file: bytes} for paths that may be directories (books), through Beam's file systems: sizes the listing
+    that found the files gave (storage.match) are not asked for again."""
     sizes = {}
     for p in paths:
         if os.path.isdir(p):
@@ -72,5 +73,5 @@ def local_sizes(paths: list[str]) -> dict[str, int]:
                 for f in fs:
                     sizes[os.path.join(d, f)] = os.path.getsize(os.path.join(d, f))
         else:
-            sizes[p] = FileSystems.match([p])[0].metadata_list[0].size_in_bytes
+            sizes[p] = storage.size(p)
     return sizes

@@ -32,12 +32,28 @@ def has_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
+_SIZES: dict[str, int] = {}   # object -> bytes, as the last match of a pattern that named it listed it
+
+
 def match(pattern: str) -> list[str]:
-    """The files a path or glob names, sorted (`**` crosses directories)."""
+    """The files a path or glob names, sorted (`**` crosses directories). On an object store one listing call a
+    pattern, which also gives each object's size (`size` asks no more of the store for those)."""
     if is_local(pattern):
         pattern = pattern.removeprefix("file://")
         return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
-    return sorted(m.path for m in _filesystems().match([pattern])[0].metadata_list)
+    listed = _filesystems().match([pattern])[0].metadata_list
+    _SIZES.update((m.path, m.size_in_bytes) for m in listed)
+    return sorted(m.path for m in listed)
+
+
+def size(path: str) -> int:
+    """A file's bytes: from the listing that found it where there was one (an object store's launcher would
+    otherwise ask once per file: 18,000 requests for BooksCorpus), else one request."""
+    if is_local(path):
+        return os.path.getsize(path.removeprefix("file://"))
+    if path not in _SIZES:
+        _SIZES[path] = _filesystems().match([path])[0].metadata_list[0].size_in_bytes
+    return _SIZES[path]
 
 
 def exists(path: str) -> bool:

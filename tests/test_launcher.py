@@ -1,0 +1,62 @@
+"""The launcher's own steps scale with the input: on an object store, one listing call a pattern (which gives the
+sizes too), not one request a file; the shuffle's counting combiner merges in place."""
+import numpy as np
+import pytest
+from apache_beam.io.filesystems import FileSystems
+
+from corpora import books
+from pipeline.beam import shuffle, sizing
+from pipeline.beam.runfiles import HIST_BITS
+from pipeline.commands import run
+from pipeline.formats import storage
+from tests import simstore
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """FileSystems.match calls, counted."""
+    made = []
+    real = FileSystems.match
+
+    def counting(patterns, *args, **kwargs):
+        made.append(list(patterns))
+        return real(patterns, *args, **kwargs)
+
+    monkeypatch.setattr(FileSystems, "match", counting)
+    return made
+
+
+def test_inputs_on_an_object_store_are_listed_once_a_pattern(calls):
+    bucket = simstore.new_bucket()
+    for i in range(60):
+        with FileSystems.create(f"simstore://{bucket}/books/b{i:02d}.txt") as f:
+            f.write(b"x" * (100 + i))
+    calls.clear()
+    files = run.expand_inputs(f"simstore://{bucket}/books/*.txt")
+    sizes = sizing.local_sizes(files)
+    assert len(files) == 60 and sizes[files[7]] == 107
+    assert books.plan_reads([f"simstore://{bucket}/books/"]) == files
+    assert len(calls) == 2   # the glob, and the directory's listing: never one a file
+
+
+def test_histogram_combiner_merges_in_place():
+    """Merging N accumulators holds one histogram, not N stacked: the first is summed into and returned."""
+    fn = shuffle._CountRuns(2)
+    accs = [fn.create_accumulator() for _ in range(50)]
+    for i, a in enumerate(accs):
+        a.histogram[i] = i + 1
+        a.totals[:] = (i, 1)
+    merged = fn.merge_accumulators(iter(accs))
+    assert merged is accs[0]
+    assert merged.histogram.sum() == sum(range(1, 51)) and merged.histogram.shape == (1 << HIST_BITS,)
+    assert merged.totals.tolist() == [sum(range(50)), 50]
+    assert np.array_equal(shuffle._CountBatches.merge_accumulators(fn, iter([merged])).histogram, merged.histogram)
+
+
+def test_a_size_not_listed_is_asked_once(calls):
+    bucket = simstore.new_bucket()
+    with FileSystems.create(f"simstore://{bucket}/one.txt") as f:
+        f.write(b"abc")
+    calls.clear()
+    assert storage.size(f"simstore://{bucket}/one.txt") == 3 == storage.size(f"simstore://{bucket}/one.txt")
+    assert len(calls) == 1
