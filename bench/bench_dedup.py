@@ -17,14 +17,16 @@ every other pair whose MinHash estimate passes 0.3 (so a merge of two books woul
 4. CPU: `bertprep dedup` and `prepare --dedup` against `prepare` on the 17 books (as google's tool would read
    them: 11.4 MB), CPU seconds per MB; peak RSS of `dedup` on the books x1 and x4 (four copies under new names).
 5. with --scale-mb N (e.g. 1000): N MB of the books, every copy altered at random (bench/copies.py, excerpts
-   left out), extracted and deduplicated with the `local` preset: wall, CPU, peak RSS, what it kept and
-   removed, and `bertprep verify` of the output.
+   left out), extracted once, then deduplicated with the `local` preset onto a local disk and onto the simulated
+   object store (tests/simstore.py): wall, CPU, peak RSS, what it kept and removed, `bertprep verify` of each
+   output, and whether the two hold the same bytes.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -36,6 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import REPO, SHARED, measure, table  # noqa: E402
 from bench.copies import ALTERATIONS  # noqa: E402
+from tests import simstore  # noqa: E402
 
 BERTPREP = str(Path(sys.executable).parent / "bertprep")
 VOCAB = str(SHARED / "vocab" / "bert-base-uncased-vocab.txt")
@@ -231,16 +234,32 @@ def scale(out: Path, megabytes: float) -> None:
                 (source / "books" / f"copy{c:03d}-{name}").write_text(text)
         bertprep("extract", "books", "--input", str(source / "books"), "--output", str(source / "docs"),
                  "--overwrite")
-    m = measure([BERTPREP, "dedup", "--input", str(source / "docs"), "--output", str(source / "out"), "--overwrite"],
-                cwd=str(REPO))
-    d = json.loads((source / "out" / "manifest.json").read_text())["dedup"]
-    verified = subprocess.run([BERTPREP, "verify", str(source / "out")], cwd=REPO, capture_output=True, text=True)
     mb = sum(f.stat().st_size for f in (source / "books").iterdir()) / 1e6
-    print(table(["input MB", "documents in", "kept", "exact", "near", "emptied", "clusters", "wall s", "CPU s",
-                 "CPU s / MB", "peak RSS MB", "verify"],
-                [[f"{mb:,.0f}", d["documents_in"], d["kept"], d["removed_exact"], d["removed_near"],
-                  d["removed_emptied"], d["clusters"], f"{m.wall:.0f}", f"{m.cpu:.0f}", f"{m.cpu / mb:.3f}",
-                  f"{m.peak_rss_mb:.0f}", "OK" if verified.returncode == 0 else verified.stderr[-200:]]]))
+    rows, kept = [], {}
+    # the same job onto the simulated object store (tests/simstore.py: GCS's semantics), from the same documents
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "simstore_site"), str(REPO)])}
+    bucket = simstore.new_bucket()
+    for where, output, extra_env in (("local disk", str(source / "out"), None),
+                                     ("simstore://", f"simstore://{bucket}/out", env)):
+        m = measure([sys.executable, "-m", "pipeline", "dedup", "--input", str(source / "docs"), "--output", output,
+                     "--overwrite"], cwd=str(REPO), env=extra_env)
+        verified = subprocess.run([sys.executable, "-m", "pipeline", "verify", output], cwd=REPO,
+                                  capture_output=True, text=True, env={**os.environ, **(extra_env or {})})
+        if where == "local disk":
+            d = json.loads((source / "out" / "manifest.json").read_text())["dedup"]
+            kept = {f.name: f.read_bytes() for f in (source / "out").iterdir() if f.name != "manifest.json"}
+            same = ""
+        else:
+            d = json.loads(open(simstore._object(bucket, "out/manifest.json")).read())["dedup"]
+            theirs = {k.split("/", 1)[1]: open(simstore._object(bucket, k), "rb").read()
+                      for k in simstore.objects(bucket) if k.startswith("out/") and not k.endswith("manifest.json")}
+            same = "yes" if theirs == kept else "NO"
+            simstore.shutil.rmtree(os.path.join(simstore.ROOT, bucket), ignore_errors=True)
+        rows.append([where, f"{mb:,.0f}", d["documents_in"], d["kept"], d["removed_exact"], d["removed_near"],
+                     d["removed_emptied"], d["clusters"], f"{m.wall:.0f}", f"{m.cpu:.0f}", f"{m.cpu / mb:.3f}",
+                     f"{m.peak_rss_mb:.0f}", "OK" if verified.returncode == 0 else verified.stderr[-200:], same])
+    print(table(["output", "input MB", "documents in", "kept", "exact", "near", "emptied", "clusters", "wall s",
+                 "CPU s", "CPU s / MB", "peak RSS MB", "verify", "same bytes"], rows))
 
 
 def main() -> None:
