@@ -18,7 +18,7 @@ Every decision is a function of the documents' ids and texts: any worker count k
 """
 from __future__ import annotations
 
-import functools
+import math
 import json
 from typing import Iterator
 
@@ -65,15 +65,15 @@ def _keyed(sliced: tuple[shuffle.Slice, object]) -> Iterator[tuple[str, list[byt
         yield key.decode("utf-8", "surrogatepass"), bodies
 
 
-def plan_by_size(min_slices: int, max_bytes: int, counts: shuffle.Counts) -> list[shuffle.Slice]:
-    """Balanced Slices, at least `min_slices` (work for every worker) and enough that none holds much more than
-    `max_bytes` of records (the records' one stat is their size)."""
-    total = int(counts.totals[0]) if len(counts.totals) else 0
-    return shuffle.plan_ranges(max(min_slices, -(-total // max_bytes)), counts)
+def plan_by_size(min_slices: int, max_bytes: int, expected_bytes: float) -> list[shuffle.Slice]:
+    """Even Slices, at least `min_slices` (work for every worker) and enough that none holds much more than
+    `max_bytes` of the records expected (the documents' text bounds every shuffle's: signatures, keys and
+    decisions are smaller)."""
+    return shuffle.plan_ranges(max(min_slices, math.ceil(expected_bytes / max_bytes)))
 
 
-def _shuffled(name: str, seed: int, config: shuffle.ShuffleConfig, slices: int) -> shuffle.Shuffle:
-    return shuffle.Shuffle(name, f"{name}:{seed}", functools.partial(plan_by_size, slices, SLICE_BYTES), 1, config)
+def _shuffled(name: str, seed: int, config: shuffle.ShuffleConfig, slices: list[shuffle.Slice]) -> shuffle.Shuffle:
+    return shuffle.Shuffle(name, f"{name}:{seed}", slices, 1, config)
 
 
 def _member(f: dedup.Fingerprint) -> dict:
@@ -304,15 +304,18 @@ class _PassOn(beam.DoFn):
 class Dedup(beam.PTransform):
     """Documents -> the documents deduplication keeps; writes `directory`/.incomplete/dedup_report.jsonl.gz.
 
-    `slices`: the least number of work items each shuffle is cut into (more as its records grow)."""
+    `slices`: the least number of work items each shuffle is cut into (more for `expected_bytes` of text)."""
 
-    def __init__(self, params: dedup.DedupParams, directory: str, config: shuffle.ShuffleConfig, slices: int):
+    def __init__(self, params: dedup.DedupParams, directory: str, config: shuffle.ShuffleConfig, slices: int,
+                 expected_bytes: float = 0):
         super().__init__()
         params.check()
-        self.params, self.directory, self.config, self.slices = params, directory, config, max(1, slices)
+        self.params, self.directory, self.config = params, directory, config
+        self.plan = plan_by_size(max(1, slices), SLICE_BYTES, expected_bytes)
 
-    def _shuffle(self, name: str, slices: int | None = None) -> shuffle.Shuffle:
-        return _shuffled(f"dedup-{name}", self.params.seed, self.config, slices or self.slices)
+    def _shuffle(self, name: str, one: bool = False) -> shuffle.Shuffle:
+        return _shuffled(f"dedup-{name}", self.params.seed, self.config,
+                         shuffle.plan_ranges(1) if one else self.plan)
 
     def expand(self, docs):
         p = self.params
@@ -336,7 +339,7 @@ class Dedup(beam.PTransform):
             removals = (tuple(pairs)
                         | "AllPairs" >> beam.Flatten()
                         | "PairRecords" >> beam.Map(_pair_records)
-                        | "OneGroup" >> self._shuffle("pairs", slices=1)
+                        | "OneGroup" >> self._shuffle("pairs", one=True)
                         | "Clusters" >> beam.ParDo(_Clusters(self.directory)))
             kept = ((fingerprints.documents | "DocumentRecords" >> beam.Map(_document_records), removals)
                     | "ByDocument" >> self._shuffle("documents")

@@ -19,7 +19,6 @@ writes the manifest (the commit marker). The directory rules work on object stor
 """
 from __future__ import annotations
 
-import functools
 import gzip
 import json
 import os
@@ -119,8 +118,7 @@ class WriteShards(beam.PTransform):
 
     def expand(self, batches):
         return (batches
-                | "Shuffle" >> shuffle.Shuffle(self.prefix, self.seed,
-                                               functools.partial(shuffle.plan_shards, self.num_shards),
+                | "Shuffle" >> shuffle.Shuffle(self.prefix, self.seed, shuffle.plan_shards(self.num_shards),
                                                len(self.stat_names), self.config)
                 | "WriteFiles" >> beam.ParDo(_WriteShard(self.directory, self.prefix, self.num_shards, self.fmt,
                                                          self.stat_names, self.pack)))

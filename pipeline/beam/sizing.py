@@ -36,6 +36,24 @@ def input_tokens(corpus: str, sizes: dict[str, int]) -> float:
     return total
 
 
+# WordPieces a document, to expect a document count before a job (random-next buckets are planned from it): an
+# English Wikipedia article's text holds ~600 (3.4 B words in 6.7 M articles); google-format text and document
+# files of unknown kind are taken as ~1,000; a book is one document a file.
+_TOKENS_PER_DOCUMENT = {"wikipedia": 600, "text": 1000, "documents": 1000}
+
+
+def input_documents(corpus: str, sizes: dict[str, int], tokens: float) -> float:
+    """Expected documents in input files {path: bytes} of a corpus kind holding about `tokens` WordPieces."""
+    if corpus == "books":
+        return float(len(sizes))
+    return tokens / _TOKENS_PER_DOCUMENT[corpus]
+
+
+def text_bytes(tokens: float) -> float:
+    """The UTF-8 text of `tokens` WordPieces (English: ~4.5 bytes a WordPiece, spaces included)."""
+    return 4.5 * tokens
+
+
 def instances(tokens: float, dupe_factor: int, max_seq_length: int) -> float:
     """NSP instances from `tokens`: each dupe pass cuts a document into instances of ~0.92 L tokens (measured
     0.92 at L=128, short_seq_prob 0.1; documents shorter than L give shorter instances, so this is high)."""

@@ -20,7 +20,6 @@ pipeline/beam/shuffle.py: sorted run files on the local runner, the runner's Gro
 from __future__ import annotations
 
 import collections
-import functools
 import itertools
 import math
 import os
@@ -34,7 +33,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.algorithms import masking, pairs
-from pipeline.beam import shuffle
+from pipeline.beam import runfiles, shuffle
 from pipeline.formats import documents, pair_records, schema, tfrecord
 from pipeline.formats.documents import Count, Document
 from pipeline.text import sentences, tokenization
@@ -197,8 +196,7 @@ class SpreadDocuments(beam.PTransform):
             return docs
         return (docs
                 | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"), ())])
-                | "Deal" >> shuffle.Shuffle("spread", "spread",
-                                            functools.partial(shuffle.plan_ranges, self.ranges), 0, self.config)
+                | "Deal" >> shuffle.Shuffle("spread", "spread", shuffle.plan_ranges(self.ranges), 0, self.config)
                 | "ReadDocuments" >> beam.FlatMap(_read_documents))
 
 
@@ -286,23 +284,17 @@ class _PairBucket(beam.DoFn):
 BUCKET_MAX_TOKENS = 1 << 28   # a bucket's tokens wait in its pairing worker's spill file: at most 512 MiB
 
 
-def plan_buckets(bucket_docs: int, parallelism: int, counts: shuffle.Counts) -> list[shuffle.Slice]:
+def plan_buckets(bucket_docs: int, parallelism: int, documents: float, tokens: float) -> list[shuffle.Slice]:
     """Slices (bucket, lo, hi, part, parts): ceil(documents / bucket_docs) buckets (more if a bucket would hold
-    over BUCKET_MAX_TOKENS tokens), each a range [lo, hi) of the document-hash histogram holding about the same
-    number of documents; a bucket is paired in `parts` items when there are fewer buckets than `parallelism`
-    workers. `counts.totals` is (tokens,)."""
-    histogram = counts.histogram
-    num_docs = int(histogram.sum())
-    tokens = int(counts.totals[0]) if len(counts.totals) else 0
-    num_buckets = max(1, math.ceil(num_docs / bucket_docs), math.ceil(tokens / BUCKET_MAX_TOKENS))
-    num_buckets = min(num_buckets, len(histogram))
-    cumulative = np.concatenate(([0], np.cumsum(histogram)))
-    work = []
-    for bucket, (lo, hi) in enumerate(shuffle.hash_ranges(histogram, num_buckets)):
-        docs = int(cumulative[hi] - cumulative[lo])
-        parts = min(math.ceil(parallelism / num_buckets), docs)
-        work += [shuffle.Slice(bucket, lo, hi, part, parts) for part in range(parts)]
-    return work
+    over BUCKET_MAX_TOKENS tokens), each an even share of the document-id hash, so about the same number of
+    documents each; a bucket is paired in `parts` items when there are fewer buckets than `parallelism` workers.
+    `documents` and `tokens` are what the input is expected to hold (a manifest's count, or an estimate from
+    its size): the plan is made before the job, so no worker waits on a count of every document."""
+    num_buckets = max(1, math.ceil(documents / bucket_docs), math.ceil(tokens / BUCKET_MAX_TOKENS))
+    num_buckets = min(num_buckets, 1 << runfiles.HIST_BITS)
+    parts = math.ceil(parallelism / num_buckets)
+    return [shuffle.Slice(bucket, lo, hi, part, parts)
+            for bucket, (lo, hi) in enumerate(shuffle.even_ranges(num_buckets)) for part in range(parts)]
 
 
 class MakePairs(beam.PTransform):
@@ -317,17 +309,20 @@ class MakePairs(beam.PTransform):
 
     When there are fewer buckets than `parallelism`, a bucket is paired in `parts` work items (each holds the
     whole pool and pairs a token-balanced share of its documents), so a corpus of one bucket still pairs and
-    masks on every worker; the instances are the same for any number of parts.
+    masks on every worker; the instances are the same for any number of parts. The number of buckets comes from
+    the documents and tokens the input is expected to hold (plan_buckets), so a bucket holds about `bucket_docs`
+    documents as far as that expectation is right (the manifest's counters say how many it held).
     """
 
     def __init__(self, config: shuffle.ShuffleConfig, vocab_path: str, params: pairs.PairParams, seed: int,
-                 bucket_docs: int, parallelism: int = 1):
+                 bucket_docs: int, documents: float, tokens: float, parallelism: int = 1):
         super().__init__()
         self.config, self.vocab_path, self.params, self.seed = config, vocab_path, params, seed
         self.bucket_docs, self.parallelism = bucket_docs, max(1, parallelism)
+        self.documents, self.tokens = documents, tokens   # expected in the input (plan_buckets)
 
     def expand(self, docs):
-        plan = functools.partial(plan_buckets, self.bucket_docs, self.parallelism)
+        plan = plan_buckets(self.bucket_docs, self.parallelism, self.documents, self.tokens)
         return (docs
                 | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_bytes(), (len(d.tokens),))])
                 | "ByBucket" >> shuffle.Shuffle("buckets", pairs.bucket_key(self.seed), plan, 1, self.config)

@@ -330,6 +330,14 @@ def _instances_basis(input_bytes: int, tokens: float, args) -> str:
             f"max_seq_length {args.max_seq_length}")
 
 
+def expected_documents(opened: manifest.Opened, sizes: dict[str, int], tokens: float) -> float:
+    """The documents a documents input holds: its manifests' count where they list every file read, else an
+    estimate from its size (random-next buckets are planned from it before the job)."""
+    if opened.manifests and all(f in opened.records for f in opened.files):
+        return float(sum(m["counts"].get("documents") or 0 for m in opened.manifests.values()))
+    return sizing.input_documents("documents", sizes, tokens)
+
+
 def make_pairs(args, options) -> dict:
     opened = manifest.open_output(args.input, (manifest.DOCUMENTS,), args.allow_incomplete, foreign=True)
     files, inputs = opened.files, opened.inputs
@@ -351,7 +359,8 @@ def make_pairs(args, options) -> dict:
      | "SpreadDocuments" >> transforms.SpreadDocuments(shuffle, spread_ranges(len(files), parallelism))
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
      | "MakePairs" >> transforms.MakePairs(shuffle, args.vocab, _pair_params(args, vocab), args.seed,
-                                          args.bucket_docs, parallelism)
+                                          args.bucket_docs, expected_documents(opened, sizes, tokens), tokens,
+                                          parallelism)
      | "ToRecords" >> beam.Map(transforms.encode_pairs)
      | "WritePairs" >> shards.WriteShards(args.output, "pairs", out.num_shards, "tfrecord", args.seed, shuffle,
                                           stat_names=transforms.PAIR_STATS))
@@ -495,13 +504,15 @@ def prepare(args, options) -> dict:
     p = beam.Pipeline(options=options)
     docs = p | f"Read{args.corpus.capitalize()}" >> reader
     if deduplicate:   # its shuffles spread the documents over the workers already
-        docs = docs | "Dedup" >> deduplication.Dedup(deduplicate, args.output, shuffle, 4 * parallelism)
+        docs = docs | "Dedup" >> deduplication.Dedup(deduplicate, args.output, shuffle, 4 * parallelism,
+                                                     sizing.text_bytes(tokens))
     (docs
      | "SpreadDocuments" >> transforms.SpreadDocuments(
          shuffle, 0 if deduplicate else spread_ranges(len(reader.reads), parallelism))
      | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
      | "MakePairs" >> transforms.MakePairs(shuffle, args.vocab, _pair_params(args, vocab), args.seed,
-                                          args.bucket_docs, parallelism)
+                                          args.bucket_docs, sizing.input_documents(args.corpus, sizes, tokens),
+                                          tokens, parallelism)
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
      | label >> write)
@@ -625,7 +636,8 @@ def dedup_documents(args, options) -> dict:
     p = beam.Pipeline(options=options)
     (p
      | "ReadDocuments" >> transforms.ReadDocuments(files)
-     | "Dedup" >> deduplication.Dedup(params, args.output, shuffle, 4 * pair_parallelism(args, options))
+     | "Dedup" >> deduplication.Dedup(params, args.output, shuffle, 4 * pair_parallelism(args, options),
+                                       sizing.text_bytes(sizing.input_tokens("documents", sizes)))
      | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"),
                                            (1, len(d.paragraphs), sum(map(len, d.paragraphs))))])
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", args.seed,

@@ -5,6 +5,10 @@ Its presence marks the directory complete (data files are published before it). 
     format                   "bertprep.documents/1" | "bertprep.pairs/1" | "bertprep.shards/1"
     stage                    the command that wrote it: extract | pairs | mask | prepare | pack
     created_by               "bertprep <version>"
+    generator                how records are placed in files and random-next buckets: 2 = even shares of the
+                             seeded hash planned before the job (one pass through a runner's shuffle); 1 (or
+                             absent) = cuts balanced by a count of every record. The same input, flags and seed
+                             give the same bytes within one generator, not across them
     parameters               every flag of the stage that shapes the data (not Beam's runner flags)
     seed                     the seed (pairs, mask, prepare)
     objective                pairs and shards: "nsp" (google's, the default) | "sop" (ALBERT's sentence order:
@@ -34,6 +38,7 @@ from pipeline.formats import schema, storage
 NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
 VERSION = "0.1.0"
+GENERATOR = 2   # see `generator` above: bump it whenever the same input, flags and seed give other bytes
 
 
 class ManifestError(ValueError):
@@ -51,7 +56,7 @@ def dumps(manifest: dict[str, Any]) -> bytes:
 def write(directory: str, manifest: dict[str, Any]) -> None:
     from apache_beam.io.filesystems import FileSystems
 
-    manifest = {"created_by": f"bertprep {VERSION}", **manifest}
+    manifest = {"created_by": f"bertprep {VERSION}", "generator": GENERATOR, **manifest}
     with FileSystems.create(path_in(directory)) as f:
         f.write(dumps(manifest))
 
