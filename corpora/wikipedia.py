@@ -2,7 +2,7 @@
 
 Pipeline order, each step a free function the Beam wrapper calls:
 
-    plan_reads(paths)        -> [ReadRange]                 one work item per range of bz2 streams
+    plan_dumps(paths)        -> [DumpPlan] -> [ReadRange]   one work item per range of bz2 streams
     read_pages(read)         -> Count("pages"), Page, ...   streams one range, never a whole dump in memory
     page_to_document(page)   -> Count(reason) | Count("articles"), Document
     clean_wikitext(text)     -> [paragraph]                 pure; the whole of the text cleaning
@@ -17,13 +17,16 @@ disambiguation pages. Templates that carry prose are rendered (corpora/templates
 
 Parallelism inside one dump: a Wikimedia `*-multistream.xml.bz2` is a chain of independent bz2 streams (the
 header, then 100 pages per stream, then the closing tag) and its `*-multistream-index.txt.bz2` lists
-`offset:page_id:title`, offset being the byte where the stream holding that page starts. `plan_reads` cuts the
-file at every `streams_per_read`-th stream, so each range decompresses on its own. Without an index a file is
-one range. `make_multistream` builds such a dump from any export, for tests and benchmarks.
+`offset:page_id:title`, offset being the byte where the stream holding that page starts. `plan_dumps` cuts the
+file at every `streams_per_read`-th stream, so each range decompresses on its own; without the index it finds the
+streams by scanning the file for their headers (one pass, ~1 s per GB on a local disk), with the same cuts. A
+plain XML or single-stream bz2 file is one range. Each range reads only its own bytes, and the <siteinfo> of the
+head is read once, when planning. `make_multistream` builds such a dump from any export, for tests and benchmarks.
 """
 from __future__ import annotations
 
 import bz2
+import itertools
 import logging
 import os
 import re
@@ -39,6 +42,7 @@ from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text,
 
 from corpora import templates
 from corpora.wikisites import ENGLISH, Site, site_from_siteinfo
+from pipeline.formats import storage
 from pipeline.formats.documents import Count, Document
 
 SOURCE = "wikipedia"
@@ -48,6 +52,8 @@ SOURCE = "wikipedia"
 _READ_BYTES = 1 << 20
 _MAX_DECOMPRESSED = 4 << 20
 _XML_FEED_BYTES = 64 << 10
+_GCS_READ_BUFFER = 16 << 20   # the most one read of a range asks of GCS (gcsio.DEFAULT_READ_BUFFER_SIZE)
+_HEAD_BYTES = 64 << 10        # reads of the head when planning
 
 
 class BadDumpError(ValueError):
@@ -60,6 +66,23 @@ class ReadRange:
     path: str
     start: int = 0          # byte offset in the (compressed) file
     end: int | None = None  # exclusive; None = to the end
+    head: bytes = b""       # a range after the first: the file's XML before its first <page> (root tag, <siteinfo>)
+
+
+@dataclass(frozen=True)
+class DumpPlan:
+    """The read ranges of one dump, held compactly: the ranges begin at 0 and at each cut, and each range after the
+    first carries the head. (English Wikipedia's 24,000 ranges each holding its 3 KB head would put 70 MB into a
+    Dataflow job graph, whose limit is 10 MB; one plan per dump, cut into ranges on a worker, puts 0.1 MB.)"""
+    path: str
+    cuts: tuple[int, ...] = ()
+    head: bytes = b""
+    split: bool = False     # True for a multistream dump: False = one range, however big the file
+
+    def ranges(self) -> list[ReadRange]:
+        starts = [0, *self.cuts]
+        return [ReadRange(self.path, start, end, self.head if start else b"")
+                for start, end in zip(starts, [*self.cuts, None])]
 
 
 @dataclass(frozen=True)
@@ -83,34 +106,18 @@ def index_beside(path: str) -> str | None:
     return candidate if FileSystems.exists(candidate) else None
 
 
-_INDEX_OFFSET = re.compile(rb"^(\d+):", re.M)
-
-
-def read_index_offsets(index_path: str) -> list[int]:
-    """The sorted distinct stream offsets of a multistream index (`offset:page_id:title` lines, bz2 or plain)."""
-    offsets: set[int] = set()
-    tail = b""
-    with FileSystems.open(index_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        blocks = _decompressed_blocks(f, index_path, 0, None) if index_path.endswith(".bz2") else \
-            _raw_blocks(f, index_path, 0, None)
-        for data, _ in blocks:
-            data = tail + data
-            cut = data.rfind(b"\n") + 1
-            tail = data[cut:]
-            # A real index has ~24M lines but only 1/100th as many distinct offsets: a C-level findall per
-            # block keeps planning to seconds.
-            offsets.update(_INDEX_OFFSET.findall(data, 0, cut))
-    if tail.strip():
-        offsets.update(_INDEX_OFFSET.findall(tail + b"\n"))
-    return sorted(int(o) for o in offsets)
-
-
 def plan_reads(paths: list[str], index_path: str | None = None, streams_per_read: int = 10) -> list[ReadRange]:
-    """One `ReadRange` per `streams_per_read` bz2 streams of each multistream dump; one per file otherwise.
+    """The ranges of `plan_dumps`, one list."""
+    return [read for dump in plan_dumps(paths, index_path, streams_per_read) for read in dump.ranges()]
+
+
+def plan_dumps(paths: list[str], index_path: str | None = None, streams_per_read: int = 10) -> list[DumpPlan]:
+    """One `DumpPlan` per dump: ranges of `streams_per_read` bz2 streams of a multistream dump, one range otherwise.
 
     `paths` are expanded file paths. The index is `index_path` (only with a single path) or found beside each
-    dump. The first range starts at byte 0 so that it carries the header stream, and the last runs to the end
-    of the file so that it carries the closing `</mediawiki>` stream.
+    dump; a multistream dump without one is scanned for its streams, which gives the same ranges. The first range
+    starts at byte 0 so that it carries the header stream, and the last runs to the end of the file so that it
+    carries the closing `</mediawiki>` stream. A bad index raises `BadDumpError` here, before any work starts.
     """
     if index_path is not None:
         paths = [path for path in paths if path != index_path]
@@ -119,31 +126,177 @@ def plan_reads(paths: list[str], index_path: str | None = None, streams_per_read
     if streams_per_read < 1:
         raise ValueError(f"streams_per_read must be >= 1, got {streams_per_read}")
     index_of = {path: index_path or index_beside(path) for path in paths}
-    reads = []
-    for path in paths:
-        if path in index_of.values():  # a glob such as *multistream*.bz2 matches the index too
-            continue
-        index = index_of[path]
-        if index is None:
-            reads.append(ReadRange(path))
-            continue
+    return [_plan_dump(path, index_of[path], streams_per_read) for path in paths
+            if path not in index_of.values()]   # a glob such as *multistream*.bz2 matches the index too
+
+
+def unsplit_warnings(dumps: list[DumpPlan]) -> list[str]:
+    """A line for each dump that only one worker can read (plain XML, a single bz2 stream), with its size."""
+    return [f"{dump.path}: {storage.size(dump.path) / 1e6:,.1f} MB read by one worker, unsplit: it is not a "
+            f"multistream dump (*-multistream.xml.bz2, whose bz2 streams of 100 pages are read in parallel)"
+            for dump in dumps if not dump.split]
+
+
+def _plan_dump(path: str, index: str | None, every: int) -> DumpPlan:
+    if index is not None:
         if not path.endswith(".bz2"):
             raise ValueError(f"{path}: a multistream index needs a .bz2 dump")
-        cuts = read_index_offsets(index)[streams_per_read::streams_per_read]
-        reads.extend(ReadRange(path, start, end) for start, end in zip([0] + cuts, cuts + [None]))
-    return reads
+        cuts, first, last = _every_nth(_index_offsets(index), every)
+        _check_index(path, index, [o for o in (first, *cuts[:1], *cuts[-1:], last) if o is not None])
+        return DumpPlan(path, tuple(cuts), _head(path, first or None)[0], split=True)
+    if not path.endswith(".bz2"):
+        return DumpPlan(path)
+    try:
+        head, alone = _head(path)
+    except BadDumpError:   # damaged from the start: the reader reports it (or counts "bad_file")
+        return DumpPlan(path)
+    if not alone:   # pages share the first stream: a plain bz2 export (or one cut by a parallel bzip2)
+        return DumpPlan(path)
+    return DumpPlan(path, tuple(_every_nth(_scanned_offsets(path), every)[0]), head, split=True)
+
+
+def _every_nth(offsets: Iterable[int], n: int) -> tuple[list[int], int | None, int | None]:
+    """(the cuts: offsets number n, 2n, ... counting from 0, where the ranges after the first begin; the first
+    offset; the last) of ascending stream offsets, keeping only those: sorted(offsets)[n::n] without the list."""
+    cuts, first, last = [], None, None
+    for i, offset in enumerate(offsets):
+        if i == 0:
+            first = offset
+        elif i % n == 0:
+            cuts.append(offset)
+        last = offset
+    return cuts, first, last
+
+
+_INDEX_OFFSET = re.compile(rb"^(\d+):", re.M)
+
+
+def _index_offsets(index_path: str) -> Iterator[int]:
+    """The distinct stream offsets of a multistream index (`offset:page_id:title` lines, bz2 or plain), ascending,
+    streamed: English Wikipedia's index is ~1 GB of text for ~240,000 offsets."""
+    last, tail = -1, b""
+    with FileSystems.open(index_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        blocks = _decompressed_blocks(f, index_path, 0, None) if index_path.endswith(".bz2") else \
+            _raw_blocks(f, index_path, 0, None)
+        for data, _ in blocks:
+            data = tail + data
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            # ~100 lines per offset: a C-level findall and dict.fromkeys per block leave ~1% for the Python loop.
+            for offset in map(int, dict.fromkeys(_INDEX_OFFSET.findall(data, 0, cut))):
+                if offset < last:
+                    raise BadDumpError(f"{index_path}: offset {offset} after {last}: the offsets of a multistream "
+                                       "index ascend")
+                if offset > last:
+                    last = offset
+                    yield offset
+    for offset in _INDEX_OFFSET.findall(tail + b"\n"):
+        if int(offset) > last:
+            yield int(offset)
+
+
+def _check_index(path: str, index: str, offsets: list[int]) -> None:
+    """A few offsets of the index (its first and last, the first and last cut) must be bz2 stream starts inside the
+    dump: another dump's index, or a damaged one, fails here in one line rather than in a worker."""
+    if not offsets:
+        raise BadDumpError(f"{index}: no `offset:page_id:title` line: not a multistream index")
+    size = storage.size(path)
+    if offsets[-1] >= size:
+        raise BadDumpError(f"{index}: offset {offsets[-1]} is past the end of {path} ({size} bytes): the index of "
+                           "another dump, or of a longer one?")
+    with _open(path, _PROBE_BYTES) as f:
+        for offset in sorted(set(offsets)):
+            f.seek(offset)
+            if _probe(f.read(_PROBE_BYTES)) is None:
+                raise BadDumpError(f"{path}: no bz2 stream starts at byte {offset}, which the index {index} "
+                                   "lists: the index of another dump?")
+
+
+# A bz2 stream starts with "BZh" and the block size digit, then its first block's magic (the digits of pi,
+# 0x314159265359). Only a stream start puts them on a byte boundary; inside compressed data these 10 bytes turn up
+# by chance about once in 10^23 bytes, and libbz2 refuses such a false start within ~100 bytes (measured: 2,000 of
+# 2,000 random blocks). A real stream start decodes the first KB without error; a stream that small shows its text.
+_STREAM_START = re.compile(rb"BZh[1-9]1AY&SY")
+_PROBE_BYTES = 1 << 10
+
+
+def _probe(data: bytes) -> bytes | None:
+    """The first decompressed bytes of the bz2 stream that `data` (~1 KB) begins with: b"" when its first block is
+    longer than `data` (no output yet), None when `data` starts no stream."""
+    if not _STREAM_START.match(data):
+        return None
+    try:
+        return bz2.BZ2Decompressor().decompress(data, 64)
+    except (OSError, EOFError):
+        return None
+
+
+def _scanned_offsets(path: str) -> Iterator[int]:
+    """The page streams' offsets of a multistream dump without its index, found in one pass over its bytes.
+
+    A stream counts when its first KB decodes and, if that shows text already, the text opens a <page>
+    (Wikimedia's last stream holds just `</mediawiki>`); the first stream, the head, is no page stream (nor in an
+    index). Memory: one read.
+    """
+    buf, base = b"", 0   # buf holds the file's bytes from offset `base`
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for data, _ in itertools.chain(_raw_blocks(f, path, 0, None), [(b"", None)]):
+            buf += data
+            # a start is judged with its probe in hand: those in the last KB wait for the next read (or the end)
+            limit = len(buf) - _PROBE_BYTES if data else len(buf)
+            for m in _STREAM_START.finditer(buf):
+                if m.start() >= limit:
+                    break
+                offset, text = base + m.start(), _probe(buf[m.start():m.start() + _PROBE_BYTES])
+                if offset and text is not None and (not text or text.lstrip().startswith(b"<page")):
+                    yield offset
+            buf, base = buf[max(limit, 0):], base + max(limit, 0)
+
+
+def _head(path: str, end: int | None = None) -> tuple[bytes, bool]:
+    """(the XML before a dump's first <page>: the root tag and <siteinfo>, whether the first bz2 stream ends before
+    that <page>, as Wikimedia's multistream dumps give the head a stream of its own). `end`: where the head stream
+    ends, when the index says so. Read once per dump, when planning."""
+    decomp, xml = bz2.BZ2Decompressor(), b""
+    with _open(path, end or _HEAD_BYTES) as f:
+        for data, _ in _raw_blocks(f, path, 0, end, _HEAD_BYTES):   # Wikimedia's head stream: ~1 kB
+            while not decomp.eof and b"<page" not in xml and (data or not decomp.needs_input):
+                try:
+                    xml += decomp.decompress(data, _MAX_DECOMPRESSED)
+                except (OSError, EOFError) as e:
+                    raise BadDumpError(f"{path}: corrupt bz2 data in the stream starting at byte 0: {e}") from None
+                data = b""
+            if decomp.eof or b"<page" in xml:
+                break
+    page = xml.find(b"<page")
+    return (xml if page < 0 else xml[:page]), page < 0 and decomp.eof
+
+
+def _open(path: str, length: int | None):
+    """`path` opened to read `length` bytes from where the caller seeks (None: to the end of the file).
+
+    Beam's GCS reader fetches 16 MiB per read whatever is asked (gcsio.DEFAULT_READ_BUFFER_SIZE): ~17x the bytes
+    of a 0.9 MB range. FileSystems.open cannot change that, GcsIO.open can: k reads of length/k bytes, each at
+    most 16 MiB, fetch the range exactly. Other file systems read what is asked.
+    """
+    gcs = getattr(FileSystems.get_filesystem(path), "_gcsIO", None)
+    if gcs is None or length is None:
+        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    pieces = -(-length // _GCS_READ_BUFFER)
+    return gcs().open(path, "rb", read_buffer_size=max(1, -(-length // pieces)))
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Reading: bytes -> decompressed blocks -> <page> elements -> Page.
 
-def _raw_blocks(f, path: str, start: int, end: int | None) -> Iterator[tuple[bytes, int]]:
-    """(bytes, offset of those bytes in the file) for the range [start, end) of an open file."""
+def _raw_blocks(f, path: str, start: int, end: int | None, size: int | None = None) -> Iterator[tuple[bytes, int]]:
+    """(bytes, offset of those bytes in the file) for the range [start, end) of an open file, `size` (default
+    _READ_BYTES) at a time."""
     if start:
         f.seek(start)
-    pos = start
+    pos, size = start, size or _READ_BYTES
     while end is None or pos < end:
-        data = f.read(_READ_BYTES if end is None else min(_READ_BYTES, end - pos))
+        data = f.read(size if end is None else min(size, end - pos))
         if not data:
             break
         yield data, pos
@@ -188,7 +341,7 @@ def read_pages(read: ReadRange, skip_bad_files: bool = False) -> Iterator[Page |
     """Streams the <page>s of one range: Count("pages") then the Page, for every page of any namespace.
 
     Each Page carries its wiki's `Site`, from the <siteinfo> at the head of the file (a range that starts
-    further on reads the head first). A file without one gets the English names, and the range at its start
+    further on has it in `read.head`). A file without one gets the English names, and the range at its start
     counts "no_siteinfo" once.
 
     A damaged range raises `BadDumpError` naming the file and byte offset; with `skip_bad_files` it yields
@@ -213,7 +366,7 @@ def _read_pages(read: ReadRange) -> Iterator[Page | Count]:
     depth, root, text, where = 0, None, "", read.start
     site, namespaces = None, {}   # namespaces: keys by name, for exports without <ns>
     if read.start > 0:
-        site, namespaces = _head_site(path)
+        site, namespaces = _head_site(read)
         site = site or ENGLISH    # the range at byte 0 counts a missing <siteinfo>
     for event, elem, where in _xml_events(parser, read):
         if event == "start":
@@ -264,26 +417,26 @@ def _site(root: ET.Element, siteinfo: ET.Element) -> tuple[Site, dict[str, int]]
     return site_from_siteinfo(names, language), {name.lower(): key for key, name in names.items() if name}
 
 
-def _head_site(path: str) -> tuple[Site | None, dict[str, int]]:
-    """The Site of a file's <siteinfo>, read from its head (the first bz2 stream of a multistream dump), for a
-    range that starts after it; (None, {}) when the file has none (the first range counts that)."""
-    root, events = None, _xml_events(ET.XMLPullParser(events=("start", "end")), ReadRange(path, 0, None))
+def _head_site(read: ReadRange) -> tuple[Site | None, dict[str, int]]:
+    """The Site of the <siteinfo> in a range's head (planned once per dump), for a range that starts after it;
+    (None, {}) when the file has none (the first range counts that)."""
+    parser, root = ET.XMLPullParser(events=("start", "end")), None
     try:
-        for event, elem, _ in events:
+        parser.feed(read.head)
+        for event, elem in parser.read_events():
             root = elem if root is None else root
             if event == "end" and _local(elem.tag) == "siteinfo":
                 return _site(root, elem)
-            if event == "start" and _local(elem.tag) == "page":
-                break
-    finally:
-        events.close()
+    except ET.ParseError as e:
+        raise BadDumpError(f"{read.path}: malformed XML in the head of the file (before its first <page>): {e}") \
+            from None
     return None, {}
 
 
 def _xml_events(parser: ET.XMLPullParser, read: ReadRange) -> Iterator[tuple[str, ET.Element, int]]:
     """(event, element, offset of the stream the data came from) for the data of one range."""
     path, got_data = read.path, False
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with _open(path, None if read.end is None else read.end - read.start) as f:
         blocks = (_decompressed_blocks if path.endswith(".bz2") else _raw_blocks)(f, path, read.start, read.end)
         for data, where in blocks:
             got_data = True

@@ -6,7 +6,8 @@ Beam 2.77's GCS file system (apache_beam/io/gcp/gcsfilesystem.py, gcsio.py), for
   `delete(PREFIX/)` deletes every key under the prefix.
 - Reads are buffered like google-cloud-storage's BlobReader (gcsio.DEFAULT_READ_BUFFER_SIZE = 16 MiB): a read
   the buffer cannot serve downloads max(missing bytes, 16 MiB) from the current position in one request; a seek
-  outside the buffer drops it. Opening a reader costs one request (BeamBlobReader calls blob.reload()).
+  outside the buffer drops it. Opening a reader costs one request (BeamBlobReader calls blob.reload()). As on
+  GCSFileSystem, `_gcsIO().open(path, "rb", read_buffer_size=N)` opens one with an N-byte buffer instead.
 - Writes are buffered in 16 MiB chunks (BeamBlobWriter) and the object appears whole when the writer closes.
 - `rename` is a server-side copy and delete, as GCS does it (no bytes downloaded or uploaded).
 
@@ -93,11 +94,11 @@ def usage(bucket: str) -> dict[str, int]:
 
 class _Reader(io.RawIOBase):
     """BlobReader's buffering: [buffer_start, buffer_start + len(buffer)) is held; reads beyond it download
-    max(missing, READ_BUFFER) bytes from the current position."""
+    max(missing, buffer_size) bytes from the current position."""
 
-    def __init__(self, bucket: str, key: str):
+    def __init__(self, bucket: str, key: str, buffer_size: int = READ_BUFFER):
         super().__init__()
-        self.bucket, self.path = bucket, _object(bucket, key)
+        self.bucket, self.path, self.buffer_size = bucket, _object(bucket, key), buffer_size
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"{SCHEME}://{bucket}/{key}: no such object")
         self.size = os.path.getsize(self.path)
@@ -131,7 +132,7 @@ class _Reader(io.RawIOBase):
             start = self.pos + len(have)
             with open(self.path, "rb") as f:
                 f.seek(start)
-                fetched = f.read(max(missing, READ_BUFFER))
+                fetched = f.read(max(missing, self.buffer_size))
             _count(self.bucket, requests=1, downloaded=len(fetched), buffered=len(fetched) - len(self.buffer))
             self.buffer_start, self.buffer = start, fetched
             have += fetched[:missing]
@@ -184,6 +185,18 @@ class _Writer(io.RawIOBase):
         super().close()
 
 
+class _GcsIO:
+    """GcsIO.open's signature: the read buffer size that FileSystems.open does not pass on."""
+
+    def open(self, filename, mode="r", read_buffer_size=READ_BUFFER, mime_type="application/octet-stream"):
+        bucket, key = _parse(filename)
+        if mode in ("r", "rb"):
+            return _Reader(bucket, key, read_buffer_size)
+        if mode in ("w", "wb"):
+            return _Writer(bucket, key)
+        raise ValueError(f"Invalid file open mode: {mode}.")
+
+
 class SimStoreFileSystem(FileSystem):
     """`simstore://BUCKET/KEY` objects (see the module docstring)."""
 
@@ -204,6 +217,9 @@ class SimStoreFileSystem(FileSystem):
 
     def mkdirs(self, path):
         pass
+
+    def _gcsIO(self):   # GCSFileSystem's accessor, for readers with a buffer of their own size
+        return _GcsIO()
 
     def has_dirs(self):
         return False

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import math
 import os
 import sys
@@ -88,7 +89,7 @@ def _read_named(unit: tuple[str, str], reader: Callable[..., Iterable], **kwargs
 
 
 class ExtractWikipedia(beam.PTransform):
-    """MediaWiki XML dumps -> article Documents. Dumps with a multistream index are read in parallel ranges."""
+    """MediaWiki XML dumps -> article Documents. Multistream dumps are read in parallel ranges."""
 
     def __init__(self, files: list[str], index: str | None = None, skip_disambiguation: bool = True,
                  skip_bad_files: bool = False, streams_per_read: int = 10, disambiguation_templates=()):
@@ -97,13 +98,22 @@ class ExtractWikipedia(beam.PTransform):
         super().__init__()
         self.skip_disambiguation, self.skip_bad_files = skip_disambiguation, skip_bad_files
         self.disambiguation_templates = frozenset(map(templates.normal_name, disambiguation_templates))
-        self.reads = wikipedia.plan_reads(files, index, streams_per_read)   # read units, planned once
+        self.dumps = wikipedia.plan_dumps(files, index, streams_per_read)   # read units, planned once
+
+    @property
+    def reads(self) -> list:   # the read units (ranges), as for the other corpora
+        return [read for dump in self.dumps for read in dump.ranges()]
 
     def expand(self, pipeline):
         from corpora import wikipedia
+        from pipeline.beam.options import is_local_runner
 
+        if not is_local_runner(pipeline.pipeline.options):   # where many workers wait on one
+            for line in wikipedia.unsplit_warnings(self.dumps):
+                logging.warning("%s", line)
         return (pipeline
-                | "PlanReads" >> beam.Create(self.reads)
+                | "PlanReads" >> beam.Create(self.dumps)
+                | "CutRanges" >> beam.FlatMap(wikipedia.DumpPlan.ranges)   # here, not in the job graph
                 | "SpreadReads" >> beam.Reshuffle()
                 | "ReadPages" >> beam.ParDo(_Counted("wikipedia", wikipedia.read_pages,
                                                      skip_bad_files=self.skip_bad_files))
