@@ -272,6 +272,14 @@ def _head(path: str, end: int | None = None) -> tuple[bytes, bool]:
     return (xml if page < 0 else xml[:page]), page < 0 and decomp.eof
 
 
+def not_a_dump(path: str) -> bytes | None:
+    """The first bytes of `path` when they are not how a bz2 or XML file starts (a file given as wikipedia that is
+    not a dump), else None: one 4-byte read."""
+    with _open(path, 4) as f:
+        head = f.read(4)
+    return None if head.startswith(b"BZh") or head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<") else head
+
+
 def _open(path: str, length: int | None):
     """`path` opened to read `length` bytes from where the caller seeks (None: to the end of the file).
 

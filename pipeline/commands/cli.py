@@ -66,9 +66,16 @@ def _names(value: str) -> tuple[str, ...]:
     return names
 
 
+CORPORA = ("wikipedia", "books", "text")
+
+
 def _add_corpus(p: flags.Parser) -> None:
-    p.add_argument("corpus", choices=("wikipedia", "books", "text"))
-    p.add_argument("--input", required=True, help="GLOB[,GLOB...] of corpus files (books: also directories)")
+    p.add_argument("corpus", nargs="?", choices=CORPORA, default=None,
+                   help="the kind of every --input; leave it out to name a kind in each --input (KIND:GLOB)")
+    p.add_argument("--input", action="append", required=True, metavar="[KIND:]GLOB[,GLOB...]",
+                   help="corpus files (books: also directories). Several corpora in one job: leave the kind out "
+                        "and give one --input per kind, e.g. --input wikipedia:enwiki-*-multistream.xml.bz2 "
+                        "--input books:books/ (BERT's corpus)")
     p.add_argument("--wiki-index", default=None, type=readable_file,
                    help="wikipedia: the multistream index (default: found beside the dump when present)")
     p.add_argument("--keep-disambiguation", action="store_true", help="wikipedia: keep disambiguation pages")
@@ -216,8 +223,27 @@ def add_mask(p: flags.Parser) -> None:
     _add_output(p)
 
 
+def corpus_weights(text: str) -> dict[str, float]:
+    """"books=2,wikipedia=1" -> {"books": 2.0, "wikipedia": 1.0}: kinds of corpora, each a positive weight."""
+    weights = {}
+    for item in text.split(","):
+        kind, _, value = item.partition("=")
+        kind = kind.strip()
+        if kind not in CORPORA or kind in weights:
+            raise argparse.ArgumentTypeError(f"{item!r}: KIND=WEIGHT with KIND one of {', '.join(CORPORA)}, once each")
+        weights[kind] = positive_float(value)
+    return weights
+
+
 def add_prepare(p: flags.Parser) -> None:
     _add_corpus(p)
+    p.add_argument("--corpus-weights", type=corpus_weights, default=None, metavar="KIND=W,...",
+                   help="sampling weights of the corpora: each document of a corpus of weight W is paired in "
+                        "round(--dupe-factor x W) dupe passes (at least 1), e.g. books=2 to see books twice as "
+                        "often; recorded in the manifest")
+    p.add_argument("--mix-corpora", action="store_true",
+                   help="several corpora: one random-next pool over all of them (by default each corpus pairs in "
+                        "its own buckets: a B segment never comes from another corpus)")
     _add_dedup(p, switch=True)
     _add_pairs(p)
     _add_mask(p)
@@ -405,8 +431,38 @@ def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     return command, args
 
 
+def _corpora(parser: flags.Parser, args: argparse.Namespace) -> None:
+    """extract, prepare: --input KIND:GLOB (or the positional kind for all) -> args.corpora [(kind, globs)] in the
+    order given; args.input becomes the globs alone, comma-joined."""
+    corpora: dict[str, str] = {}
+    for spec in args.input:
+        kind, sep, globs = spec.partition(":")
+        named = bool(sep) and kind in CORPORA
+        if args.corpus and named and kind != args.corpus:
+            parser.error(f"--input {spec}: a {kind} input in a {args.corpus} job (leave the positional kind out to "
+                         "give several)")
+        if not args.corpus and not named:
+            parser.error(f"--input {spec}: name its kind ({'|'.join(CORPORA)}:GLOB), or give the kind of every "
+                         "input as the first argument")
+        kind, globs = (kind, globs) if named else (args.corpus, spec)
+        if kind in corpora and not args.corpus:
+            parser.error(f"--input {kind}: given twice: join its globs with commas")
+        corpora[kind] = f"{corpora[kind]},{globs}" if kind in corpora else globs
+    args.corpora = list(corpora.items())
+    args.input = ",".join(corpora.values())
+    weights = getattr(args, "corpus_weights", None) or {}
+    for kind in weights:
+        if kind not in corpora:
+            parser.error(f"--corpus-weights {kind}=...: no {kind} input")
+    if weights and getattr(args, "mix_corpora", False):
+        parser.error("--corpus-weights with --mix-corpora: weights set each corpus's dupe passes, which one mixed "
+                     "pool cannot keep apart")
+
+
 def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
     """What one flag's type cannot check: flags that must agree with each other."""
+    if hasattr(args, "corpus") and isinstance(args.input, list):
+        _corpora(parser, args)
     if hasattr(args, "mask_token_prob") and args.mask_token_prob + args.random_token_prob > 1:
         parser.error(f"--mask-token-prob {args.mask_token_prob} + --random-token-prob {args.random_token_prob} "
                      "exceeds 1 (the rest of the chosen tokens are kept)")

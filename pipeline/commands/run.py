@@ -230,6 +230,44 @@ def sum_stats(files: list[dict], names: tuple[str, ...]) -> dict[str, int]:
     return {name: sum(f.get(name, 0) for f in files) for name in names}
 
 
+_DUMP_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
+
+
+def check_kind(kind: str, files: list[str]) -> None:
+    """Refuses, before the job, a file given as a corpus it is not: a MediaWiki dump as books or text (by its name),
+    or as wikipedia anything that does not start as bz2 or XML does (a 4-byte read per dump)."""
+    for f in files:
+        if kind != "wikipedia" and f.lower().endswith(_DUMP_SUFFIXES):
+            raise manifest.ManifestError(f"{f}: a MediaWiki XML dump given as {kind} (give it as --input "
+                                         "wikipedia:...)")
+        if kind == "wikipedia":
+            if storage.is_dir(f):
+                raise manifest.ManifestError(f"{f}: a directory given as wikipedia (a dump is one .xml or .xml.bz2 "
+                                             "file; books go as --input books:...)")
+            from corpora import wikipedia
+
+            head = wikipedia.not_a_dump(f)
+            if head is not None:
+                raise manifest.ManifestError(f"{f}: not a MediaWiki XML dump (it starts {head!r}), given as "
+                                             "wikipedia (books go as --input books:...)")
+
+
+def corpus_inputs(args) -> list[tuple[str, list[str], dict[str, int]]]:
+    """(kind, files, {file: bytes}) for each corpus of --input, in the order given, each file checked for its
+    kind at planning time."""
+    found = []
+    for kind, spec in args.corpora:
+        files = expand_inputs(spec)
+        check_kind(kind, files)
+        found.append((kind, files, sizing.local_sizes(files)))
+    return found
+
+
+def _read_corpora(p: beam.Pipeline, readers: list[tuple[str, beam.PTransform]]):
+    """The documents of every corpus: one PCollection per kind (labelled Read<Kind>)."""
+    return {kind: p | f"Read{kind.capitalize()}" >> reader for kind, reader in readers}
+
+
 def _corpus_reader(kind: str, files: list[str], args) -> beam.PTransform:
     if kind == "wikipedia":
         return transforms.ExtractWikipedia(files, index=args.wiki_index,
@@ -245,25 +283,29 @@ def _corpus_reader(kind: str, files: list[str], args) -> beam.PTransform:
 # ---------------------------------------------------------------------------------------------- stages
 
 def extract(args, options) -> dict:
-    files = expand_inputs(args.input)
-    sizes = sizing.local_sizes(files)
-    estimate = sizing.document_bytes(sizing.input_tokens(args.corpus, sizes))
+    inputs = corpus_inputs(args)
+    files = [f for _, fs, _ in inputs for f in fs]
+    sizes = {f: n for _, _, sz in inputs for f, n in sz.items()}
+    estimate = sizing.document_bytes(sum(sizing.input_tokens(kind, sz) for kind, _, sz in inputs))
     out = Output(args.output, "documents", args.num_shards or sizing.file_count(estimate), ".jsonl.gz", estimate,
                  args.input)
     shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
     p = beam.Pipeline(options=options)
-    (p
-     | f"Read{args.corpus.capitalize()}" >> _corpus_reader(args.corpus, files, args)
+    read = _read_corpora(p, [(kind, _corpus_reader(kind, fs, args)) for kind, fs, _ in inputs])
+    docs = next(iter(read.values())) if len(read) == 1 else tuple(read.values()) | "JoinCorpora" >> beam.Flatten()
+    (docs
      | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"),
                                            (1, len(d.paragraphs), sum(map(len, d.paragraphs))))])
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", 0, shuffle,
                                               stat_names=("documents", "paragraphs", "characters")))
-    written, values = run_and_publish(f"extract {args.corpus}", p, out, shuffle,
+    kinds = "+".join(kind for kind, _, _ in inputs)
+    written, values = run_and_publish(f"extract {kinds}", p, out, shuffle,
                                       f"{sum(sizes.values()) / 1e6:,.1f} MB of input", args)
     m = {"format": manifest.DOCUMENTS, "stage": "extract",
-         "parameters": {"corpus": args.corpus, "skip_disambiguation": not args.keep_disambiguation,
+         "parameters": {"corpus": kinds, "corpora": [{"kind": kind, "input": spec} for kind, spec in args.corpora],
+                        "skip_disambiguation": not args.keep_disambiguation,
                         "disambiguation_templates": list(args.disambiguation_templates),
                         "max_document_bytes": args.max_document_bytes, "num_shards": out.num_shards},
          "counts": {**sum_stats(written, ("documents", "paragraphs", "characters")), "counters": values},
@@ -483,13 +525,22 @@ def mask(args, options) -> dict:
     return m
 
 
+def corpus_dupes(args) -> dict[str, int]:
+    """Dupe passes of each corpus: round(--dupe-factor x its --corpus-weights weight), at least 1."""
+    weights = args.corpus_weights or {}
+    return {kind: max(1, round(args.dupe_factor * weights.get(kind, 1.0))) for kind, _ in args.corpora}
+
+
 def prepare(args, options) -> dict:
-    files = expand_inputs(args.input)
+    inputs = corpus_inputs(args)
+    files = [f for _, fs, _ in inputs for f in fs]
+    sizes = {f: n for _, _, sz in inputs for f, n in sz.items()}
+    tokens_of = {kind: sizing.input_tokens(kind, sz) for kind, _, sz in inputs}
+    dupes = corpus_dupes(args)
+    tokens = sum(tokens_of.values())
     vocab = vocab_entry(args.vocab, not args.cased)
     params = _mask_params(args)
-    sizes = sizing.local_sizes(files)
-    tokens = sizing.input_tokens(args.corpus, sizes)
-    estimate = (sizing.instances(tokens, args.dupe_factor, args.max_seq_length)
+    estimate = (sum(sizing.instances(tokens_of[kind], dupes[kind], args.max_seq_length) for kind in tokens_of)
                 * sizing.shard_record_bytes(args.max_seq_length, params.max_predictions_per_seq))
     out = Output(args.output, "shard", args.num_shards or sizing.file_count(estimate), ".tfrecord", estimate,
                  args.input)
@@ -499,31 +550,55 @@ def prepare(args, options) -> dict:
 
     parallelism = pair_parallelism(args, options)
     label, write = _write_or_pack(args, out, shuffle, pack)
-    reader = _corpus_reader(args.corpus, files, args)
+    readers = [(kind, _corpus_reader(kind, fs, args)) for kind, fs, _ in inputs]
     deduplicate = _dedup_params(args) if args.dedup else None
     p = beam.Pipeline(options=options)
-    docs = p | f"Read{args.corpus.capitalize()}" >> reader
-    if deduplicate:   # its shuffles spread the documents over the workers already
+    read = _read_corpora(p, readers)
+    several = len(read) > 1
+    if deduplicate:   # over every corpus at once (a book may sit in two); its shuffles spread the documents
+        docs = tuple(read.values()) | "JoinCorpora" >> beam.Flatten() if several else next(iter(read.values()))
         docs = docs | "Dedup" >> deduplication.Dedup(deduplicate, args.output, shuffle, 4 * parallelism,
                                                      sizing.text_bytes(tokens))
-    (docs
-     | "SpreadDocuments" >> transforms.SpreadDocuments(
-         shuffle, 0 if deduplicate else spread_ranges(len(reader.reads), parallelism))
-     | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
-     | "MakePairs" >> transforms.MakePairs(shuffle, args.vocab, _pair_params(args, vocab), args.seed,
-                                          args.bucket_docs, sizing.input_documents(args.corpus, sizes, tokens),
-                                          tokens, parallelism)
+        if several and not args.mix_corpora:   # back to one pool per corpus
+            kinds = list(read)
+            read = dict(zip(kinds, docs | "ByCorpus" >> beam.Partition(lambda d, n: kinds.index(d.source),
+                                                                        len(kinds))))
+        else:
+            read = {"all" if several else next(iter(read)): docs}
+    elif several and args.mix_corpora:
+        read = {"all": tuple(read.values()) | "JoinCorpora" >> beam.Flatten()}
+    pools = []
+    for kind, docs in read.items():   # each pool pairs in its own buckets
+        one = kind == "all" or not several
+        name = "" if one else kind.capitalize()
+        reads = sum(len(r.reads) for k, r in readers if one or k == kind)
+        pool_tokens = tokens if one else tokens_of[kind]
+        documents = sum(sizing.input_documents(k, sz, tokens_of[k]) for k, _, sz in inputs if one or k == kind)
+        pool_params = dataclasses.replace(_pair_params(args, vocab), dupe_factor=dupes.get(kind, args.dupe_factor))
+        pools.append(docs
+                     | f"SpreadDocuments{name}" >> transforms.SpreadDocuments(
+                         shuffle, 0 if deduplicate else spread_ranges(reads, parallelism))
+                     | f"Tokenize{name}" >> transforms.Tokenize(args.vocab, not args.cased)
+                     | f"MakePairs{name}" >> transforms.MakePairs(shuffle, args.vocab, pool_params, args.seed,
+                                                                  args.bucket_docs, documents, pool_tokens,
+                                                                  parallelism))
+    ((pools[0] if len(pools) == 1 else tuple(pools) | "JoinPairs" >> beam.Flatten())
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
      | label >> write)
     checks = ([_packing_lost] if pack else []) + ([functools.partial(deduplication.lost, params=deduplicate)]
                                                    if deduplicate else [])
-    written, values = run_and_publish(f"prepare {args.corpus}", p, out, shuffle,
+    kinds = "+".join(kind for kind, _, _ in inputs)
+    written, values = run_and_publish(f"prepare {kinds}", p, out, shuffle,
                                       _instances_basis(sum(sizes.values()), tokens, args), args, checks=checks,
                                       side_files=_dedup_side_files(deduplicate))
+    corpora = [{"kind": kind, "input": spec, "weight": (args.corpus_weights or {}).get(kind, 1.0),
+                "dupe_factor": dupes[kind]} for kind, spec in args.corpora]
     m = _shards_manifest("prepare", args, params, vocab, args.max_seq_length,
                          values.get("tokenize/documents", 0), written, values,
-                         [{"path": f} for f in files], {"corpus": args.corpus, **_pair_parameters(args)},
+                         [{"path": f} for f in files],
+                         {"corpus": kinds, **_pair_parameters(args),
+                          **({"corpora": corpora, "mix_corpora": args.mix_corpora} if several else {})},
                          args.objective, pack)
     if deduplicate:
         m["dedup"] = _dedup_summary(deduplicate, values)

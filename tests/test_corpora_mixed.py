@@ -1,0 +1,100 @@
+"""BERT's real corpus in one job: `prepare`/`extract` with --input wikipedia:DUMP --input books:DIR. Each corpus
+pairs in its own random-next buckets unless --mix-corpora; --corpus-weights sets each one's dupe passes; a file of
+the wrong kind is refused before the job."""
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.beam import transforms
+from pipeline.commands import cli
+from pipeline.formats import documents, schema, tfrecord
+from tests.conftest import SAMPLES, UNCASED_VOCAB
+
+pytestmark = pytest.mark.slow
+ONE = ["--preset", "local-1"]
+BOTH = ["--input", f"wikipedia:{SAMPLES / 'enwiki-sample.xml.bz2'}", "--input", f"books:{SAMPLES / 'books'}"]
+COMMON = ["--vocab", str(UNCASED_VOCAB), "--dupe-factor", "2", "--seed", "3", *ONE]
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    """Each sample document as the job tokenizes it: {id: little-endian int32 bytes}, from a two-corpus extract."""
+    out = tmp_path_factory.mktemp("mixed") / "docs"
+    assert cli.main(["extract", *BOTH, "--output", str(out), *ONE]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["parameters"]["corpus"] == "wikipedia+books" and m["counts"]["documents"] == 23   # 20 articles, 3 books
+    tokenize = transforms._Tokenize(str(UNCASED_VOCAB), True)
+    tokenize.setup()
+    return {t.id: t.tokens.astype("<i4").tobytes() for f in sorted(out.glob("documents-*.jsonl.gz"))
+            for d in documents.read_file(str(f)) for t in tokenize.process(d)}
+
+
+def corpora_of_pairs(directory, tokens) -> list[tuple[set, set]]:
+    """For each random-next instance of the shards (masked positions restored): the corpora whose documents hold
+    its A, and those whose documents hold its B (only B segments of 8 tokens or more: short ones occur anywhere)."""
+    def holders(segment):
+        needle = segment.astype("<i4").tobytes()
+        found = set()
+        for doc_id, hay in tokens.items():
+            at = hay.find(needle)
+            while at >= 0 and at % 4:
+                at = hay.find(needle, at + 1)
+            if at >= 0:
+                found.add(doc_id.split(":")[0])
+        return found
+
+    m = json.loads((directory / "manifest.json").read_text())
+    shape = schema.Shape(m["max_seq_length"], m["max_predictions_per_seq"])
+    found = []
+    for f in sorted(directory.glob("shard-*.tfrecord")):
+        for record in tfrecord.read_file(str(f)):
+            r = schema.decode(record, shape)
+            if not r["next_sentence_labels"][0]:
+                continue
+            k = int(r["masked_lm_weights"].sum())
+            ids = r["input_ids"].copy()
+            ids[r["masked_lm_positions"][:k]] = r["masked_lm_ids"][:k]
+            n, na = int(r["input_mask"].sum()), int((r["segment_ids"][:int(r["input_mask"].sum())] == 0).sum())
+            a, b = ids[1:na - 1], ids[na:n - 1]
+            if len(b) >= 8:
+                found.append((holders(a), holders(b)))
+    return found
+
+
+def test_each_corpus_pairs_in_its_own_pool(tmp_path, tokens):
+    assert cli.main(["prepare", *BOTH, *COMMON, "--output", str(tmp_path / "apart")]) == 0
+    assert cli.main(["prepare", *BOTH, *COMMON, "--mix-corpora", "--output", str(tmp_path / "mixed")]) == 0
+    apart = corpora_of_pairs(tmp_path / "apart", tokens)
+    assert len(apart) > 500 and all(a and b and a == b for a, b in apart)
+    # the check can fail: one mixed pool pairs wikipedia with books
+    assert any(a and b and a != b for a, b in corpora_of_pairs(tmp_path / "mixed", tokens))
+    m = json.loads((tmp_path / "apart" / "manifest.json").read_text())
+    assert [c["kind"] for c in m["parameters"]["corpora"]] == ["wikipedia", "books"]
+    assert m["counts"]["counters"]["pairs/buckets"] == 2   # one bucket a corpus
+    assert cli.main(["verify", str(tmp_path / "apart")]) == 0
+
+
+def test_corpus_weights_set_each_corpus_dupe_passes(tmp_path):
+    for name, weights in (("even", []), ("books2", ["--corpus-weights", "books=2"])):
+        assert cli.main(["prepare", *BOTH, *COMMON, *weights, "--output", str(tmp_path / name)]) == 0
+    even, heavy = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("even", "books2"))
+    assert [(c["kind"], c["weight"], c["dupe_factor"]) for c in heavy["parameters"]["corpora"]] == [
+        ("wikipedia", 1.0, 2), ("books", 2.0, 4)]
+    books_even = even["counts"]["counters"]["pairs/instances"] - _wikipedia_instances(tmp_path)
+    # two more passes over the books: about as many instances again as their first two (draws differ by pass)
+    assert heavy["counts"]["instances"] - even["counts"]["instances"] == pytest.approx(books_even, rel=0.15)
+
+
+def _wikipedia_instances(tmp_path) -> int:
+    assert cli.main(["prepare", "wikipedia", "--input", str(SAMPLES / "enwiki-sample.xml.bz2"), *COMMON,
+                     "--output", str(tmp_path / "wiki")]) == 0
+    return json.loads((tmp_path / "wiki" / "manifest.json").read_text())["counts"]["instances"]
+
+
+def test_one_corpus_given_either_way_is_the_same_job(tmp_path):
+    assert cli.main(["prepare", "books", "--input", str(SAMPLES / "books"), *COMMON, "--output",
+                     str(tmp_path / "a")]) == 0
+    assert cli.main(["prepare", "--input", f"books:{SAMPLES / 'books'}", *COMMON, "--output", str(tmp_path / "b")]) == 0
+    for f in sorted((tmp_path / "a").glob("shard-*")):
+        assert f.read_bytes() == (tmp_path / "b" / f.name).read_bytes()
