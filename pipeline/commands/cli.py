@@ -35,8 +35,8 @@ def _add_output(p: flags.Parser) -> None:
     p.add_argument("--gcs-bucket", default=None,
                    help="dataflow preset: gs://BUCKET[/prefix] for temp_location and staging_location")
     p.add_argument("--retries", type=nonnegative_int, default=0,
-                   help="run the whole pipeline again up to N times if it fails (local runners do not retry a "
-                        "failed bundle; Dataflow does)")
+                   help="local runners: run the whole pipeline again up to N times if it fails (they do not retry a "
+                        "failed bundle; Dataflow and the portable runners do, and refuse it)")
     p.add_argument("--shuffle", choices=("auto", "files", "groupbykey"), default="auto",
                    help="how records are regrouped (into buckets, output files): 'files' = sorted run files on this "
                         "machine's disk, memory flat whatever the input; 'groupbykey' = the runner's GroupByKey "

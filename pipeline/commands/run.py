@@ -29,6 +29,7 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline.algorithms import dedup, masking, packing, pairs
 from pipeline.beam import dedup as deduplication
@@ -745,6 +746,10 @@ def main(args) -> int:
         # reaches the user as one line from main(), the traceback with --debug
         beam_args.append("--default_sdk_harness_log_level=CRITICAL")
     opts = options.pipeline_options(args.preset, beam_args, gcs_bucket=args.gcs_bucket)
+    if args.retries and not options.is_local_runner(opts):
+        raise SystemExit(f"--retries {args.retries} on {opts.view_as(StandardOptions).runner}: the runner retries a "
+                         "failed bundle itself (Dataflow 4 times), and a second job could write the same output "
+                         "while the first still runs")
     if options.is_dry_run(opts) and args.overwrite:
         raise SystemExit("--overwrite with --dry_run would delete the old output for a job that never runs")
     if options.is_dataflow(opts) and not options.is_dry_run(opts):
