@@ -54,7 +54,8 @@ def fill(out: Path) -> None:
                 c = m["counts"]
                 cut = c["counters"].get("pairs/none_sentences_cut", 0)
                 share = c.get("swapped_fraction", c.get("random_next_fraction"))
-                rows.append([corpus, L, shape, f"{c['instances']:,}", f"{100 * c['tokens'] / (c['instances'] * L):.2f}%",
+                fill = c["tokens"] / (c["instances"] * L)
+                rows.append([corpus, L, shape, f"{c['instances']:,}", f"{100 * fill:.2f}%",
                              "" if share is None else f"{share:.3f}", cut if shape.startswith("none") else ""])
     print(table(["corpus", "L", "objective", "rows", "real tokens", "label-1 share", "sentences cut"], rows))
 

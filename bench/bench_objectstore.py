@@ -7,8 +7,9 @@ before from the store.
 
 Input: ../shared/corpora/books (17 books, 11.4 MB), x4 = four copies under new names. Each run is one process
 tree (`--preset local` with --workers worker processes, which load the simulated store through
-tests/simstore_site; groupbykey runs use `--preset local-1`, as the local runner needs one worker for it). Per run: requests, MB downloaded and uploaded, the most read streams open at once in any
-one process and the bytes they buffered, objects left that are not data files or manifest.json, and whether the
+tests/simstore_site; groupbykey runs use `--preset local-1`, as the local runner needs one worker for it). Per
+run: requests, MB downloaded and uploaded, the most read streams open at once in any one process and the bytes
+they buffered, objects left that are not data files or manifest.json, and whether the
 shards equal those of the files run of the same input. Growth x4 / x1 must be linear (<= 5x).
 
     .venv/bin/python bench/bench_objectstore.py --wikipedia [--baseline DIR] [--scan-mb 1000]

@@ -13,8 +13,9 @@ same number of records, sized from the input estimate that already sets the file
 count of every record, so on a distributed runner the records stream straight into its shuffle, in one pass, and
 no collection is stored whole before it (generator 2; generator 1 cut where a global histogram balanced the
 counts, which made Dataflow store every hashed record before its GroupByKey). Both back ends form the same
-groups, and Group.frames() gives the same order: the same bytes whichever one ran. Each shuffle counts the records it was given (`shuffle/NAME_in`) and those its
-groups handed on (`shuffle/NAME_out`); a job checks that they agree (`undelivered`) before it publishes anything.
+groups, and Group.frames() gives the same order: the same bytes whichever one ran. Each shuffle counts the
+records it was given (`shuffle/NAME_in`) and those its groups handed on (`shuffle/NAME_out`); a job checks that
+they agree (`undelivered`) before it publishes anything.
 
 - `files`: each bundle sorts its records into run files on this machine's disk (pipeline/beam/runfiles.py); a
   Slice reads its hash range of every run, merging at most 64 runs at a time. For Beam's local FnApiRunner,
