@@ -135,6 +135,8 @@ TABLE = [
     (["mask", "--input", "{m}/pairs", "--output", "{m}/o3", "--vocab", str(REPO.parent / "nowhere" / "v.txt")], 2,
      ["--vocab", "no such file"]),
     # prepare: several corpora, and files of the wrong kind (refused before the job)
+    (["prepare", "--input", f"books:{BOOKS}", "--vocab", VOCAB, "--output", "{m}/o4", "--objectiv", "sop"], 2,
+     ["unknown flag --objectiv; did you mean --objective?"]),
     (["prepare", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4"], 2,
      ["--input", "name its kind (wikipedia|books|text:GLOB)"]),
     (["prepare", "wikipedia", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4"], 1,

@@ -412,10 +412,14 @@ def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
               + f" (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         raise SystemExit(2)
     parser = build_parser(command)
+    beam = beam_flag_names() if command in BEAM_COMMANDS else set()
+    for token in argv[1:]:   # first: an unknown flag's value would otherwise be taken for the optional corpus kind
+        name = token.split("=", 1)[0]
+        if name.startswith("--") and name not in parser.flag_names | beam | {"--help"}:
+            parser.unknown(token, beam)
     args, extra = parser.parse_known_args(argv[1:])
     args.command, args.beam_args = command, []
     if extra and command in BEAM_COMMANDS:
-        beam = beam_flag_names()
         for i, token in enumerate(extra):
             name = token.split("=", 1)[0]
             if name.startswith("--") and name in beam:
