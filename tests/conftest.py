@@ -32,6 +32,20 @@ def collect(events) -> tuple[list[Document], dict[str, int]]:
     return docs, dict(counts)
 
 
+def documents_holding(tokens: dict[str, bytes], segment) -> set[str]:
+    """The ids of the documents whose tokens ({id: little-endian int32 bytes}) contain `segment` at a token
+    boundary."""
+    needle = segment.astype("<i4").tobytes()
+    found = set()
+    for doc_id, hay in tokens.items():
+        at = hay.find(needle)
+        while at >= 0 and at % 4:
+            at = hay.find(needle, at + 1)
+        if at >= 0:
+            found.add(doc_id)
+    return found
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models run fastest on one thread, and a shared CI machine then does not stall OpenMP barriers."""

@@ -9,7 +9,7 @@ import pytest
 from pipeline.beam import transforms
 from pipeline.commands import cli
 from pipeline.formats import documents, schema, tfrecord
-from tests.conftest import SAMPLES, UNCASED_VOCAB
+from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding
 
 pytestmark = pytest.mark.slow
 ONE = ["--preset", "local-1"]
@@ -34,15 +34,7 @@ def corpora_of_pairs(directory, tokens) -> list[tuple[set, set]]:
     """For each random-next instance of the shards (masked positions restored): the corpora whose documents hold
     its A, and those whose documents hold its B (only B segments of 8 tokens or more: short ones occur anywhere)."""
     def holders(segment):
-        needle = segment.astype("<i4").tobytes()
-        found = set()
-        for doc_id, hay in tokens.items():
-            at = hay.find(needle)
-            while at >= 0 and at % 4:
-                at = hay.find(needle, at + 1)
-            if at >= 0:
-                found.add(doc_id.split(":")[0])
-        return found
+        return {doc_id.split(":")[0] for doc_id in documents_holding(tokens, segment)}
 
     m = json.loads((directory / "manifest.json").read_text())
     shape = schema.Shape(m["max_seq_length"], m["max_predictions_per_seq"])
@@ -73,6 +65,14 @@ def test_each_corpus_pairs_in_its_own_pool(tmp_path, tokens):
     assert [c["kind"] for c in m["parameters"]["corpora"]] == ["wikipedia", "books"]
     assert m["counts"]["counters"]["pairs/buckets"] == 2   # one bucket a corpus
     assert cli.main(["verify", str(tmp_path / "apart")]) == 0
+
+
+def test_dedup_over_every_corpus_then_each_pairs_in_its_own_pool(tmp_path, tokens):
+    assert cli.main(["prepare", *BOTH, *COMMON, "--dedup", "--output", str(tmp_path / "dedup")]) == 0
+    found = corpora_of_pairs(tmp_path / "dedup", tokens)
+    assert len(found) > 500 and all(a and b and a == b for a, b in found)
+    m = json.loads((tmp_path / "dedup" / "manifest.json").read_text())
+    assert m["dedup"]["documents_in"] == 23 and m["counts"]["counters"]["pairs/buckets"] == 2
 
 
 def test_corpus_weights_set_each_corpus_dupe_passes(tmp_path):

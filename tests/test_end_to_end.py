@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.commands import cli
-from tests.conftest import SAMPLES, UNCASED_VOCAB
+from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding
 from tests.test_schema import google_name_to_features
 
 pytestmark = pytest.mark.slow
@@ -133,17 +133,6 @@ def test_small_buckets_draw_random_next_from_their_own_bucket(staged, tmp_path):
     bucket_of = {doc_id: next(b for b, lo, hi, _, _ in plan if lo <= h < hi) for doc_id, h in zip(tokens, h1.tolist())}
     assert len(set(bucket_of.values())) == 5 and sum(np.bincount(list(bucket_of.values()))) == 23
 
-    def holders(segment: np.ndarray) -> set[str]:   # documents whose tokens contain the segment
-        needle = segment.astype("<i4").tobytes()
-        found = set()
-        for doc_id, hay in tokens.items():
-            at = hay.find(needle)
-            while at >= 0 and at % 4:
-                at = hay.find(needle, at + 1)
-            if at >= 0:
-                found.add(doc_id)
-        return found
-
     checked = long_ones = 0
     for f in sorted((tmp_path / "one").glob("pairs-*.tfrecord")):
         for record in tfrecord.read_file(str(f)):
@@ -152,7 +141,7 @@ def test_small_buckets_draw_random_next_from_their_own_bucket(staged, tmp_path):
                 continue
             source = pair.key.rsplit("|", 2)[0]
             b = pair.token_ids[pair.num_tokens_a + 2:-1]
-            buckets = {bucket_of[d] for d in holders(b)}
+            buckets = {bucket_of[d] for d in documents_holding(tokens, b)}
             assert bucket_of[source] in buckets, pair.key
             long_ones += len(b) >= 8 and buckets == {bucket_of[source]}   # short ones may occur anywhere
             checked += 1

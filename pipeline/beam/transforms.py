@@ -34,7 +34,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.algorithms import masking, pairs
-from pipeline.beam import runfiles, shuffle
+from pipeline.beam import shuffle
 from pipeline.formats import documents, pair_records, schema, tfrecord
 from pipeline.formats.documents import Count, Document
 from pipeline.text import sentences, tokenization
@@ -301,7 +301,7 @@ def plan_buckets(bucket_docs: int, parallelism: int, documents: float, tokens: f
     `documents` and `tokens` are what the input is expected to hold (a manifest's count, or an estimate from
     its size): the plan is made before the job, so no worker waits on a count of every document."""
     num_buckets = max(1, math.ceil(documents / bucket_docs), math.ceil(tokens / BUCKET_MAX_TOKENS))
-    num_buckets = min(num_buckets, 1 << runfiles.HIST_BITS)
+    num_buckets = min(num_buckets, 1 << shuffle.HIST_BITS)
     parts = math.ceil(parallelism / num_buckets)
     return [shuffle.Slice(bucket, lo, hi, part, parts)
             for bucket, (lo, hi) in enumerate(shuffle.even_ranges(num_buckets)) for part in range(parts)]

@@ -237,6 +237,8 @@ _DUMP_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
 def check_kind(kind: str, files: list[str]) -> None:
     """Refuses, before the job, a file given as a corpus it is not: a MediaWiki dump as books or text (by its name),
     or as wikipedia anything that does not start as bz2 or XML does (a 4-byte read per dump)."""
+    from corpora import wikipedia
+
     for f in files:
         if kind != "wikipedia" and f.lower().endswith(_DUMP_SUFFIXES):
             raise manifest.ManifestError(f"{f}: a MediaWiki XML dump given as {kind} (give it as --input "
@@ -245,8 +247,6 @@ def check_kind(kind: str, files: list[str]) -> None:
             if storage.is_dir(f):
                 raise manifest.ManifestError(f"{f}: a directory given as wikipedia (a dump is one .xml or .xml.bz2 "
                                              "file; books go as --input books:...)")
-            from corpora import wikipedia
-
             head = wikipedia.not_a_dump(f)
             if head is not None:
                 raise manifest.ManifestError(f"{f}: not a MediaWiki XML dump (it starts {head!r}), given as "
@@ -267,6 +267,11 @@ def corpus_inputs(args) -> list[tuple[str, list[str], dict[str, int]]]:
 def _read_corpora(p: beam.Pipeline, readers: list[tuple[str, beam.PTransform]]):
     """The documents of every corpus: one PCollection per kind (labelled Read<Kind>)."""
     return {kind: p | f"Read{kind.capitalize()}" >> reader for kind, reader in readers}
+
+
+def _joined(read: dict):
+    """The documents of every corpus as one PCollection."""
+    return next(iter(read.values())) if len(read) == 1 else tuple(read.values()) | "JoinCorpora" >> beam.Flatten()
 
 
 def _corpus_reader(kind: str, files: list[str], args) -> beam.PTransform:
@@ -294,9 +299,7 @@ def extract(args, options) -> dict:
     shards.prepare_output(args.output, args.overwrite)
 
     p = beam.Pipeline(options=options)
-    read = _read_corpora(p, [(kind, _corpus_reader(kind, fs, args)) for kind, fs, _ in inputs])
-    docs = next(iter(read.values())) if len(read) == 1 else tuple(read.values()) | "JoinCorpora" >> beam.Flatten()
-    (docs
+    (_joined(_read_corpora(p, [(kind, _corpus_reader(kind, fs, args)) for kind, fs, _ in inputs]))
      | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"),
                                            (1, len(d.paragraphs), sum(map(len, d.paragraphs))))])
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", 0, shuffle,
@@ -556,33 +559,29 @@ def prepare(args, options) -> dict:
     p = beam.Pipeline(options=options)
     read = _read_corpora(p, readers)
     several = len(read) > 1
+    # the random-next pools: one per corpus, or (--mix-corpora) None = every corpus in one
     if deduplicate:   # over every corpus at once (a book may sit in two); its shuffles spread the documents
-        docs = tuple(read.values()) | "JoinCorpora" >> beam.Flatten() if several else next(iter(read.values()))
-        docs = docs | "Dedup" >> deduplication.Dedup(deduplicate, args.output, shuffle, 4 * parallelism,
-                                                     sizing.text_bytes(tokens))
-        if several and not args.mix_corpora:   # back to one pool per corpus
-            kinds = list(read)
-            read = dict(zip(kinds, docs | "ByCorpus" >> beam.Partition(lambda d, n: kinds.index(d.source),
-                                                                        len(kinds))))
-        else:
-            read = {"all" if several else next(iter(read)): docs}
+        docs = _joined(read) | "Dedup" >> deduplication.Dedup(deduplicate, args.output, shuffle, 4 * parallelism,
+                                                              sizing.text_bytes(tokens))
+        order = list(read)
+        read = (dict(zip(order, docs | "ByCorpus" >> beam.Partition(lambda d, n: order.index(d.source), len(order))))
+                if several and not args.mix_corpora else {order[0] if not several else None: docs})
     elif several and args.mix_corpora:
-        read = {"all": tuple(read.values()) | "JoinCorpora" >> beam.Flatten()}
+        read = {None: _joined(read)}
     pools = []
-    for kind, docs in read.items():   # each pool pairs in its own buckets
-        one = kind == "all" or not several
-        name = "" if one else kind.capitalize()
-        reads = sum(len(r.reads) for k, r in readers if one or k == kind)
-        pool_tokens = tokens if one else tokens_of[kind]
-        documents = sum(sizing.input_documents(k, sz, tokens_of[k]) for k, _, sz in inputs if one or k == kind)
+    for kind, docs in read.items():
+        name = kind.capitalize() if len(read) > 1 else ""   # one pool keeps the single-corpus labels
+        members = [kind] if kind else [k for k, _, _ in inputs]
+        reads = sum(len(r.reads) for k, r in readers if k in members)
+        documents = sum(sizing.input_documents(k, sz, tokens_of[k]) for k, _, sz in inputs if k in members)
         pool_params = dataclasses.replace(_pair_params(args, vocab), dupe_factor=dupes.get(kind, args.dupe_factor))
         pools.append(docs
                      | f"SpreadDocuments{name}" >> transforms.SpreadDocuments(
                          shuffle, 0 if deduplicate else spread_ranges(reads, parallelism))
                      | f"Tokenize{name}" >> transforms.Tokenize(args.vocab, not args.cased)
                      | f"MakePairs{name}" >> transforms.MakePairs(shuffle, args.vocab, pool_params, args.seed,
-                                                                  args.bucket_docs, documents, pool_tokens,
-                                                                  parallelism))
+                                                                  args.bucket_docs, documents,
+                                                                  sum(tokens_of[k] for k in members), parallelism))
     ((pools[0] if len(pools) == 1 else tuple(pools) | "JoinPairs" >> beam.Flatten())
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
