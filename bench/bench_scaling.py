@@ -3,6 +3,7 @@ big Wikipedia run.
 
     .venv/bin/python bench/bench_scaling.py [--mb 23] [--workers 2] [--dupe-factor 5]
     .venv/bin/python bench/bench_scaling.py --mb 200      # the long run: ~18 copies of the books
+    .venv/bin/python bench/bench_scaling.py --mb 92 --num-shards 8   # shard balance (#24: within +/-5%)
     .venv/bin/python bench/bench_scaling.py --wikipedia-mb 1000   # a >= 1 GB multistream dump, `local` only
 
 --wikipedia-mb N builds a multistream dump of at least N MB (bz2, with its index) from the shared enwiki sample,
@@ -239,6 +240,8 @@ def main() -> None:
     ap.add_argument("--vocab", default=str(DEFAULT_VOCAB))
     ap.add_argument("--tmp", default=None, help="where to build input and outputs (default: a new /tmp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the input, outputs and logs (path printed)")
+    ap.add_argument("--num-shards", type=int, default=0,
+                    help="shards to write (0: the default file count); with several, their balance is printed")
     ap.add_argument("--wikipedia-mb", type=float, default=0,
                     help="instead: one `local` run on a multistream dump of at least this many MB (bz2)")
     args = ap.parse_args()
@@ -252,7 +255,7 @@ def main() -> None:
         copies, size = make_input(Path(args.books), args.mb, work / "books")
         files = len(list((work / "books").iterdir()))
         base = [sys.executable, "-m", "pipeline", "prepare", "books", "--input", str(work / "books"),
-                "--vocab", args.vocab, "--dupe-factor", str(args.dupe_factor)]
+                "--vocab", args.vocab, "--dupe-factor", str(args.dupe_factor), "--num-shards", str(args.num_shards)]
         runs = [("local-1", 1, ["--preset", "local-1"]),
                 (f"local, {args.workers} workers", args.workers,
                  ["--preset", "local", f"--direct_num_workers={args.workers}"])]
@@ -262,6 +265,7 @@ def main() -> None:
             wall, cpu, peak = run_measured([*base, "--output", str(out), *flags], work / f"log-{workers}.txt")
             m = json.loads((out / "manifest.json").read_text())
             rows.append((name, workers, wall, cpu, peak, m["counts"]["instances"], len(m["files"])))
+            records = [f["records"] for f in m["files"]]   # the same in every run (checked below)
             digests.append(shard_digests(out))
         same = all(d == digests[0] for d in digests)
 
@@ -273,6 +277,10 @@ def main() -> None:
         for name, workers, wall, cpu, peak, instances, _ in rows:
             print(f"| {name:<18} | {workers:>7} | {wall:>6.1f} | {cpu:>5.1f} | {size / 1e6 / wall:>4.2f} | "
                   f"{rows[0][2] / wall:>6.2f}x | {peak / 1e6:>11.0f} | {instances:>9,} |")
+        mean = sum(records) / len(records)
+        print(f"\nshard balance (even shares of the seeded hash, planned before the job): {min(records):,} to "
+              f"{max(records):,} records a shard, at most {100 * max(abs(r / mean - 1) for r in records):.2f}% "
+              f"from the mean of {mean:,.0f}")
         loads = [", ".join(f"{x:.2f}" for x in la) for la in (load_before, os.getloadavg())]
         print(f"\nload average (1, 5, 15 min): before {loads[0]}; after {loads[1]}")
         if not same:
