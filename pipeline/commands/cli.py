@@ -240,7 +240,7 @@ def add_prepare(p: flags.Parser) -> None:
     p.add_argument("--corpus-weights", type=corpus_weights, default=None, metavar="KIND=W,...",
                    help="sampling weights of the corpora: each document of a corpus of weight W is paired in "
                         "round(--dupe-factor x W) dupe passes (at least 1), e.g. books=2 to see books twice as "
-                        "often; recorded in the manifest")
+                        "often; recorded in the manifest (default: 1 for every corpus)")
     p.add_argument("--mix-corpora", action="store_true",
                    help="several corpora: one random-next pool over all of them (by default each corpus pairs in "
                         "its own buckets: a B segment never comes from another corpus)")
