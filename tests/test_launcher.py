@@ -1,6 +1,7 @@
 """The launcher's own steps scale with the input: on an object store, one listing call a pattern (which gives the
-sizes too), not one request a file; the shards' stats read many at a time. (The shuffle has no combiner left to
-merge: its plans are made before the job.)"""
+sizes too), not one request a file. (The shards' stats no longer reach the launcher: they travel as data to the
+job's Publish step, tested in test_publish.py; the shuffle has no combiner left to merge: its plans are made
+before the job; the tallies' combiner merges in place.)"""
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
@@ -45,32 +46,3 @@ def test_a_size_not_listed_is_asked_once(calls):
     calls.clear()
     assert storage.size(f"simstore://{bucket}/one.txt") == 3 == storage.size(f"simstore://{bucket}/one.txt")
     assert len(calls) == 1
-
-
-def test_shard_stats_are_read_many_at_a_time_in_shard_order(tmp_path, monkeypatch):
-    """The launcher reads every shard's stats file before publishing: 2,034 of them one round trip at a time took
-    minutes on GCS. They are read STATS_READERS at a time, and come back in shard order."""
-    import io
-    import json
-    import threading
-    import time
-
-    from pipeline.beam import shards
-
-    n, active, peak, lock = 64, [0], [0], threading.Lock()
-
-    def slow_open(path, compression_type=None):
-        with lock:
-            active[0] += 1
-            peak[0] = max(peak[0], active[0])
-        time.sleep(0.02)   # a round trip
-        with lock:
-            active[0] -= 1
-        shard = int(path.split("shard-")[1][:5])
-        return io.BytesIO(json.dumps({"shard": shard}).encode())
-
-    monkeypatch.setattr(shards.FileSystems, "open", slow_open)
-    start = time.time()
-    stats = shards.written_stats(str(tmp_path), "shard", n, ".tfrecord")
-    assert [s["shard"] for s in stats] == list(range(n))
-    assert peak[0] > 4 and time.time() - start < n * 0.02 / 2

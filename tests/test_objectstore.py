@@ -143,14 +143,3 @@ def test_the_simulated_store_behaves_like_gcs(tmp_path):
     assert usage["peak_buffered"] == 16 << 20 and usage["peak_open_reads"] == 1
     fs.delete([f"simstore://{bucket}/d/"])   # by prefix
     assert simstore.objects(bucket) == []
-
-
-def test_written_stats_are_read_by_name_not_by_pattern(tmp_path):
-    """A stale stats file of another shard count, left beside this run's, is neither needed nor read."""
-    d = tmp_path / "out" / shards.INCOMPLETE
-    d.mkdir(parents=True)
-    (d / "part-00000-of-00001.tfrecord.stats.json").write_text(json.dumps({"shard": 0, "file": "x", "records": 1}))
-    (d / "part-00003-of-00004.tfrecord.stats.json").write_text("stale")
-    assert shards.written_stats(str(tmp_path / "out"), "part", 1, ".tfrecord")[0]["records"] == 1
-    with pytest.raises(RuntimeError, match="shard 0 of 2 was not written"):
-        shards.written_stats(str(tmp_path / "out"), "part", 2, ".tfrecord")

@@ -1,5 +1,6 @@
 """Deterministic, balanced sharded writing through either shuffle back end (sorted run files, GroupByKey), the
 run files' bounded merge, and the output directory rules."""
+import json
 import os
 
 import apache_beam as beam
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.beam import runfiles, shards, shuffle
+from pipeline.beam import publish, runfiles, shards, shuffle
 from pipeline.formats import tfrecord
 
 
@@ -32,12 +33,14 @@ def run_write(tmp_path, name, records, num_shards, workers=1, batch=100, run_byt
                             "--direct_running_mode=" + ("multi_processing" if workers > 1 else "in_memory")])
     config = shuffle.ShuffleConfig(backend, str(tmp_path / name / shards.INCOMPLETE / "runs"), run_bytes)
     batches = [records[i:i + batch] for i in range(0, len(records), batch)]
+    job = publish.Publication(publish.Output(out, "part", num_shards, ".tfrecord", 0), publish.files_and_counts)
     with beam.Pipeline(options=opts) as p:
         (p | beam.Create(batches, reshuffle=False)
-         | shards.WriteShards(out, "part", num_shards, "tfrecord", 3, config, stat_names=("n", "size")))
-    written = shards.written_stats(out, "part", num_shards, ".tfrecord")
-    shards.publish(out, written)
-    return out, written
+         | shards.WriteShards(out, "part", num_shards, "tfrecord", 3, config, stat_names=("n", "size"))
+         | publish.Publish(job))
+    m = json.loads((tmp_path / name / "manifest.json").read_text())
+    assert m["counts"]["counters"]["shuffle/part_in"] == m["counts"]["counters"]["shuffle/part_out"] == len(records)
+    return out, m["files"]
 
 
 def test_same_bytes_for_any_input_order_batching_run_size_and_back_end(tmp_path):
@@ -62,7 +65,7 @@ def test_same_bytes_for_any_input_order_batching_run_size_and_back_end(tmp_path)
 def test_every_shard_is_written_even_when_empty(tmp_path, backend):
     out, written = run_write(tmp_path, "c", [("only", b"x", (1, 1))], 3, backend=backend)
     assert sorted(w["records"] for w in written) == [0, 0, 1]
-    assert sorted(os.listdir(out)) == [f"part-0000{i}-of-00003.tfrecord" for i in range(3)]   # nothing else
+    assert sorted(os.listdir(out)) == ["manifest.json", *(f"part-0000{i}-of-00003.tfrecord" for i in range(3))]
 
 
 def test_equal_keys_are_ordered_by_their_bytes_in_every_back_end(tmp_path):
@@ -158,7 +161,7 @@ def _drive_sort_runs(records, runs_dir, fail_after=None):
         out += list(dofn.process(batch))
         if fail_after is not None and len(out) >= fail_after:
             raise RuntimeError("worker lost")
-    out += [w.value for w in dofn.finish_bundle() or []]
+    out += [w.value for w in dofn.finish_bundle() if not isinstance(w, beam.pvalue.TaggedOutput)]   # not the tally
     return out
 
 
@@ -180,7 +183,7 @@ def test_a_retried_or_repeated_bundle_gives_the_same_bytes(tmp_path):
             group.frames = frames
         return list(shards._WriteShard(str(directory), "part", 1, "tfrecord", ("n",)).process((piece, group)))
 
-    def dies_midway(totals=None):
+    def dies_midway(count, totals=None):
         yield tfrecord.frame(b"half a shard")
         raise RuntimeError("worker lost while writing")
 

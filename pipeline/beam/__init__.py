@@ -4,7 +4,9 @@ transforms  the composite transforms every job is built from (thin wrappers arou
             algorithms/)
 shuffle     every big regrouping, by ranges of a seeded hash; back ends `files` (run files) and `groupbykey`
 runfiles    sorted run files on this machine's disk: the `files` back end
-shards      deterministic, balanced output files; the `.incomplete/` protocol and publishing
+shards      deterministic, balanced output files; the `.incomplete/` protocol and the moves that publish them
+tally       counts that travel as data (a Beam counter and, per bundle, a dict on the step's `tally` output)
+publish     a job's last step: checks its counts, publishes its files, writes manifest.json
 sizing      default file counts from the input's size
 options     Beam options: presets from beam_options/ overridden by the user's Beam flags
 local       around a local run: Ctrl-C and the worker processes' tracebacks

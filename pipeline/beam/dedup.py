@@ -26,10 +26,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 
 from pipeline.algorithms import dedup
-from pipeline.beam import shuffle
+from pipeline.beam import shuffle, tally
 from pipeline.formats import dedup_report, tfrecord
 from pipeline.formats.documents import Document
 
@@ -48,11 +47,11 @@ def _record(key: str, tag: bytes, body: bytes) -> shuffle.Record:
     return key, payload, (len(payload),)
 
 
-def _keyed(sliced: tuple[shuffle.Slice, object]) -> Iterator[tuple[str, list[bytes]]]:
+def _keyed(sliced: tuple[shuffle.Slice, object], count) -> Iterator[tuple[str, list[bytes]]]:
     """(key, [tag + body, ...]) for each key of a Slice, in hash order: equal keys have equal hashes, so their
-    records are adjacent."""
+    records are adjacent. `count`: the reader's (tally.DoFn.count)."""
     key, bodies = None, []
-    for frame in sliced[1].frames():
+    for frame in sliced[1].frames(count):
         payload = tfrecord.payload(frame)
         n = int.from_bytes(payload[:4], "little")
         k, body = payload[4:4 + n], payload[4 + n:]
@@ -82,20 +81,18 @@ def _member(f: dedup.Fingerprint) -> dict:
 
 # ---------------------------------------------------------------------------------------------- steps
 
-class _Fingerprint(beam.DoFn):
+class _Fingerprint(tally.DoFn):
     """A document -> its fingerprint, and on the `documents` output (its id, its body: the document and its
     paragraphs' keys, so that no later step normalizes it again)."""
 
     def __init__(self, params: dedup.DedupParams):
         self.params = params
-        self.documents = Metrics.counter("dedup", "documents")
-        self.empty = Metrics.counter("dedup", "empty_documents")
 
     def process(self, doc: Document):
         f = dedup.fingerprint(doc, self.params)
-        self.documents.inc()
+        self.count("dedup", "documents")
         if f.empty:
-            self.empty.inc()   # no words: never clustered, passed on as it is
+            self.count("dedup", "empty_documents")   # no words: never clustered, passed on as it is
         else:
             yield f
         yield beam.pvalue.TaggedOutput("documents", (doc.id, json.dumps({"document": doc.to_json(),
@@ -114,12 +111,12 @@ def _bucket_records(f: dedup.Fingerprint, params: dedup.DedupParams) -> list[shu
 NEIGHBOURS = 16   # a bucket's member is a candidate with the bucket's first and the NEIGHBOURS before it
 
 
-def _pairs_and_candidates(sliced, exact_pass: bool):
+def _pairs_and_candidates(sliced, exact_pass: bool, count):
     """Each exact group -> a similar pair (member, first by id) per other member. Each band bucket (documents
     equal on every row of a band) -> on the `candidates` output, each member (in id order) with the bucket's first
     and the NEIGHBOURS members before it: every pair of a bucket of up to 17, and work linear in a bigger one.
     Members with the same text as an earlier one are left out when the exact pass links them already."""
-    for key, bodies in _keyed(sliced):
+    for key, bodies in _keyed(sliced, count):
         if len(bodies) < 2:
             continue
         if key.startswith("x:"):
@@ -150,10 +147,10 @@ def _split_signed(body: bytes, num_perm: int) -> tuple[np.ndarray, dict]:
     return np.frombuffer(body[1:1 + width], "<u8"), json.loads(body[1 + width:])
 
 
-def _sign_first(sliced, num_perm: int) -> Iterator[list[shuffle.Record]]:
+def _sign_first(sliced, num_perm: int, count) -> Iterator[list[shuffle.Record]]:
     """Verify, first hop: a document's candidates (keyed by their first end) -> each candidate, keyed by its
     other end, carrying the first end's signature."""
-    for _, bodies in _keyed(sliced):
+    for _, bodies in _keyed(sliced, count):
         signed = next((b for b in bodies if b[:1] == b"S"), None)
         others = sorted({b[1:].decode() for b in bodies if b[:1] == b"C"})
         if signed is None or not others:
@@ -161,10 +158,10 @@ def _sign_first(sliced, num_perm: int) -> Iterator[list[shuffle.Record]]:
         yield [_record(other, b"A", signed[1:]) for other in others]
 
 
-def _similar_pairs(sliced, params: dedup.DedupParams) -> Iterator[dict]:
+def _similar_pairs(sliced, params: dedup.DedupParams, count) -> Iterator[dict]:
     """Verify, second hop: a document's signature and the signed candidates keyed by it -> the pairs whose
     estimated Jaccard similarity reaches the threshold."""
-    for _, bodies in _keyed(sliced):
+    for _, bodies in _keyed(sliced, count):
         signed = next((b for b in bodies if b[:1] == b"S"), None)
         if signed is None:
             continue
@@ -181,18 +178,16 @@ def _pair_records(pair: dict) -> list[shuffle.Record]:
     return [_record(key, b"E", json.dumps(pair).encode())]
 
 
-class _Clusters(beam.DoFn):
+class _Clusters(tally.DoFn):
     """The one group of every similar pair -> union-find -> the documents each cluster removes (keyed by id), and
     the report, one line a cluster, written under the output's .incomplete/ (published with the data)."""
 
     def __init__(self, directory: str):
         self.directory = directory
-        self.clusters = Metrics.counter("dedup", "clusters")
-        self.removed = {reason: Metrics.counter("dedup", f"report_removed_{reason}") for reason in ("exact", "near")}
 
     def process(self, sliced):
         components, members, best = dedup.Components(), {}, {}
-        for _, bodies in _keyed(sliced):
+        for _, bodies in _keyed(sliced, self.count):
             for body in bodies:
                 pair = json.loads(body[1:])
                 a, b = pair["a"], pair["b"]
@@ -204,10 +199,10 @@ class _Clusters(beam.DoFn):
         for group in components.groups():
             cluster = sorted((members[i] for i in group), key=lambda m: dedup.keep_order(m["length"], m["id"]))
             kept, removed = cluster[0], []
-            self.clusters.inc()
+            self.count("dedup", "clusters")
             for m in cluster[1:]:
                 reason = "exact" if m["exact"] == kept["exact"] else "near"
-                self.removed[reason].inc()
+                self.count("dedup", f"report_removed_{reason}")
                 removed.append({**m, "reason": reason, "similarity": round(best[m["id"]], 4)})
                 removals.append(_record(m["id"], b"R", reason.encode()))
             lines.append(dedup_report.encode(kept, removed))
@@ -221,23 +216,19 @@ def _document_records(pair: tuple[str, bytes]) -> list[shuffle.Record]:
     return [_record(pair[0], b"D", pair[1])]
 
 
-class _DropDocuments(beam.DoFn):
+class _DropDocuments(tally.DoFn):
     """A document and the removals keyed by its id -> the document, unless a cluster removes it."""
 
-    def __init__(self):
-        self.kept = Metrics.counter("dedup", "documents_after_clusters")
-        self.removed = {reason: Metrics.counter("dedup", f"removed_{reason}") for reason in ("exact", "near")}
-
     def process(self, sliced):
-        for _, bodies in _keyed(sliced):
+        for _, bodies in _keyed(sliced, self.count):
             reasons = sorted({b[1:].decode() for b in bodies if b[:1] == b"R"})
             for body in bodies:
                 if body[:1] != b"D":
                     continue
                 if reasons:
-                    self.removed["exact" if "exact" in reasons else "near"].inc()
+                    self.count("dedup", "removed_exact" if "exact" in reasons else "removed_near")
                     continue
-                self.kept.inc()
+                self.count("dedup", "documents_after_clusters")
                 yield body   # the document's record, as DropParagraphs reads it
 
 
@@ -251,28 +242,22 @@ def _paragraph_records(body: bytes):
                                                   for k in sorted({k for k in d["keys"] if k})])
 
 
-def _paragraph_drops(sliced, max_copies: int) -> Iterator[list[shuffle.Record]]:
+def _paragraph_drops(sliced, max_copies: int, count) -> Iterator[list[shuffle.Record]]:
     """Each long paragraph's documents -> a drop for every document after the first (by id), when it is in more
     than `max_copies` documents."""
-    repeated = Metrics.counter("dedup", "repeated_paragraphs")
-    for key, bodies in _keyed(sliced):
+    for key, bodies in _keyed(sliced, count):
         ids = sorted({b[1:].decode() for b in bodies if b[:1] == b"P"})
         if len(ids) > max_copies:
-            repeated.inc()
+            count("dedup", "repeated_paragraphs")
             yield [_record(doc_id, b"X", key.encode()) for doc_id in ids[1:]]
 
 
-class _DropParagraphs(beam.DoFn):
+class _DropParagraphs(tally.DoFn):
     """A kept document and its paragraph drops -> the document without those paragraphs (all their occurrences);
     a document left with none is removed, counted."""
 
-    def __init__(self):
-        self.dropped = Metrics.counter("dedup", "paragraphs_dropped")
-        self.emptied = Metrics.counter("dedup", "removed_emptied")
-        self.kept = Metrics.counter("dedup", "kept")
-
     def process(self, sliced):
-        for _, bodies in _keyed(sliced):
+        for _, bodies in _keyed(sliced, self.count):
             drops = {b[1:].decode() for b in bodies if b[:1] == b"X"}
             for body in bodies:
                 if body[:1] != b"D":
@@ -280,22 +265,19 @@ class _DropParagraphs(beam.DoFn):
                 d = json.loads(body[1:])
                 doc = Document.from_json(d["document"])
                 keep = [p for p, k in zip(doc.paragraphs, d["keys"]) if k is None or k not in drops]
-                self.dropped.inc(len(doc.paragraphs) - len(keep))
+                self.count("dedup", "paragraphs_dropped", len(doc.paragraphs) - len(keep))
                 if not keep:
-                    self.emptied.inc()
+                    self.count("dedup", "removed_emptied")
                     continue
-                self.kept.inc()
+                self.count("dedup", "kept")
                 yield Document(doc.id, doc.source, doc.title, keep, doc.presplit)
 
 
-class _PassOn(beam.DoFn):
+class _PassOn(tally.DoFn):
     """The last step when the paragraph pass is off: the documents kept, counted."""
 
-    def __init__(self):
-        self.kept = Metrics.counter("dedup", "kept")
-
     def process(self, body: bytes):
-        self.kept.inc()
+        self.count("dedup", "kept")
         yield Document.from_json(json.loads(body[1:])["document"])
 
 
@@ -319,41 +301,41 @@ class Dedup(beam.PTransform):
 
     def expand(self, docs):
         p = self.params
-        fingerprints = docs | "Fingerprint" >> beam.ParDo(_Fingerprint(p)).with_outputs("documents",
-                                                                                        main="fingerprints")
+        fingerprints = docs | "Fingerprint" >> tally.ParDo(_Fingerprint(p), outputs=("documents",),
+                                                                          main="fingerprints")
         kept = fingerprints.documents | "Bodies" >> beam.Map(lambda pair: b"D" + pair[1])
         if p.exact or p.near:
             found = (fingerprints.fingerprints
                      | "BucketRecords" >> beam.Map(_bucket_records, p)
                      | "Buckets" >> self._shuffle("buckets")
-                     | "PairsAndCandidates" >> beam.FlatMap(_pairs_and_candidates, p.exact).with_outputs(
-                         "candidates", main="pairs"))
+                     | "PairsAndCandidates" >> tally.FlatMap(_pairs_and_candidates, p.exact,
+                                                            outputs=("candidates",), main="pairs"))
             pairs = [found.pairs]
             if p.near:
                 signed = ((found.candidates, fingerprints.fingerprints | "Signatures" >> beam.Map(_signature_records))
                           | "VerifyFirst" >> self._shuffle("verify-first")
-                          | "SignFirst" >> beam.FlatMap(_sign_first, p.num_perm))
+                          | "SignFirst" >> tally.FlatMap(_sign_first, p.num_perm))
                 pairs.append((signed, fingerprints.fingerprints | "SignaturesAgain" >> beam.Map(_signature_records))
                              | "VerifySecond" >> self._shuffle("verify-second")
-                             | "SimilarPairs" >> beam.FlatMap(_similar_pairs, p))
+                             | "SimilarPairs" >> tally.FlatMap(_similar_pairs, p))
             removals = (tuple(pairs)
                         | "AllPairs" >> beam.Flatten()
                         | "PairRecords" >> beam.Map(_pair_records)
                         | "OneGroup" >> self._shuffle("pairs", one=True)
-                        | "Clusters" >> beam.ParDo(_Clusters(self.directory)))
+                        | "Clusters" >> tally.ParDo(_Clusters(self.directory)))
             kept = ((fingerprints.documents | "DocumentRecords" >> beam.Map(_document_records), removals)
                     | "ByDocument" >> self._shuffle("documents")
-                    | "DropDocuments" >> beam.ParDo(_DropDocuments()))
+                    | "DropDocuments" >> tally.ParDo(_DropDocuments()))
         if not p.paragraphs:
-            return kept | "Kept" >> beam.ParDo(_PassOn())
+            return kept | "Kept" >> tally.ParDo(_PassOn())
         records = kept | "ParagraphRecords" >> beam.FlatMap(_paragraph_records).with_outputs(
             "paragraphs", main="documents")
         drops = (records.paragraphs
                  | "ParagraphGroups" >> self._shuffle("paragraphs")
-                 | "RepeatedParagraphs" >> beam.FlatMap(_paragraph_drops, p.max_paragraph_copies))
+                 | "RepeatedParagraphs" >> tally.FlatMap(_paragraph_drops, p.max_paragraph_copies))
         return ((records.documents, drops)
                 | "ByKeptDocument" >> self._shuffle("kept")
-                | "DropParagraphs" >> beam.ParDo(_DropParagraphs()))
+                | "DropParagraphs" >> tally.ParDo(_DropParagraphs()))
 
 
 def lost(values: dict[str, int], params: dedup.DedupParams) -> list[str]:

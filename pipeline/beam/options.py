@@ -99,6 +99,15 @@ def is_local_runner(options: PipelineOptions) -> bool:
     return _runner_name(options) in ("fnapi", "direct", "")
 
 
+def runs_in_launcher(options: PipelineOptions) -> bool:
+    """A portable job whose workers (LOOPBACK) or job server (--job_endpoint=embed) live in this process: it stops
+    when the launcher exits, so the launcher must wait for it."""
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    portable = options.view_as(PortableOptions)
+    return (portable.environment_type or "").upper() == "LOOPBACK" or portable.job_endpoint == "embed"
+
+
 def local_workers(options: PipelineOptions) -> int:
     """Worker count of the local runner: 1 in memory, else --direct_num_workers (0: one per core)."""
     from apache_beam.options.pipeline_options import DirectOptions

@@ -12,16 +12,14 @@ With `pack` (packed shards), each file's group of google-layout records is packe
 (pipeline/algorithms/packing.py): the group arrives in hash order, which decides the rows, so the bytes are the same
 on any runner too. A file's records are then rows; its stats still sum its instances'.
 
-Shards are written under `<dir>/.incomplete/` with a `.stats.json` each; `publish` moves the shards into place
-only after the whole pipeline succeeded, removes everything else under `.incomplete/`, and the launcher then
-writes the manifest (the commit marker). The directory rules work on object stores, which have no directories
-(pipeline/formats/storage.py).
+Shards are written under `<dir>/.incomplete/`; each writer outputs its file's stats (records, bytes, the stats
+of its records) as data. The job's last step (pipeline/beam/publish.py) takes them all, checks the job's counts,
+moves the shards into place with `publish` and writes the manifest (the commit marker). The directory rules work
+on object stores, which have no directories (pipeline/formats/storage.py).
 """
 from __future__ import annotations
 
-import concurrent.futures
 import gzip
-import json
 import os
 import re
 from typing import Iterable, Iterator, Sequence
@@ -32,12 +30,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.algorithms import packing
-from pipeline.beam import shuffle
+from pipeline.beam import shuffle, tally
 from pipeline.formats import storage, tfrecord
 from pipeline.beam.shuffle import Record, ShuffleConfig   # noqa: F401  (Record: the shape of WriteShards' input)
 
 INCOMPLETE = ".incomplete"
-STATS_SUFFIX = ".stats.json"
 _UNCOMPRESSED = CompressionTypes.UNCOMPRESSED
 
 
@@ -64,16 +61,30 @@ def _write_jsonl_gz(f, frames: Iterable[bytes]) -> None:
 FORMATS = {"tfrecord": (".tfrecord", _write_tfrecord), "jsonl.gz": (".jsonl.gz", _write_jsonl_gz)}
 
 
-def _packed(frames: Iterator[bytes], params: packing.PackParams) -> Iterator[bytes]:
+def _packed(frames: Iterator[bytes], params: packing.PackParams, count) -> Iterator[bytes]:
     """A group's frames of google-layout records -> frames of packed rows; counts what went in and out."""
-    tally = packing.Tally()
-    yield from map(tfrecord.frame, packing.pack_records(_payloads(frames), params, tally))
-    for name, n in (("instances_in", tally.instances_in), ("instances_out", tally.instances_out),
-                    ("rows", tally.rows), ("rows_split", tally.split)):
-        beam.metrics.Metrics.counter("pack", name).inc(n)
+    done = packing.Tally()
+    yield from map(tfrecord.frame, packing.pack_records(_payloads(frames), params, done))
+    for name, n in (("instances_in", done.instances_in), ("instances_out", done.instances_out),
+                    ("rows", done.rows), ("rows_split", done.split)):
+        count("pack", name, n)
 
 
-class _WriteShard(beam.DoFn):
+class _Sized:
+    """A writable file that counts the bytes written through it (the size publishing checks)."""
+
+    def __init__(self, f):
+        self.f, self.bytes = f, 0
+
+    def write(self, data: bytes) -> int:
+        self.bytes += len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+class _WriteShard(tally.DoFn):
     def __init__(self, directory: str, prefix: str, num_shards: int, fmt: str, stat_names: Sequence[str],
                  pack: packing.PackParams | None = None):
         self.directory, self.prefix, self.num_shards, self.fmt = directory, prefix, num_shards, fmt
@@ -93,22 +104,21 @@ class _WriteShard(beam.DoFn):
         suffix, write = FORMATS[self.fmt]
         name = shard_name(self.prefix, piece.index, self.num_shards, suffix)
         path = FileSystems.join(self.directory, INCOMPLETE, name)
-        frames = group.frames(totals)
+        frames = group.frames(self.count, totals)
         if self.pack:
-            frames = _packed(frames, self.pack)
+            frames = _packed(frames, self.pack, self.count)
         with FileSystems.create(path, compression_type=_UNCOMPRESSED) as f:   # a retry rewrites the same bytes
-            write(f, counted(frames))
-        stats = {"shard": piece.index, "file": name, "records": n,
-                 **{k: int(v) for k, v in zip(self.stat_names, totals)}}
-        with FileSystems.create(path + STATS_SUFFIX, compression_type=_UNCOMPRESSED) as f:
-            f.write(json.dumps(stats).encode())   # read back by the launcher to build the manifest
-        beam.metrics.Metrics.counter("write", f"{self.prefix}_records").inc(n)
-        yield stats
+            sized = _Sized(f)
+            write(sized, counted(frames))
+        self.count("write", f"{self.prefix}_records", n)
+        yield {"shard": piece.index, "file": name, "records": n, "bytes": sized.bytes,
+               **{k: int(v) for k, v in zip(self.stat_names, totals)}}
 
 
 class WriteShards(beam.PTransform):
-    """Batches (lists) of (key, payload, stats) records -> `num_shards` files; outputs one stats dict per shard.
-    With `pack`, the payloads are google-layout records and each file holds them packed into rows."""
+    """Batches (lists) of (key, payload, stats) records -> `num_shards` files under .incomplete/; outputs one stats
+    dict per shard: {"shard", "file", "records", "bytes", and the sum of each of `stat_names`}. With `pack`, the
+    payloads are google-layout records and each file holds them packed into rows."""
 
     def __init__(self, directory: str, prefix: str, num_shards: int, fmt: str, seed: int,
                  config: ShuffleConfig, stat_names: Sequence[str] = (), pack: packing.PackParams | None = None):
@@ -121,7 +131,7 @@ class WriteShards(beam.PTransform):
         return (batches
                 | "Shuffle" >> shuffle.Shuffle(self.prefix, self.seed, shuffle.plan_shards(self.num_shards),
                                                len(self.stat_names), self.config)
-                | "WriteFiles" >> beam.ParDo(_WriteShard(self.directory, self.prefix, self.num_shards, self.fmt,
+                | "WriteFiles" >> tally.ParDo(_WriteShard(self.directory, self.prefix, self.num_shards, self.fmt,
                                                          self.stat_names, self.pack)))
 
 
@@ -172,30 +182,24 @@ def remove_incomplete(directory: str) -> None:
     storage.remove_tree(FileSystems.join(directory, INCOMPLETE))
 
 
-STATS_READERS = 32   # stats files read at once: 2,034 shards one at a time are 2,034 round trips to GCS
-
-
-def written_stats(directory: str, prefix: str, num_shards: int, suffix: str) -> list[dict]:
-    """The stats the writers of this run left in `.incomplete/`, read by name (STATS_READERS at a time, in shard
-    order): every shard must be there."""
-    def read(s: int) -> dict:
-        path = FileSystems.join(directory, INCOMPLETE, shard_name(prefix, s, num_shards, suffix) + STATS_SUFFIX)
-        try:
-            with FileSystems.open(path, compression_type=_UNCOMPRESSED) as f:
-                return json.loads(f.read())
-        except (OSError, ValueError) as e:   # Beam's IOError for a missing object, or a damaged file
-            raise RuntimeError(f"{directory}: shard {s} of {num_shards} was not written ({e})") from None
-
-    with concurrent.futures.ThreadPoolExecutor(min(STATS_READERS, max(1, num_shards))) as pool:
-        return list(pool.map(read, range(num_shards)))
-
-
 def publish(directory: str, written: list[dict], side_files: Sequence[str] = ()) -> list[dict]:
     """Moves the shards out of `.incomplete/` into the directory, in shard order, and the job's `side_files` (a
-    report) after them; removes everything else under `.incomplete/`; returns the shards' entries."""
+    report) after them; removes everything else under `.incomplete/`; returns the shards' manifest entries.
+
+    Safe to run again (a runner may run the publishing bundle twice, or again after a failure): a file already
+    moved is left where it is. A file in neither place fails, naming it. One listing of each place, whatever the
+    number of files (an object store is asked once, not once per shard)."""
     names = [w["file"] for w in written] + list(side_files)
-    sources = [FileSystems.join(directory, INCOMPLETE, name) for name in names]
-    targets = [FileSystems.join(directory, name) for name in names]
-    FileSystems.rename(sources, targets)
+    waiting = {os.path.basename(p) for p in storage.files_under(FileSystems.join(directory, INCOMPLETE))}
+    moving = [name for name in names if name in waiting]
+    if len(moving) < len(names):
+        there = {os.path.basename(p) for p in storage.match(FileSystems.join(directory, "*"))}
+        missing = [name for name in names if name not in waiting and name not in there]
+        if missing:
+            raise RuntimeError(f"{directory}: {len(missing)} file(s) to publish are neither under {INCOMPLETE}/ nor "
+                               f"in place (e.g. {missing[0]})")
+    if moving:
+        FileSystems.rename([FileSystems.join(directory, INCOMPLETE, name) for name in moving],
+                           [FileSystems.join(directory, name) for name in moving])
     remove_incomplete(directory)
-    return [{k: v for k, v in w.items() if k != "shard"} for w in written]
+    return [{k: v for k, v in w.items() if k not in ("shard", "bytes")} for w in written]

@@ -6,7 +6,8 @@ tokenized documents into random-next buckets (MakePairs) and records into output
     batches of (key, payload, stats)
       | hash      a seeded 128-bit hash (h1, h2) of each key: it places and orders every record
       | group     each Slice of the plan gets the records whose top 16 bits of h1 fall in its bins [lo, hi)
-    -> (Slice, Group): Group.frames() in hash order (a file's order), Group.payloads() in any order
+    -> (Slice, Group): Group.frames(count) in hash order (a file's order), Group.payloads(count) in any order
+                 (`count`: the reading tally.DoFn's, which counts the records the group hands on)
 
 The plan is made before any record exists (`even_ranges`: the hash is uniform, so even cuts of it hold about the
 same number of records, sized from the input estimate that already sets the file count): nothing waits on a
@@ -14,8 +15,9 @@ count of every record, so on a distributed runner the records stream straight in
 no collection is stored whole before it (generator 2; generator 1 cut where a global histogram balanced the
 counts, which made Dataflow store every hashed record before its GroupByKey). Both back ends form the same
 groups, and Group.frames() gives the same order: the same bytes whichever one ran. Each shuffle counts the
-records it was given (`shuffle/NAME_in`) and those its groups handed on (`shuffle/NAME_out`); a job checks that
-they agree (`undelivered`) before it publishes anything.
+records it was given (`shuffle/NAME_in`) and those its groups handed on (`shuffle/NAME_out`), as tallies that
+reach the job's Publish step (pipeline/beam/tally.py), which checks that they agree (`undelivered`) before it
+publishes anything.
 
 - `files`: each bundle sorts its records into run files on this machine's disk (pipeline/beam/runfiles.py); a
   Slice reads its hash range of every run, merging at most 64 runs at a time. For Beam's local FnApiRunner,
@@ -37,7 +39,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline.beam import runfiles
+from pipeline.beam import runfiles, tally
 from pipeline.beam.runfiles import HIST_BITS, RunInfo
 from pipeline.formats import tfrecord
 
@@ -104,19 +106,16 @@ plan_ranges = plan_shards   # `n` work items to deal records over
 
 # ---------------------------------------------------------------------------------------------- accounting
 
-def _given(name: str, n: int) -> None:
-    beam.metrics.Metrics.counter("shuffle", f"{name}_in").inc(n)
-
-
-def _delivered(records: Iterator, piece: Slice, name: str) -> Iterator:
-    """`records` passed on, counted once they are all out (for part 0 only: every part of a group in parts gets
-    the whole group). A group read only in part is not counted, and shows as undelivered."""
+def _delivered(records: Iterator, piece: Slice, name: str, count) -> Iterator:
+    """`records` passed on, counted by the consumer's `count` (tally.DoFn.count) once they are all out (for part 0
+    only: every part of a group in parts gets the whole group). A group read only in part is not counted, and
+    shows as undelivered."""
     n = 0
     for record in records:
         n += 1
         yield record
     if piece.part == 0:
-        beam.metrics.Metrics.counter("shuffle", f"{name}_out").inc(n)
+        count("shuffle", f"{name}_out", n)
 
 
 def undelivered(counters: dict[str, int]) -> list[str]:
@@ -135,16 +134,18 @@ def undelivered(counters: dict[str, int]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- groups
 
 class _RunsGroup:
-    """A Slice of every run (files back end): read from this machine's disk, merged in hash order."""
+    """A Slice of every run (files back end): read from this machine's disk, merged in hash order. Its reader
+    passes its own `count` (a tally.DoFn's), which counts the records it was handed."""
 
     def __init__(self, runs: list[RunInfo], piece: Slice, runs_dir: str, name: str):
         self.runs, self.piece, self.runs_dir, self.name = runs, piece, runs_dir, name
 
-    def payloads(self) -> Iterator[bytes]:
-        return _delivered(runfiles.read_payloads(self.runs, self.piece.lo, self.piece.hi), self.piece, self.name)
+    def payloads(self, count) -> Iterator[bytes]:
+        return _delivered(runfiles.read_payloads(self.runs, self.piece.lo, self.piece.hi), self.piece, self.name,
+                          count)
 
-    def frames(self, totals: np.ndarray | None = None) -> Iterator[bytes]:
-        return _delivered(self._frames(totals), self.piece, self.name)
+    def frames(self, count, totals: np.ndarray | None = None) -> Iterator[bytes]:
+        return _delivered(self._frames(totals), self.piece, self.name, count)
 
     def _frames(self, totals: np.ndarray | None) -> Iterator[bytes]:
         scratch = os.path.join(self.runs_dir, f"merge-{uuid.uuid4().hex}")
@@ -165,11 +166,12 @@ class _GroupedRecords:
     def _pieces(self):
         return (v for v in self.values if v)
 
-    def payloads(self) -> Iterator[bytes]:
-        return _delivered((p for _, payloads, _, _ in self._pieces() for p in payloads), self.piece, self.name)
+    def payloads(self, count) -> Iterator[bytes]:
+        return _delivered((p for _, payloads, _, _ in self._pieces() for p in payloads), self.piece, self.name,
+                          count)
 
-    def frames(self, totals: np.ndarray | None = None) -> Iterator[bytes]:
-        return _delivered(self._frames(totals), self.piece, self.name)
+    def frames(self, count, totals: np.ndarray | None = None) -> Iterator[bytes]:
+        return _delivered(self._frames(totals), self.piece, self.name, count)
 
     def _frames(self, totals: np.ndarray | None) -> Iterator[bytes]:
         hashes, payloads, stats = [], [], []
@@ -189,22 +191,20 @@ class _GroupedRecords:
 
 # ---------------------------------------------------------------------------------------------- files
 
-class _SortRuns(beam.DoFn):
+class _SortRuns(tally.DoFn):
     """Buffers a bundle's records, writes them sorted by hash as local run files of about `run_bytes`."""
 
     def __init__(self, salt: str, num_stats: int, runs_dir: str, run_bytes: int, name: str):
         self.salt, self.num_stats, self.runs_dir, self.run_bytes = salt, num_stats, runs_dir, run_bytes
         self.name = name
 
-    def setup(self):
-        self.runs = beam.metrics.Metrics.counter("shuffle", "runs")
-
     def start_bundle(self):
+        super().start_bundle()
         self._records: list[Record] = []
         self._bytes = 0
 
     def process(self, batch: list[Record]):
-        _given(self.name, len(batch))
+        self.count("shuffle", f"{self.name}_in", len(batch))
         for record in batch:   # a run may end inside a batch: runs are as small as --sort-buffer-mb says
             self._records.append(record)
             self._bytes += len(record[1])
@@ -214,6 +214,7 @@ class _SortRuns(beam.DoFn):
     def finish_bundle(self):
         if self._records:
             yield GlobalWindows.windowed_value(self._flush())
+        yield from super().finish_bundle()   # after the last run's count
 
     def _flush(self) -> RunInfo:
         records, self._records, self._bytes = self._records, [], 0
@@ -225,7 +226,7 @@ class _SortRuns(beam.DoFn):
         os.makedirs(self.runs_dir, exist_ok=True)
         # a bundle that fails or runs twice leaves an unused run: only the RunInfo of a committed bundle is read
         path = os.path.join(self.runs_dir, f"{uuid.uuid4().hex}.run")
-        self.runs.inc()
+        self.count("shuffle", "runs")
         return runfiles.write_run(path, hashes[order], [frames[i] for i in order], stats)
 
 
@@ -238,10 +239,10 @@ class _ShuffleFiles(beam.PTransform):
         runs_dir, name = self.config.runs_dir, self.name
         sort = _SortRuns(self.salt, self.num_stats, runs_dir, self.config.run_bytes, name)
         if isinstance(inputs, tuple):   # each input sorted into runs where it is made, only then flattened
-            runs = (tuple(batches | f"SortRuns{i}" >> beam.ParDo(sort) for i, batches in enumerate(inputs))
+            runs = (tuple(batches | f"SortRuns{i}" >> tally.ParDo(sort) for i, batches in enumerate(inputs))
                     | "JoinRuns" >> beam.Flatten())
         else:
-            runs = inputs | "SortRuns" >> beam.ParDo(sort)
+            runs = inputs | "SortRuns" >> tally.ParDo(sort)
         return (runs.pipeline
                 | "Plan" >> beam.Create(self.slices)
                 | "SpreadSlices" >> beam.Reshuffle()
@@ -251,9 +252,9 @@ class _ShuffleFiles(beam.PTransform):
 
 # ---------------------------------------------------------------------------------------------- groupbykey
 
-def _hash_batch(batch: list[Record], salt: str, num_stats: int, name: str):
+def _hash_batch(batch: list[Record], salt: str, num_stats: int, name: str, count):
     """A batch -> (hashes (n, 2) uint64, payloads, stats (n, k) int64)."""
-    _given(name, len(batch))
+    count("shuffle", f"{name}_in", len(batch))
     stats = np.array([r[2] for r in batch], np.int64).reshape(len(batch), num_stats)
     return key_hashes(salt, [r[0] for r in batch]), [r[1] for r in batch], stats
 
@@ -289,11 +290,11 @@ class _ShuffleGroupByKey(beam.PTransform):
     def expand(self, inputs):
         slices = self.slices
         if isinstance(inputs, tuple):
-            hashed = (tuple(batches | f"HashRecords{i}" >> beam.Map(_hash_batch, self.salt, self.num_stats, self.name)
+            hashed = (tuple(batches | f"HashRecords{i}" >> tally.Map(_hash_batch, self.salt, self.num_stats, self.name)
                             for i, batches in enumerate(inputs))
                       | "JoinHashed" >> beam.Flatten())
         else:
-            hashed = inputs | "HashRecords" >> beam.Map(_hash_batch, self.salt, self.num_stats, self.name)
+            hashed = inputs | "HashRecords" >> tally.Map(_hash_batch, self.salt, self.num_stats, self.name)
         # the plan is a constant of the pipeline: records are keyed as they come, with no side input to wait for
         keyed = hashed | "KeyBySlice" >> beam.FlatMap(_route, slices)
         markers = (hashed.pipeline

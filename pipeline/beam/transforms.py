@@ -31,10 +31,9 @@ from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.metrics import Metrics
 
 from pipeline.algorithms import masking, pairs
-from pipeline.beam import shuffle
+from pipeline.beam import shuffle, tally
 from pipeline.formats import documents, pair_records, schema, tfrecord
 from pipeline.formats.documents import Count, Document
 from pipeline.text import sentences, tokenization
@@ -64,20 +63,16 @@ class Progress:
             print(f"[{self.stage} worker {os.getpid()}] {rates}", file=sys.stderr, flush=True)
 
 
-class _Counted(beam.DoFn):
-    """Runs a generator of items and `Count` events; counts go to Beam counters in `namespace`, items on."""
+class _Counted(tally.DoFn):
+    """Runs a generator of items and `Count` events; counts go to the tally in `namespace`, items on."""
 
     def __init__(self, namespace: str, fn: Callable[..., Iterable], **kwargs):
         self.namespace, self.fn, self.kwargs = namespace, fn, kwargs
-        self._counters = {}
 
     def process(self, element):
         for item in self.fn(element, **self.kwargs):
             if isinstance(item, Count):
-                counter = self._counters.get(item.name)
-                if counter is None:
-                    counter = self._counters[item.name] = Metrics.counter(self.namespace, item.name)
-                counter.inc(item.n)
+                self.count(self.namespace, item.name, item.n)
             else:
                 yield item
 
@@ -115,11 +110,11 @@ class ExtractWikipedia(beam.PTransform):
                 | "PlanReads" >> beam.Create(self.dumps)
                 | "CutRanges" >> beam.FlatMap(wikipedia.DumpPlan.ranges)   # here, not in the job graph
                 | "SpreadReads" >> beam.Reshuffle()
-                | "ReadPages" >> beam.ParDo(_Counted("wikipedia", wikipedia.read_pages,
+                | "ReadPages" >> tally.ParDo(_Counted("wikipedia", wikipedia.read_pages,
                                                      skip_bad_files=self.skip_bad_files))
                 # no Reshuffle of pages: the local runner would hold a whole dump's wikitext in memory. Work is
                 # spread by the read ranges instead (about 1,000 pages each in a multistream dump).
-                | "CleanPages" >> beam.ParDo(_Counted("wikipedia", wikipedia.page_to_document,
+                | "CleanPages" >> tally.ParDo(_Counted("wikipedia", wikipedia.page_to_document,
                                                       skip_disambiguation=self.skip_disambiguation,
                                                       disambiguation_templates=self.disambiguation_templates)))
 
@@ -147,7 +142,7 @@ class ExtractBooks(beam.PTransform):
         return (pipeline
                 | "ListBooks" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadBooks" >> beam.ParDo(_Counted("books", _read_named, reader=books.read_books, **kwargs)))
+                | "ReadBooks" >> tally.ParDo(_Counted("books", _read_named, reader=books.read_books, **kwargs)))
 
 
 class ExtractText(beam.PTransform):
@@ -166,7 +161,7 @@ class ExtractText(beam.PTransform):
         return (pipeline
                 | "ListFiles" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadText" >> beam.ParDo(_Counted("text", _read_named, reader=text.read_text_documents)))
+                | "ReadText" >> tally.ParDo(_Counted("text", _read_named, reader=text.read_text_documents)))
 
 
 class ReadDocuments(beam.PTransform):
@@ -183,11 +178,12 @@ class ReadDocuments(beam.PTransform):
                 | "ReadLines" >> beam.FlatMap(documents.read_file))
 
 
-def _read_documents(sliced: tuple[shuffle.Slice, object]) -> Iterator[Document]:
-    spread = Metrics.counter("spread", "documents")
-    for record in sliced[1].payloads():
-        spread.inc()
+def _read_documents(sliced: tuple[shuffle.Slice, object], count) -> Iterator[Document]:
+    n = 0
+    for record in sliced[1].payloads(count):
+        n += 1
         yield Document.from_json(record)
+    count("spread", "documents", n)
 
 
 class SpreadDocuments(beam.PTransform):
@@ -207,16 +203,12 @@ class SpreadDocuments(beam.PTransform):
         return (docs
                 | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"), ())])
                 | "Deal" >> shuffle.Shuffle("spread", "spread", shuffle.plan_ranges(self.ranges), 0, self.config)
-                | "ReadDocuments" >> beam.FlatMap(_read_documents))
+                | "ReadDocuments" >> tally.FlatMap(_read_documents))
 
 
-class _Tokenize(beam.DoFn):
+class _Tokenize(tally.DoFn):
     def __init__(self, vocab_path: str, lowercase: bool):
         self.vocab_path, self.lowercase = vocab_path, lowercase
-        self.documents = Metrics.counter("tokenize", "documents")
-        self.sentences = Metrics.counter("tokenize", "sentences")
-        self.tokens = Metrics.counter("tokenize", "tokens")
-        self.empty = Metrics.counter("tokenize", "empty_documents")
 
     def setup(self):   # once per worker: the tokenizer is never pickled with the pipeline
         self.progress = Progress("tokenize")
@@ -229,11 +221,11 @@ class _Tokenize(beam.DoFn):
         tokenized = pairs.TokenizedDocument.from_sentences(
             doc.id, tokenization.tokenize_sentences(self.tokenizer, sents) if sents else [])
         if tokenized.num_sentences == 0:
-            self.empty.inc()    # nothing left after tokenization: no instance can come from it
+            self.count("tokenize", "empty_documents")    # nothing left after tokenization: no instance from it
             return
-        self.documents.inc()
-        self.sentences.inc(tokenized.num_sentences)
-        self.tokens.inc(len(tokenized.tokens))
+        self.count("tokenize", "documents")
+        self.count("tokenize", "sentences", tokenized.num_sentences)
+        self.count("tokenize", "tokens", len(tokenized.tokens))
         self.progress.add(documents=1, tokens=len(tokenized.tokens))
         yield tokenized
 
@@ -246,18 +238,15 @@ class Tokenize(beam.PTransform):
         self.vocab_path, self.lowercase = vocab_path, lowercase
 
     def expand(self, docs):
-        return docs | "SplitAndTokenize" >> beam.ParDo(_Tokenize(self.vocab_path, self.lowercase))
+        return docs | "SplitAndTokenize" >> tally.ParDo(_Tokenize(self.vocab_path, self.lowercase))
 
 
 BATCH = 512   # instances per element after pairing: Beam's per-element cost is paid once per batch
 
 
-class _PairBucket(beam.DoFn):
+class _PairBucket(tally.DoFn):
     def __init__(self, vocab_path: str, params: pairs.PairParams, seed: int):
         self.vocab_path, self.params, self.seed = vocab_path, params, seed
-        self.instances = Metrics.counter("pairs", "instances")
-        self.random_next = Metrics.counter("pairs", "random_next")
-        self.buckets = Metrics.counter("pairs", "buckets")
 
     def setup(self):
         self.word_starts = tokenization.word_starts(tokenization.read_vocab(self.vocab_path))
@@ -266,11 +255,11 @@ class _PairBucket(beam.DoFn):
     def process(self, sliced: tuple[shuffle.Slice, object]):
         work, group = sliced
         if work.part == 0:
-            self.buckets.inc()
+            self.count("pairs", "buckets")
         # the bucket's documents (the whole pool), spilled to a local file so that only their sentence ends stay
         # in memory
         with tempfile.TemporaryFile(prefix="bertprep-pool-") as spill:
-            pool = pairs.spill_pool(group.payloads(), spill)
+            pool = pairs.spill_pool(group.payloads(self.count), spill)
             mine = pairs.split_pool(pool, work.parts)[work.part]   # every part pairs its share of the whole pool
             batch, left_out = [], collections.Counter()
             for instance in pairs.pairs_for_pool(pool, self.params, self.word_starts, self.seed, only=mine,
@@ -282,12 +271,12 @@ class _PairBucket(beam.DoFn):
             if batch:
                 yield self._counted(batch)
             for name, n in sorted(left_out.items()):   # what an objective leaves out or cuts, once a bucket
-                Metrics.counter("pairs", name).inc(n)
+                self.count("pairs", name, n)
 
     def _counted(self, batch):
         self.progress.add(instances=len(batch))
-        self.instances.inc(len(batch))
-        self.random_next.inc(sum(i.is_random_next for i in batch))
+        self.count("pairs", "instances", len(batch))
+        self.count("pairs", "random_next", sum(i.is_random_next for i in batch))
         return batch
 
 
@@ -336,7 +325,7 @@ class MakePairs(beam.PTransform):
         return (docs
                 | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_bytes(), (len(d.tokens),))])
                 | "ByBucket" >> shuffle.Shuffle("buckets", pairs.bucket_key(self.seed), plan, 1, self.config)
-                | "PairDocuments" >> beam.ParDo(_PairBucket(self.vocab_path, self.params, self.seed)))
+                | "PairDocuments" >> tally.ParDo(_PairBucket(self.vocab_path, self.params, self.seed)))
 
 
 PAIR_STATS = ("instances", "tokens", "random_next")
@@ -375,11 +364,9 @@ class ReadPairs(beam.PTransform):
 MASK_STATS = ("instances", "tokens", "masked_tokens", "random_next")
 
 
-class _MaskBatch(beam.DoFn):
+class _MaskBatch(tally.DoFn):
     def __init__(self, params: masking.MaskParams, vocab: masking.VocabIds, seed: int, max_seq_length: int):
         self.params, self.vocab, self.seed, self.max_seq_length = params, vocab, seed, max_seq_length
-        self.instances = Metrics.counter("mask", "instances")
-        self.masked = Metrics.counter("mask", "masked_tokens")
 
     def setup(self):
         self.progress = Progress("mask")
@@ -388,8 +375,8 @@ class _MaskBatch(beam.DoFn):
         masked = masking.mask_batch(batch, self.params, self.vocab, self.seed, self.max_seq_length)
         lengths = masked.input_mask.sum(axis=1).tolist()
         counts = masked.masked_lm_weights.sum(axis=1).astype(np.int64).tolist()
-        self.instances.inc(len(batch))
-        self.masked.inc(sum(counts))
+        self.count("mask", "instances", len(batch))
+        self.count("mask", "masked_tokens", sum(counts))
         self.progress.add(instances=len(batch))
         yield [(pair.key, record, (1, length, k, int(pair.is_random_next)))
                for pair, record, length, k in zip(batch, schema.encode_batch(masked), lengths, counts)]
@@ -403,7 +390,7 @@ class MaskPairs(beam.PTransform):
         self.params, self.vocab, self.seed, self.max_seq_length = params, vocab, seed, max_seq_length
 
     def expand(self, pair_batches):
-        return pair_batches | "MaskAndEncode" >> beam.ParDo(
+        return pair_batches | "MaskAndEncode" >> tally.ParDo(
             _MaskBatch(self.params, self.vocab, self.seed, self.max_seq_length))
 
 

@@ -37,6 +37,11 @@ def _add_output(p: flags.Parser) -> None:
     p.add_argument("--retries", type=nonnegative_int, default=0,
                    help="local runners: run the whole pipeline again up to N times if it fails (they do not retry a "
                         "failed bundle; Dataflow and the portable runners do, and refuse it)")
+    p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=None,
+                   help="wait for the job to end and print its counts (default: yes, except on Dataflow). The job "
+                        "publishes its output itself, manifest.json last, so a Dataflow job needs nothing of this "
+                        "process once submitted; --no-wait is refused where the job runs in this process (the "
+                        "local runner, LOOPBACK workers)")
     p.add_argument("--shuffle", choices=("auto", "files", "groupbykey"), default="auto",
                    help="how records are regrouped (into buckets, output files): 'files' = sorted run files on this "
                         "machine's disk, memory flat whatever the input; 'groupbykey' = the runner's GroupByKey "

@@ -21,16 +21,18 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *names, **kwargs):
-        self.flag_names.update(n for n in names if n.startswith("-"))
-        return super().add_argument(*names, **kwargs)
+        action = super().add_argument(*names, **kwargs)
+        self.flag_names.update(action.option_strings)   # with those an action adds (--no-X of --X)
+        return action
 
     def add_argument_group(self, *args, **kwargs):
         group = super().add_argument_group(*args, **kwargs)
         add = group.add_argument
 
         def recording(*names, **kw):
-            self.flag_names.update(n for n in names if n.startswith("-"))
-            return add(*names, **kw)
+            action = add(*names, **kw)
+            self.flag_names.update(action.option_strings)
+            return action
 
         group.add_argument = recording
         return group

@@ -10,8 +10,11 @@ writing documents-*.jsonl.gz, pairs-*.tfrecord and shard-*.tfrecord (three times
 WriteShards packing each file's instances into rows (--pack). SpreadDocuments deals the documents over the
 workers only when the input has fewer read units than workers.
 
-Options are parsed once in cli.py and arrive here as plain values. After the pipeline succeeds the shards are
-published and manifest.json (the commit marker) is written last.
+Options are parsed once in cli.py and arrive here as plain values. Every job ends in Publish
+(pipeline/beam/publish.py): once every write is done it checks the job's counts, moves the files into place and
+writes manifest.json (the commit marker) last, inside the job, so a Dataflow job left alone publishes itself. What
+the manifest says is decided here before the job (a `Publication`: plain values and module-level functions of the
+files and the counts).
 """
 from __future__ import annotations
 
@@ -24,7 +27,6 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -35,7 +37,8 @@ from pipeline.algorithms import dedup, masking, packing, pairs
 from pipeline.beam import dedup as deduplication
 from pipeline.beam import local, shards, sizing, transforms
 from pipeline.beam.options import is_dataflow, is_dry_run, is_local_runner, local_workers
-from pipeline.beam.shuffle import ShuffleConfig, undelivered
+from pipeline.beam.publish import Output, Publication, Publish
+from pipeline.beam.shuffle import ShuffleConfig
 from pipeline.formats import manifest, storage
 from pipeline.text import tokenization
 
@@ -86,10 +89,6 @@ def print_counters(title: str, values: dict[str, int], seconds: float) -> None:
         print(f"  {k:<{width}}  {v:>12,}", file=sys.stderr)
 
 
-class RecordsLost(RuntimeError):
-    """A finished pipeline whose shuffle handed on other counts of records than it was given."""
-
-
 class DryRun(Exception):
     """A Dataflow `--dry_run=True`: the job was translated and staged but never submitted, so nothing ran and
     there is nothing to publish."""
@@ -119,7 +118,7 @@ def shuffle_config(args, options) -> ShuffleConfig:
     if args.runs_dir and not storage.is_local(args.runs_dir):
         raise SystemExit(f"--runs-dir {args.runs_dir}: run files need a directory on this machine's disk")
     if args.runs_dir or not storage.is_local(args.output):
-        # a name only: the run writers create it, and run_and_publish removes it however the job ends, so a job
+        # a name only: the run writers create it, and run_job removes it however the job ends, so a job
         # refused before it runs leaves nothing behind
         base = os.path.abspath(args.runs_dir or tempfile.gettempdir())
         if args.runs_dir:
@@ -128,18 +127,6 @@ def shuffle_config(args, options) -> ShuffleConfig:
     else:
         runs_dir = os.path.join(args.output.removeprefix("file://"), shards.INCOMPLETE, "runs")
     return ShuffleConfig("files", os.path.abspath(runs_dir), max(1, int(args.sort_buffer_mb * MiB)))
-
-
-@dataclass(frozen=True)
-class Output:
-    """What a job writes: `num_shards` files `prefix`-SSSSS-of-NNNNN`suffix` in `directory`, of about
-    `estimated_bytes` in all."""
-    directory: str
-    prefix: str
-    num_shards: int
-    suffix: str
-    estimated_bytes: float
-    source: str = ""   # the input as the user typed it, to name it in messages
 
 
 def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output, basis: str) -> list[str]:
@@ -161,18 +148,27 @@ def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
     return None
 
 
-def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleConfig, basis: str,
-                    args, checks=(), side_files=()) -> tuple[list[dict], dict]:
-    """Prints the plan, runs the pipeline (again, up to --retries times, if it fails), publishes its shards;
-    returns (file entries with stats, counters). A local run is guarded (pipeline/beam/local.py): Ctrl-C stops it at
-    once, and its worker processes' tracebacks stay off the console unless --debug or -v.
+def waits(args, options) -> bool:
+    """Whether the launcher waits for the job: --wait or --no-wait, else yes except on Dataflow (whose job publishes
+    its output itself: nothing needs this process once it is submitted)."""
+    return (not is_dataflow(options)) if args.wait is None else args.wait
+
+
+def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConfig, basis: str,
+            args) -> dict | None:
+    """Prints the plan and runs the pipeline, whose last step publishes its output; returns the manifest it wrote,
+    or None for a job left to run on its own (see `waits`). A local run is guarded (pipeline/beam/local.py): Ctrl-C
+    stops it at once, and its worker processes' tracebacks stay off the console unless --debug or -v.
 
     Beam's local FnApiRunner does not retry a failed bundle (Dataflow retries each one 4 times), so a transient
-    failure fails the whole run; a retry runs the whole pipeline again. That is safe: nothing is published before
-    the run succeeds, and the files under .incomplete/ are removed and rewritten with the same bytes.
-    `checks` are more counts that must reconcile: functions of the counters returning what does not;
-    `side_files` are files the job writes beside its shards (a report), published with them.
+    failure fails the whole run; --retries runs the whole pipeline again. That is safe: nothing is published
+    before every write succeeded, and the files under .incomplete/ are removed and rewritten with the same bytes.
     """
+    out = job.out
+    wait = waits(args, p.options) or is_dry_run(p.options)
+    if not wait and shuffle.backend == "files":
+        raise SystemExit("--no-wait with --shuffle files: the run files live on this machine, which the job needs "
+                         "until it ends (use --shuffle groupbykey, or wait)")
     for line in plan_lines(title, p, shuffle, out, basis):
         print(line, file=sys.stderr)
     start = time.time()
@@ -184,7 +180,8 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
                 with local.guarded(title, out.directory, temporary, tracebacks) if is_local_runner(p.options) \
                         else contextlib.nullcontext():
                     result = p.run()
-                    result.wait_until_finish()
+                    if wait:
+                        result.wait_until_finish()
                 break
             except Exception as e:
                 if attempt == retries:
@@ -195,24 +192,30 @@ def run_and_publish(title: str, p: beam.Pipeline, out: Output, shuffle: ShuffleC
                 shards.remove_incomplete(out.directory)
         if is_dry_run(p.options):
             raise DryRun(f"{title}: dry run: the Dataflow job was translated and staged, not submitted")
-        values = counters(result)
-        lost = undelivered(values)
-        wrong = [problem for check in checks for problem in check(values)]
-        if lost or wrong:   # counts must reconcile: a runner fault publishes nothing
-            shards.remove_incomplete(out.directory)
-            what = (f"the runner's shuffle did not deliver every record ({'; '.join(lost)})" if lost
-                    else f"the counts do not reconcile ({'; '.join(wrong)})")
-            raise RecordsLost(f"{what}; nothing was published in {out.directory}")
-        written = shards.written_stats(out.directory, out.prefix, out.num_shards, out.suffix)
-        if not sum(w["records"] for w in written):   # nothing to publish: say why instead of writing empty files
-            shards.remove_incomplete(out.directory)
-            raise manifest.ManifestError(f"nothing to write from --input {out.source}: {_why_empty(values)}")
-        files = shards.publish(out.directory, written, side_files)
+        if not wait:
+            job_id = getattr(result, "job_id", None)
+            name = f" job {job_id()}" if callable(job_id) else ""
+            print(f"{title}: submitted{name}; it publishes {manifest.path_in(out.directory)} itself when it "
+                  f"ends (then: bertprep verify {out.directory})", file=sys.stderr)
+            return None
+        m = manifest.read(out.directory)
     finally:
         if temporary:
             shutil.rmtree(temporary, ignore_errors=True)
+    values = m["counts"]["counters"]
+    differ = _counters_differ(counters(result), values)
+    if differ:
+        print(f"{title}: warning: the runner's counters differ from the counts the job published ({differ})",
+              file=sys.stderr)
     print_counters(title, values, time.time() - start)
-    return files, values
+    return m
+
+
+def _counters_differ(runner: dict[str, int], published: dict[str, int]) -> str:
+    """Where Beam's counters of a finished job and the counts its tallies carried to Publish disagree (none is
+    expected: both are the committed bundles' counts), as "name runner/published"; "" when they agree."""
+    keys = sorted(k for k in set(runner) | set(published) if runner.get(k, 0) != published.get(k, 0))
+    return ", ".join(f"{k} {runner.get(k, 0):,}/{published.get(k, 0):,}" for k in keys[:5])
 
 
 def _why_empty(values: dict[str, int]) -> str:
@@ -298,24 +301,38 @@ def extract(args, options) -> dict:
     shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
+    kinds = "+".join(kind for kind, _, _ in inputs)
+    head = {"format": manifest.DOCUMENTS, "stage": "extract",
+            "parameters": {"corpus": kinds, "corpora": [{"kind": kind, "input": spec} for kind, spec in args.corpora],
+                           "skip_disambiguation": not args.keep_disambiguation,
+                           "disambiguation_templates": list(args.disambiguation_templates),
+                           "max_document_bytes": args.max_document_bytes, "num_shards": out.num_shards}}
+    job = Publication(out, functools.partial(_documents_manifest, head, [{"path": f} for f in files], None),
+                      why_empty=_why_empty)
     p = beam.Pipeline(options=options)
     (_joined(_read_corpora(p, [(kind, _corpus_reader(kind, fs, args)) for kind, fs, _ in inputs]))
-     | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"),
-                                           (1, len(d.paragraphs), sum(map(len, d.paragraphs))))])
+     | "ToRecords" >> beam.Map(_document_record)
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", 0, shuffle,
-                                              stat_names=("documents", "paragraphs", "characters")))
-    kinds = "+".join(kind for kind, _, _ in inputs)
-    written, values = run_and_publish(f"extract {kinds}", p, out, shuffle,
-                                      f"{sum(sizes.values()) / 1e6:,.1f} MB of input", args)
-    m = {"format": manifest.DOCUMENTS, "stage": "extract",
-         "parameters": {"corpus": kinds, "corpora": [{"kind": kind, "input": spec} for kind, spec in args.corpora],
-                        "skip_disambiguation": not args.keep_disambiguation,
-                        "disambiguation_templates": list(args.disambiguation_templates),
-                        "max_document_bytes": args.max_document_bytes, "num_shards": out.num_shards},
-         "counts": {**sum_stats(written, ("documents", "paragraphs", "characters")), "counters": values},
-         "files": written, "inputs": [{"path": f} for f in files]}
-    manifest.write(args.output, m)
-    return m
+                                              stat_names=DOCUMENT_STATS)
+     | "Publish" >> Publish(job))
+    return run_job(f"extract {kinds}", p, job, shuffle, f"{sum(sizes.values()) / 1e6:,.1f} MB of input", args)
+
+
+DOCUMENT_STATS = ("documents", "paragraphs", "characters")
+
+
+def _document_record(d) -> list:
+    """A Document as a batch of one shard record; stats: DOCUMENT_STATS."""
+    return [(d.id, d.to_json().encode("utf-8"), (1, len(d.paragraphs), sum(map(len, d.paragraphs))))]
+
+
+def _documents_manifest(head: dict, inputs: list[dict], deduplicated: dedup.DedupParams | None,
+                        written: list[dict], values: dict[str, int]) -> dict:
+    """The manifest of documents (extract, dedup), from what the job wrote and counted."""
+    m = {**head, "counts": {**sum_stats(written, DOCUMENT_STATS), "counters": values}}
+    if deduplicated:
+        m["dedup"] = _dedup_summary(deduplicated, values)
+    return {**m, "files": written, "inputs": inputs}
 
 
 def pair_parallelism(args, options) -> int:
@@ -365,7 +382,7 @@ def objective_counts(objective: str, counts: dict, max_seq_length: int) -> dict:
     return {"row_fill": counts["tokens"] / (n * max_seq_length)}
 
 
-def _mask_parameters(args, params: masking.MaskParams) -> dict:
+def _mask_parameters(params: masking.MaskParams) -> dict:
     return {"masked_lm_prob": params.masked_lm_prob, "max_predictions_per_seq": params.max_predictions_per_seq,
             "mask_token_prob": params.mask_token_prob, "random_token_prob": params.random_token_prob,
             "whole_word_mask": params.whole_word_mask, "ngram_max": params.ngram_max}
@@ -399,6 +416,10 @@ def make_pairs(args, options) -> dict:
     shards.prepare_output(args.output, args.overwrite)
 
     parallelism = pair_parallelism(args, options)
+    head = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "objective": args.objective,
+            "vocab": vocab, "max_seq_length": args.max_seq_length,
+            "parameters": {**_pair_parameters(args), "num_shards": out.num_shards}}
+    job = Publication(out, functools.partial(_pairs_manifest, head, inputs), why_empty=_why_empty)
     p = beam.Pipeline(options=options)
     (p
      | "ReadDocuments" >> transforms.ReadDocuments(files)
@@ -409,28 +430,38 @@ def make_pairs(args, options) -> dict:
                                           parallelism)
      | "ToRecords" >> beam.Map(transforms.encode_pairs)
      | "WritePairs" >> shards.WriteShards(args.output, "pairs", out.num_shards, "tfrecord", args.seed, shuffle,
-                                          stat_names=transforms.PAIR_STATS))
-    written, values = run_and_publish("pairs", p, out, shuffle, _instances_basis(sum(sizes.values()), tokens, args),
-                                      args)
+                                          stat_names=transforms.PAIR_STATS)
+     | "Publish" >> Publish(job))
+    return run_job("pairs", p, job, shuffle, _instances_basis(sum(sizes.values()), tokens, args), args)
+
+
+def _pairs_manifest(head: dict, inputs: list[dict], written: list[dict], values: dict[str, int]) -> dict:
     counts = sum_stats(written, transforms.PAIR_STATS)
-    m = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "objective": args.objective,
-         "vocab": vocab, "max_seq_length": args.max_seq_length,
-         "parameters": {**_pair_parameters(args), "num_shards": out.num_shards},
-         "counts": {"documents": values.get("tokenize/documents", 0), **counts,
-                    **objective_counts(args.objective, counts, args.max_seq_length), "counters": values},
-         "files": written, "inputs": inputs}
-    manifest.write(args.output, m)
-    return m
+    return {**head, "counts": {"documents": values.get("tokenize/documents", 0), **counts,
+                               **objective_counts(head["objective"], counts, head["max_seq_length"]),
+                               "counters": values},
+            "files": written, "inputs": inputs}
 
 
-def _shards_manifest(stage, args, params, vocab, max_seq_length, documents, written, values, inputs, extra,
-                     objective: str, pack: packing.PackParams | None = None):
+COUNTED = "counted"   # a shards manifest's documents: those the job tokenized (its counters)
+
+
+def _shards_head(stage: str, args, params: masking.MaskParams, vocab: dict, max_seq_length: int,
+                 objective: str) -> dict:
+    return {"format": manifest.SHARDS, "stage": stage, "seed": args.seed, "objective": objective, "vocab": vocab,
+            "max_seq_length": max_seq_length, "max_predictions_per_seq": params.max_predictions_per_seq}
+
+
+def _shards_manifest(head: dict, parameters: dict, documents, inputs: list[dict], pack: packing.PackParams | None,
+                     deduplicated: dedup.DedupParams | None, written: list[dict], values: dict[str, int]) -> dict:
+    """The manifest of masked shards (mask, prepare), from what the job wrote and counted; `documents` is a count,
+    None (unknown) or COUNTED."""
     counts = sum_stats(written, transforms.MASK_STATS)
     n = max(1, counts["instances"])
-    m = {"format": manifest.SHARDS, "stage": stage, "seed": args.seed, "objective": objective, "vocab": vocab,
-         "max_seq_length": max_seq_length, "max_predictions_per_seq": params.max_predictions_per_seq,
-         "parameters": {**extra, **_mask_parameters(args, params), "num_shards": len(written)},
-         "counts": {"documents": documents, **counts, **objective_counts(objective, counts, max_seq_length),
+    objective, L = head["objective"], head["max_seq_length"]
+    m = {**head, "parameters": {**parameters, "num_shards": len(written)},
+         "counts": {"documents": values.get("tokenize/documents", 0) if documents == COUNTED else documents,
+                    **counts, **objective_counts(objective, counts, L),
                     "mean_tokens_per_instance": counts["tokens"] / n,
                     "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
          "files": written, "inputs": inputs}
@@ -438,6 +469,8 @@ def _shards_manifest(stage, args, params, vocab, max_seq_length, documents, writ
         m["parameters"]["max_sequences_per_pack"] = pack.max_sequences_per_pack
         m["counts"]["rows"] = sum(w["records"] for w in written)
         m["packing"] = _packing_entry(pack, written, counts, values)
+    if deduplicated:
+        m["dedup"] = _dedup_summary(deduplicated, values)
     return m
 
 
@@ -517,16 +550,17 @@ def mask(args, options) -> dict:
     shards.prepare_output(args.output, args.overwrite)
 
     label, write = _write_or_pack(args, out, shuffle, pack)
+    job = Publication(out, functools.partial(_shards_manifest, _shards_head("mask", args, params, vocab, L, objective),
+                                             {"pairs": pair_parameters, **_mask_parameters(params)}, documents,
+                                             opened.inputs, pack, None),
+                      checks=(_packing_lost,) if pack else (), why_empty=_why_empty)
     p = beam.Pipeline(options=options)
     (p
      | "ReadPairs" >> transforms.ReadPairs(files)
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
-     | label >> write)
-    written, values = run_and_publish("mask", p, out, shuffle, basis, args, checks=[_packing_lost] if pack else [])
-    m = _shards_manifest("mask", args, params, vocab, L, documents, written, values, opened.inputs,
-                         {"pairs": pair_parameters}, objective, pack)
-    manifest.write(args.output, m)
-    return m
+     | label >> write
+     | "Publish" >> Publish(job))
+    return run_job("mask", p, job, shuffle, basis, args)
 
 
 def corpus_dupes(args) -> dict[str, int]:
@@ -582,28 +616,25 @@ def prepare(args, options) -> dict:
                      | f"MakePairs{name}" >> transforms.MakePairs(shuffle, args.vocab, pool_params, args.seed,
                                                                   args.bucket_docs, documents,
                                                                   sum(tokens_of[k] for k in members), parallelism))
+    kinds = "+".join(kind for kind, _, _ in inputs)
+    corpora = [{"kind": kind, "input": spec, "weight": (args.corpus_weights or {}).get(kind, 1.0),
+                "dupe_factor": dupes[kind]} for kind, spec in args.corpora]
+    parameters = {"corpus": kinds, **_pair_parameters(args),
+                  **({"corpora": corpora, "mix_corpora": args.mix_corpora} if several else {}),
+                  **_mask_parameters(params)}
+    checks = ((_packing_lost,) if pack else ()) + ((functools.partial(deduplication.lost, params=deduplicate),)
+                                                   if deduplicate else ())
+    job = Publication(out, functools.partial(_shards_manifest,
+                                             _shards_head("prepare", args, params, vocab, args.max_seq_length,
+                                                          args.objective),
+                                             parameters, COUNTED, [{"path": f} for f in files], pack, deduplicate),
+                      checks=checks, side_files=_dedup_side_files(deduplicate), why_empty=_why_empty)
     ((pools[0] if len(pools) == 1 else tuple(pools) | "JoinPairs" >> beam.Flatten())
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
-     | label >> write)
-    checks = ([_packing_lost] if pack else []) + ([functools.partial(deduplication.lost, params=deduplicate)]
-                                                   if deduplicate else [])
-    kinds = "+".join(kind for kind, _, _ in inputs)
-    written, values = run_and_publish(f"prepare {kinds}", p, out, shuffle,
-                                      _instances_basis(sum(sizes.values()), tokens, args), args, checks=checks,
-                                      side_files=_dedup_side_files(deduplicate))
-    corpora = [{"kind": kind, "input": spec, "weight": (args.corpus_weights or {}).get(kind, 1.0),
-                "dupe_factor": dupes[kind]} for kind, spec in args.corpora]
-    m = _shards_manifest("prepare", args, params, vocab, args.max_seq_length,
-                         values.get("tokenize/documents", 0), written, values,
-                         [{"path": f} for f in files],
-                         {"corpus": kinds, **_pair_parameters(args),
-                          **({"corpora": corpora, "mix_corpora": args.mix_corpora} if several else {})},
-                         args.objective, pack)
-    if deduplicate:
-        m["dedup"] = _dedup_summary(deduplicate, values)
-    manifest.write(args.output, m)
-    return m
+     | label >> write
+     | "Publish" >> Publish(job))
+    return run_job(f"prepare {kinds}", p, job, shuffle, _instances_basis(sum(sizes.values()), tokens, args), args)
 
 
 def _pack_source(args, opened: manifest.Opened) -> tuple[dict, int, int, float, dict | None]:
@@ -639,6 +670,7 @@ def pack(args, options) -> dict:
                                   advice="for shards made by google's tool pass --max-seq-length, "
                                          "--max-predictions-per-seq and --vocab")
     vocab, L, P, prob, source = _pack_source(args, opened)
+    source_m = opened.manifest
     params = packing.PackParams.for_rule(L, P, args.max_sequences_per_pack, prob)
     from corpora import text
 
@@ -648,30 +680,36 @@ def pack(args, options) -> dict:
     shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
+    head = {"format": manifest.SHARDS, "stage": "pack", "seed": args.seed, "objective": manifest.objective(source_m),
+            "vocab": vocab, "max_seq_length": L, "max_predictions_per_seq": P,
+            "parameters": {"max_sequences_per_pack": args.max_sequences_per_pack, "num_shards": out.num_shards,
+                           "masked_lm_prob": prob, "source": source}}
+    documents = sum((dm["counts"].get("documents") or 0) for dm in opened.manifests.values()) or None
+    job = Publication(out, functools.partial(_packed_manifest, head, documents, params, opened.inputs),
+                      checks=(_packing_lost,), why_empty=_why_empty)
     p = beam.Pipeline(options=options)
     (p
      | "ReadShards" >> transforms.ReadShards([(f, names[f]) for f in opened.files], params.source)
      | "PackShards" >> shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
-                                          stat_names=transforms.MASK_STATS, pack=params))
+                                          stat_names=transforms.MASK_STATS, pack=params)
+     | "Publish" >> Publish(job))
     records = sum(opened.records.values())
     basis = f"{records:,} records" if records else f"{size / 1e6:,.1f} MB of shards"
-    written, values = run_and_publish("pack", p, out, shuffle, basis, args, checks=[_packing_lost])
+    return run_job("pack", p, job, shuffle, basis, args)
+
+
+def _packed_manifest(head: dict, documents: int | None, params: packing.PackParams, inputs: list[dict],
+                     written: list[dict], values: dict[str, int]) -> dict:
+    """The manifest of `pack`'s shards, from what the job wrote and counted."""
     counts = sum_stats(written, transforms.MASK_STATS)
     n = max(1, counts["instances"])
-    documents = sum((dm["counts"].get("documents") or 0) for dm in opened.manifests.values()) or None
-    objective = manifest.objective(opened.manifest)
-    m = {"format": manifest.SHARDS, "stage": "pack", "seed": args.seed, "objective": objective, "vocab": vocab,
-         "max_seq_length": L, "max_predictions_per_seq": P,
-         "parameters": {"max_sequences_per_pack": args.max_sequences_per_pack, "num_shards": len(written),
-                        "masked_lm_prob": prob, "source": source},
-         "counts": {"documents": documents, **counts, "rows": sum(w["records"] for w in written),
-                    **objective_counts(objective, counts, L),
-                    "mean_tokens_per_instance": counts["tokens"] / n,
-                    "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
-         "packing": _packing_entry(params, written, counts, values),
-         "files": written, "inputs": opened.inputs}
-    manifest.write(args.output, m)
-    return m
+    return {**head,
+            "counts": {"documents": documents, **counts, "rows": sum(w["records"] for w in written),
+                       **objective_counts(head["objective"], counts, head["max_seq_length"]),
+                       "mean_tokens_per_instance": counts["tokens"] / n,
+                       "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
+            "packing": _packing_entry(params, written, counts, values),
+            "files": written, "inputs": inputs}
 
 
 def _dedup_params(args) -> dedup.DedupParams:
@@ -681,9 +719,9 @@ def _dedup_params(args) -> dedup.DedupParams:
                              max_paragraph_copies=args.max_paragraph_copies, seed=args.seed)
 
 
-def _dedup_side_files(params: dedup.DedupParams | None) -> list[str]:
+def _dedup_side_files(params: dedup.DedupParams | None) -> tuple[str, ...]:
     """The report, written by the clusters step: there is none when neither document pass runs."""
-    return [deduplication.REPORT] if params and (params.exact or params.near) else []
+    return (deduplication.REPORT,) if params and (params.exact or params.near) else ()
 
 
 def _dedup_summary(params: dedup.DedupParams, values: dict[str, int]) -> dict:
@@ -708,24 +746,21 @@ def dedup_documents(args, options) -> dict:
     shuffle = shuffle_config(args, options)
     shards.prepare_output(args.output, args.overwrite)
 
+    head = {"format": manifest.DOCUMENTS, "stage": "dedup", "seed": args.seed,
+            "parameters": {"num_shards": out.num_shards, **dataclasses.asdict(params)}}
+    job = Publication(out, functools.partial(_documents_manifest, head, opened.inputs, params),
+                      checks=(functools.partial(deduplication.lost, params=params),),
+                      side_files=_dedup_side_files(params), why_empty=_why_empty)
     p = beam.Pipeline(options=options)
     (p
      | "ReadDocuments" >> transforms.ReadDocuments(files)
      | "Dedup" >> deduplication.Dedup(params, args.output, shuffle, 4 * pair_parallelism(args, options),
                                        sizing.text_bytes(sizing.input_tokens("documents", sizes)))
-     | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_json().encode("utf-8"),
-                                           (1, len(d.paragraphs), sum(map(len, d.paragraphs))))])
+     | "ToRecords" >> beam.Map(_document_record)
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", args.seed,
-                                              shuffle, stat_names=("documents", "paragraphs", "characters")))
-    written, values = run_and_publish("dedup", p, out, shuffle, f"{size / 1e6:,.1f} MB of documents", args,
-                                      checks=[functools.partial(deduplication.lost, params=params)],
-                                      side_files=_dedup_side_files(params))
-    m = {"format": manifest.DOCUMENTS, "stage": "dedup", "seed": args.seed,
-         "parameters": {"num_shards": out.num_shards, **dataclasses.asdict(params)},
-         "counts": {**sum_stats(written, ("documents", "paragraphs", "characters")), "counters": values},
-         "dedup": _dedup_summary(params, values), "files": written, "inputs": opened.inputs}
-    manifest.write(args.output, m)
-    return m
+                                              shuffle, stat_names=DOCUMENT_STATS)
+     | "Publish" >> Publish(job))
+    return run_job("dedup", p, job, shuffle, f"{size / 1e6:,.1f} MB of documents", args)
 
 
 # ---------------------------------------------------------------------------------------------- the command
@@ -749,6 +784,11 @@ def main(args) -> int:
         raise SystemExit(f"--retries {args.retries} on {opts.view_as(StandardOptions).runner}: the runner retries a "
                          "failed bundle itself (Dataflow 4 times), and a second job could write the same output "
                          "while the first still runs")
+    if args.wait is False and options.is_local_runner(opts):
+        raise SystemExit("--no-wait on the local runner: the job runs in this process, which must live until it ends")
+    if args.wait is False and options.runs_in_launcher(opts):
+        raise SystemExit("--no-wait with LOOPBACK workers (--environment_type=LOOPBACK): they run in this process, "
+                         "which must live until the job ends")
     if options.is_dry_run(opts) and args.overwrite:
         raise SystemExit("--overwrite with --dry_run would delete the old output for a job that never runs")
     if options.is_dataflow(opts) and not options.is_dry_run(opts):
@@ -757,9 +797,10 @@ def main(args) -> int:
         if local:
             raise SystemExit(f"Dataflow workers cannot read local paths: give gs:// paths for {', '.join(local)}")
     try:
-        STAGES[args.command](args, opts)
+        published = STAGES[args.command](args, opts)
     except DryRun as e:   # translated and staged for Dataflow, nothing ran: nothing was written
         print(e, file=sys.stderr)
         return 0
-    print(f"wrote {args.output}/manifest.json", file=sys.stderr)
+    if published is not None:   # else submitted, not waited for: the job says where it publishes
+        print(f"wrote {manifest.path_in(args.output)}", file=sys.stderr)
     return 0

@@ -38,12 +38,18 @@ _SIZES: dict[str, int] = {}   # object -> bytes, as the last match of a pattern 
 def match(pattern: str) -> list[str]:
     """The files a path or glob names, sorted (`**` crosses directories). On an object store one listing call a
     pattern, which also gives each object's size (`size` asks no more of the store for those)."""
+    return sorted(sizes(pattern))
+
+
+def sizes(pattern: str) -> dict[str, int]:
+    """{file: bytes} of the files a path or glob names: on an object store one listing call, whatever their
+    number."""
     if is_local(pattern):
         pattern = pattern.removeprefix("file://")
-        return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
-    listed = _filesystems().match([pattern])[0].metadata_list
-    _SIZES.update((m.path, m.size_in_bytes) for m in listed)
-    return sorted(m.path for m in listed)
+        return {p: os.path.getsize(p) for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)}
+    listed = {m.path: m.size_in_bytes for m in _filesystems().match([pattern])[0].metadata_list}
+    _SIZES.update(listed)
+    return listed
 
 
 def size(path: str) -> int:

@@ -1,0 +1,138 @@
+"""The job's last step publishes its own output, so a job submitted and left alone (on Dataflow) ends with a
+published, checked output, and the launcher need not wait for it.
+
+    stats of every shard written (WriteShards) ──┐
+    the job's counts (tally.total)             ──┴── one group ── Publish: check, move, manifest
+
+The group is complete only when every write (and every step that counts) has finished, so Publish runs once, last,
+and then:
+1. checks the counts: every shuffle handed on the records it was given, the job's own rules hold (packing,
+   dedup), every shard was written once, and there is something to publish. Otherwise it removes .incomplete/ and
+   fails the job with one line: nothing is published.
+2. moves the shards and side files (a report) out of .incomplete/ (`shards.publish`, safe to run twice),
+3. checks that each published file holds the bytes its writer wrote (one listing of the directory),
+4. writes manifest.json last, the commit marker, made by the job's `describe` from the files and the counts.
+
+Everything it needs travels in a `Publication`: plain values and module-level functions, pickled with the job.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import apache_beam as beam
+
+from pipeline.beam import shards, shuffle, tally
+from pipeline.formats import manifest, storage
+
+
+class RecordsLostError(RuntimeError):
+    """A job whose shuffles handed on other counts of records than they were given, or whose counts do not
+    reconcile otherwise: nothing is published."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a job writes: `num_shards` files `prefix`-SSSSS-of-NNNNN`suffix` in `directory`, of about
+    `estimated_bytes` in all."""
+    directory: str
+    prefix: str
+    num_shards: int
+    suffix: str
+    estimated_bytes: float
+    source: str = ""   # the input as the user typed it, to name it in messages
+
+
+Counts = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Publication:
+    """How a job's output is published: `describe(file entries, counts) -> manifest`; `checks`: more counts that
+    must reconcile (functions of the counts returning what does not); `side_files`: files the job writes beside
+    its shards under .incomplete/ (a report); `why_empty(counts)`: why a job wrote no record."""
+    out: Output
+    describe: Callable[[list[dict], Counts], dict]
+    checks: tuple[Callable[[Counts], list[str]], ...] = ()
+    side_files: tuple[str, ...] = ()
+    why_empty: Callable[[Counts], str] | None = None
+
+
+def files_and_counts(files: list[dict], counts: Counts) -> dict:
+    """The plainest `describe`: a manifest of the files and the counts (for jobs that write files of their own)."""
+    return {"files": files, "counts": {"counters": counts}}
+
+
+def publish(job: Publication, written: list[dict], counts: Counts) -> dict:
+    """The shards' stats (one dict per shard, as WriteShards outputs them) and the job's counts -> the published
+    output's manifest (written last); raises, having published nothing, when the counts say something is wrong."""
+    out = job.out
+    seen = sorted(w["shard"] for w in written)
+    if seen != list(range(out.num_shards)):
+        twice = sorted({s for s in seen if seen.count(s) > 1})
+        missing = sorted(set(range(out.num_shards)) - set(seen))
+        raise RuntimeError(f"{out.directory}: shards written {'twice: ' + str(twice) if twice else ''}"
+                           f"{'; ' if twice and missing else ''}{'never: ' + str(missing[:10]) if missing else ''}"
+                           f" (of {out.num_shards})")
+    written = sorted(written, key=lambda w: w["shard"])
+    lost = shuffle.undelivered(counts)
+    wrong = [problem for check in job.checks for problem in check(counts)]
+    if lost or wrong:   # a runner fault, or a step that lost what it was given: publish nothing
+        shards.remove_incomplete(out.directory)
+        what = (f"the runner's shuffle did not deliver every record ({'; '.join(lost)})" if lost
+                else f"the counts do not reconcile ({'; '.join(wrong)})")
+        raise RecordsLostError(f"{what}; nothing was published in {out.directory}")
+    if not sum(w["records"] for w in written):   # say why instead of publishing empty files
+        shards.remove_incomplete(out.directory)
+        why = job.why_empty(counts) if job.why_empty else "no records"
+        raise manifest.ManifestError(f"nothing to write from --input {out.source}: {why}")
+    files = shards.publish(out.directory, written, job.side_files)
+    _check_sizes(out, written, job.side_files)
+    m = job.describe(files, counts)
+    manifest.write(out.directory, m)
+    logging.info("published %d file(s) and %s in %s", len(files), manifest.NAME, out.directory)
+    return m
+
+
+def _check_sizes(out: Output, written: list[dict], side_files: tuple[str, ...]) -> None:
+    """Each published shard has the bytes its writer wrote, and each side file is there: one listing."""
+    found = {os.path.basename(path): n for path, n in storage.sizes(storage.join(out.directory, "*")).items()}
+    for w in written:
+        if found.get(w["file"]) != w["bytes"]:
+            raise RuntimeError(f"{storage.join(out.directory, w['file'])}: {found.get(w['file'], 'no')} bytes "
+                               f"published, {w['bytes']:,} written")
+    for name in side_files:
+        if name not in found:
+            raise RuntimeError(f"{storage.join(out.directory, name)}: not published")
+
+
+class _Publish(beam.DoFn):
+    def __init__(self, job: Publication):
+        self.job = job
+
+    def process(self, group):
+        _, items = group
+        items = list(items)
+        written = [value for kind, value in items if kind == "file"]
+        counts = next(value for kind, value in items if kind == "counts")
+        publish(self.job, written, counts)
+        yield storage.join(self.job.out.directory, manifest.NAME)
+
+
+class Publish(beam.PTransform):
+    """The stats of every shard written -> the output published (the manifest's path): the last step of a job.
+    Build it last: it takes the counts of every step built before it (tally.total)."""
+
+    def __init__(self, job: Publication):
+        super().__init__()
+        self.job = job
+
+    def expand(self, stats):
+        counts = tally.total(stats.pipeline, "CountEverything")
+        return ((stats | "KeyFiles" >> beam.Map(lambda s: (None, ("file", s))),
+                 counts | "KeyCounts" >> beam.Map(lambda c: (None, ("counts", c))))
+                | "Join" >> beam.Flatten()
+                | "AfterEveryWrite" >> beam.GroupByKey()
+                | "Publish" >> beam.ParDo(_Publish(self.job)))
