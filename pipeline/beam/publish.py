@@ -17,6 +17,7 @@ Everything it needs travels in a `Publication`: plain values and module-level fu
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
 from dataclasses import dataclass
@@ -69,13 +70,12 @@ def publish(job: Publication, written: list[dict], counts: Counts) -> dict:
     """The shards' stats (one dict per shard, as WriteShards outputs them) and the job's counts -> the published
     output's manifest (written last); raises, having published nothing, when the counts say something is wrong."""
     out = job.out
-    seen = sorted(w["shard"] for w in written)
-    if seen != list(range(out.num_shards)):
-        twice = sorted({s for s in seen if seen.count(s) > 1})
-        missing = sorted(set(range(out.num_shards)) - set(seen))
-        raise RuntimeError(f"{out.directory}: shards written {'twice: ' + str(twice) if twice else ''}"
-                           f"{'; ' if twice and missing else ''}{'never: ' + str(missing[:10]) if missing else ''}"
-                           f" (of {out.num_shards})")
+    seen = collections.Counter(w["shard"] for w in written)
+    twice = sorted(s for s, n in seen.items() if n > 1)
+    never = sorted(set(range(out.num_shards)) - set(seen))
+    if twice or never:   # a runner fault: each shard's writer output exactly once
+        wrong = ([f"twice: {twice[:10]}"] if twice else []) + ([f"never: {never[:10]}"] if never else [])
+        raise RuntimeError(f"{out.directory}: shards written {'; '.join(wrong)} (of {out.num_shards})")
     written = sorted(written, key=lambda w: w["shard"])
     lost = shuffle.undelivered(counts)
     wrong = [problem for check in job.checks for problem in check(counts)]
