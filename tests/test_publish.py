@@ -214,7 +214,7 @@ def test_a_job_left_alone_publishes_itself(tmp_path, monkeypatch, capsys):
         assert (out / f["file"]).read_bytes() == (tmp_path / "waited" / f["file"]).read_bytes()
 
 
-def test_dry_run_help_mentions_wait():
+def test_help_shows_wait_and_its_default():
     done = subprocess.run([sys.executable, "-m", "pipeline", "prepare", "--help"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert "--wait, --no-wait" in done.stdout and "publishes its output itself" in " ".join(done.stdout.split())
