@@ -14,9 +14,11 @@ batches and records exactly which batches were consumed, so a resumed run contin
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import signal
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,10 +49,12 @@ class ShardSet:
     vocab_size: int | None       # from the manifest; None for google-made shards
     records: dict[str, int]      # file -> records, where a manifest says so
     objective: str = "nsp"       # manifest.OBJECTIVES: nsp | sop | none (MLM only); google-made shards are nsp
+    vocab: dict | None = None    # the manifest's vocab entry (path, sha256, size, lowercase, ids); None: google's
 
 
 def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int | None = None,
-                max_predictions_per_seq: int | None = None, allow_incomplete: bool = False) -> ShardSet:
+                max_predictions_per_seq: int | None = None, allow_incomplete: bool = False, what: str = "--data",
+                lengths_from: str | None = None) -> ShardSet:
     """The shard files of a directory, glob or comma list (manifest.open_output), checked against their manifests.
 
     Every manifest must be a shards manifest whose vocab size and lengths equal the ones given (for packed shards
@@ -59,12 +63,16 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
     ones). Files without a manifest are refused, unless both lengths are given (google-made shards: google's
     layout, NSP) or allow_incomplete (the shape, either layout, read from the first record); packed shards are never
     read together with files that have none.
+
+    `what` is the flag that named `pattern`. `lengths_from` names where the lengths come from when the user did not
+    pass them (the training shards, "--data", for held-out ones): a mismatch then names both data sets, not flags
+    never passed.
     """
     google = max_seq_length is not None and max_predictions_per_seq is not None
     if (google or allow_incomplete) and os.path.isdir(pattern) and not os.path.exists(os.path.join(pattern, MANIFEST)):
         pattern = os.path.join(pattern, "*.tfrecord")
     try:
-        opened = manifest.open_output(pattern, (SHARDS_FORMAT,), allow_incomplete, what="--data", foreign=google,
+        opened = manifest.open_output(pattern, (SHARDS_FORMAT,), allow_incomplete, what=what, foreign=google,
                                       advice="for shards made by google's tool pass --max-seq-length and "
                                              "--max-predictions-per-seq, or --allow-incomplete to read an unfinished "
                                              "output's files anyway")
@@ -84,12 +92,16 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
     if vocab_size is not None and data_vocab != vocab_size:
         raise ShardSpecError(f"{pattern}: shards use a vocab of {data_vocab} ids, the model has vocab_size "
                              f"{vocab_size}")
-    lengths = (("--max-seq-length", max_seq_length, int(m["max_seq_length"])),
-               ("--max-predictions-per-seq", max_predictions_per_seq, int(m["max_predictions_per_seq"])))
-    for flag, given, have in lengths:
+    lengths = (("--max-seq-length", "L", max_seq_length, int(m["max_seq_length"])),
+               ("--max-predictions-per-seq", "P", max_predictions_per_seq, int(m["max_predictions_per_seq"])))
+    for flag, symbol, given, have in lengths:
         if given is not None and given != have:
+            if lengths_from:
+                raise ShardSpecError(f"{what} {pattern} holds shards of {symbol}={have} and {lengths_from} "
+                                     f"{symbol}={given}: give shards of the same lengths")
             raise ShardSpecError(f"{pattern}: {flag} {given} but the shards were made with {have}")
-    return ShardSet(opened.files, manifest.shard_shape(m), data_vocab, opened.records, manifest.objective(m))
+    return ShardSet(opened.files, manifest.shard_shape(m), data_vocab, opened.records, manifest.objective(m),
+                    m["vocab"])
 
 
 def describe(shape: schema.Shape) -> str:
@@ -180,16 +192,19 @@ class DynamicMasker:
         return {name: np.ascontiguousarray(getattr(b, name)) for name in schema.FEATURES}
 
 
-def open_pairs(pattern: str, max_predictions_per_seq: int) -> tuple[ShardSet, masking.VocabIds]:
+def open_pairs(pattern: str, max_predictions_per_seq: int | None = None, masked_lm_prob: float = 0.15,
+               what: str = "--data") -> tuple[ShardSet, masking.VocabIds]:
     """Pair files (a `pairs` output directory, a glob or a comma list) for dynamic masking, checked by their
-    manifests (manifest.open_output)."""
+    manifests (manifest.open_output). The batches hold `max_predictions_per_seq` predictions a row; None: the
+    project's rule for the pairs' length, masking.default_max_predictions (20 at L=128, 77 at L=512)."""
     try:
-        opened = manifest.open_output(pattern, (manifest.PAIRS,), what="--data")
+        opened = manifest.open_output(pattern, (manifest.PAIRS,), what=what)
     except manifest.ManifestError as e:
         raise ShardSpecError(f"{e} (--dynamic-masking reads the pair records made by `bertprep pairs`)") from None
     m = opened.manifest
-    shape = schema.Shape(int(m["max_seq_length"]), max_predictions_per_seq)
-    return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records, manifest.objective(m)),
+    length = int(m["max_seq_length"])
+    shape = schema.Shape(length, max_predictions_per_seq or masking.default_max_predictions(length, masked_lm_prob))
+    return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records, manifest.objective(m), m["vocab"]),
             masking.VocabIds.from_json(m["vocab"]["ids"]))
 
 
@@ -293,6 +308,34 @@ class ShardDataset(IterableDataset):
         return out
 
 
+def ignore_stop_signals(worker_id: int = 0) -> None:
+    """A DataLoader worker's worker_init_fn: SIGINT is ignored, and the first SIGTERM. A terminal's Ctrl-C reaches
+    the whole process group and a cluster may SIGTERM every process, but the rank decides: it finishes its step,
+    saves a checkpoint (model.train.Stop) and ends its workers itself (the loader's done event). A second SIGTERM
+    ends a worker as usual: the one multiprocessing sends a worker still alive at shutdown, so exit never waits on
+    a worker that ignores it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _first_sigterm)
+
+
+def _first_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)   # the next one ends this worker
+
+
+@contextlib.contextmanager
+def batches_of(loader: DataLoader):
+    """iter(loader), whose worker processes end with the block however it ends (an error, a closed generator).
+
+    Not left to garbage collection: an error's traceback can keep the iterator alive until exit, where
+    multiprocessing ends leftover workers with SIGTERM, the first of which ours ignore (ignore_stop_signals)."""
+    batches = iter(loader)
+    try:
+        yield batches
+    finally:
+        if hasattr(batches, "_shutdown_workers"):  # the multi-process iterator's own clean-up (its __del__ calls it)
+            batches._shutdown_workers()
+
+
 class Loader:
     """Endless batches from a ShardDataset, epoch after epoch, remembering which ones the caller has taken.
 
@@ -312,28 +355,30 @@ class Loader:
                 "batch_size": self.dataset.batch_size, "files": len(self.dataset.files)}
 
     def load_state_dict(self, state: dict) -> None:
-        saved = (state["world_size"], state["readers"], state["batch_size"], state["files"])
-        have = (self.dataset.world_size, self.readers, self.dataset.batch_size, len(self.dataset.files))
-        if saved != have:
-            raise ShardSpecError(
-                "cannot resume the data position exactly: it was saved for (ranks, readers per rank, batch per "
-                f"rank, files) = {saved}, this run has {have}; use the same world size, --num-workers, "
-                "--batch-size, --grad-accum and data")
+        have = {"world_size": self.dataset.world_size, "readers": self.readers,
+                "batch_size": self.dataset.batch_size, "files": len(self.dataset.files)}
+        words = {"world_size": "ranks", "readers": "readers per rank (DataLoader workers, at least 1)",
+                 "batch_size": "rows per rank and batch", "files": "files"}
+        differ = [f"{words[key]} {state[key]} -> {have[key]}" for key in have if state[key] != have[key]]
+        if differ:
+            raise ShardSpecError(f"cannot resume the data position exactly ({', '.join(differ)}): use the same world "
+                                 "size, --num-workers, --batch-size, --grad-accum and data")
         self.epoch, self.taken, self.next_worker = state["epoch"], list(state["taken"]), state["next_worker"]
 
     def __iter__(self):
         while True:
             self.dataset.set_position(self.epoch, self.taken, self.next_worker)
             loader = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers,
-                                pin_memory=self.pin_memory,
+                                pin_memory=self.pin_memory, worker_init_fn=ignore_stop_signals,
                                 generator=torch.Generator())  # keeps the global torch RNG (dropout) untouched
             produced = False
-            for batch in loader:
-                produced = True
-                worker, index = batch.pop("worker"), batch.pop("index")
-                self.taken[worker] = index + 1
-                self.next_worker = (worker + 1) % self.readers
-                yield batch
+            with batches_of(loader) as batches:
+                for batch in batches:
+                    produced = True
+                    worker, index = batch.pop("worker"), batch.pop("index")
+                    self.taken[worker] = index + 1
+                    self.next_worker = (worker + 1) % self.readers
+                    yield batch
             if not produced and not any(self.taken):
                 raise ShardSpecError(f"no full batch of {self.dataset.batch_size} in one epoch of "
                                  f"{len(self.dataset.files)} file(s) on this rank's readers: "

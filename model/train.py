@@ -9,11 +9,17 @@ shards (`bertprep pack`) are read as their manifest says; the log counts instanc
 share either way, so packed and unpacked runs compare. RUN_DIR gets config.json, log.jsonl, TensorBoard events
 (tb/) and checkpoints/step-N.pt; `--resume` continues from the latest checkpoint with the very next batch.
 
+Ctrl-C (SIGINT) or a cluster's SIGTERM stops the run at the end of the current step with a checkpoint there, on every
+rank at the same step; it exits 130 (143 for SIGTERM) with one line naming the checkpoint. A second signal stops at
+once, without one. A resumed run with another --steps keeps the run's warmup (unless --warmup-steps is given) and
+stretches the decay to the new --steps: its first step runs at the lr that schedule has there.
+
 The shards' manifest says the objective: nsp (google's), sop (ALBERT's sentence order: the same two-way head,
 logged as sop_loss and sop_accuracy) or none (RoBERTa's full-sentence rows: masked LM only, no sentence head).
 
 Reads top to bottom: the flags; `train`, which sets up (ranks and device, the run directory, data, model and
-optimizer, a resumed state) and hands a `Session` to `train_loop`; the loop's parts (one optimizer step, the named
+optimizer, a resumed state) and hands a `Session` to `train_loop`; `Stop`, the signals it checks at every step
+boundary; the loop's parts (one optimizer step, the named
 statistics it logs, evaluation, checkpoints); LAMB; small helpers; the command's `run` and `main`.
 """
 from __future__ import annotations
@@ -27,7 +33,9 @@ import math
 import os
 import random
 import shutil
+import signal
 import sys
+import threading
 import time
 import types
 from dataclasses import dataclass
@@ -54,11 +62,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="masked-LM shards, packed or not (not both): a directory, a glob or a comma list")
     g.add_argument("--eval-data", help="glob of held-out shards (default: the last training file is held out)")
     g.add_argument("--max-seq-length", type=positive_int, help="required for shards without a manifest (google-made)")
-    g.add_argument("--max-predictions-per-seq", type=positive_int, help="required for shards without a manifest")
+    g.add_argument("--max-predictions-per-seq", type=positive_int,
+                   help="required for shards without a manifest; with --dynamic-masking default max(20, "
+                        "round(L x --masked-lm-prob)): 20 at L=128, 77 at L=512")
     g.add_argument("--allow-incomplete", action="store_true", help="read shards whose directory has no manifest")
     g.add_argument("--dynamic-masking", action="store_true",
                    help="--data is a `pairs` output: mask it afresh every epoch (RoBERTa-style) instead of reading "
-                        "masked shards; masking flags below, --max-predictions-per-seq default 20")
+                        "masked shards; masking flags below, --max-predictions-per-seq default max(20, "
+                        "round(L x --masked-lm-prob))")
     g.add_argument("--masked-lm-prob", type=probability, default=0.15, help="with --dynamic-masking")
     g.add_argument("--whole-word-mask", action="store_true", help="with --dynamic-masking")
     g.add_argument("--ngram-max", type=positive_int, default=1, help="with --dynamic-masking")
@@ -69,13 +80,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default="mini", help="tiny|mini|base|large or a config JSON")
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g = p.add_argument_group("optimisation")
-    g.add_argument("--steps", type=positive_int, default=10_000, help="optimizer steps; the schedule decays to 0 here")
+    g.add_argument("--steps", type=positive_int, default=10_000,
+                   help="optimizer steps; the schedule decays to 0 here (on --resume with another --steps the decay "
+                        "is stretched to the new total, the run's warmup kept)")
     g.add_argument("--batch-size", type=positive_int, default=256,
                    help="global batch: rows per optimizer step (a packed row holds several instances)")
     g.add_argument("--grad-accum", type=positive_int, default=1, help="micro-steps per optimizer step")
     g.add_argument("--lr", type=positive_float, default=1e-4, help="peak learning rate (google: 1e-4 for BERT-Base)")
     g.add_argument("--warmup-steps", type=nonnegative_int, default=None,
-                   help="linear warmup steps (default: 1%% of --steps)")
+                   help="linear warmup steps (default: 1%% of --steps; on --resume, the resumed run's)")
     g.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
     g.add_argument("--weight-decay", type=nonnegative_float, default=0.01,
                    help="not applied to LayerNorm weights and biases")
@@ -111,54 +124,62 @@ class RunError(ValueError):
 # ---- the run: set up, then the loop --------------------------------------------------------------------------------
 
 def train(args: argparse.Namespace) -> dict:
-    """Runs (or resumes) training; returns {"history": logged dicts, "step", "run_dir", "checkpoint"}."""
+    """Runs (or resumes) training; returns {"history": logged dicts, "step", "run_dir", "checkpoint", "interrupted":
+    the signal that stopped it early with a checkpoint (0: none), "steps_run": by this call, "master": rank 0}."""
     ranks = setup_ranks(args.device)
-    if args.batch_size % (ranks.world * args.grad_accum):
-        raise RunError(f"--batch-size {args.batch_size} is not divisible by world size {ranks.world} x --grad-accum "
-                       f"{args.grad_accum}")
-    micro_batch = args.batch_size // (ranks.world * args.grad_accum)
-    resume_path = start_run_dir(args, ranks)
-    checkpoint = torch.load(resume_path, map_location="cpu", weights_only=False) if resume_path else None
-    if checkpoint:
-        config = config_lib.BertConfig.from_json(checkpoint["config"])
-    else:
-        config = config_lib.from_name_or_json(args.model)
-    preset = checkpoint is None and args.model in config_lib.PRESETS  # a preset takes the data's vocab
-    config, shards = open_data(args, config, preset)
-    if checkpoint and checkpoint_objective(checkpoint) != shards.objective:
-        raise RunError(f"{args.output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
-                       f"holds objective {shards.objective} shards: resume on the same objective, or start a new run")
-    loader = data.Loader(data.ShardDataset(shards.train_files, shards.shape, micro_batch,
-                                           vocab_size=config.vocab_size, seed=args.seed,
-                                           shuffle_buffer=args.shuffle_buffer, records=shards.records,
-                                           decoder=shards.decoder),
-                         num_workers=args.num_workers, pin_memory=ranks.device_type == "cuda")
-    model, optimizer, scheduler = build_model(args, config, ranks, sentence_head=shards.task is not None)
-    step = restore(checkpoint, model, optimizer, scheduler, loader, ranks.rank) if checkpoint else 0
-    del checkpoint  # its copies of the states are loaded: free them
-    step_model = torch.compile(model) if args.compile else model
-    if ranks.ddp:
-        step_model = DDP(step_model, device_ids=[ranks.local_rank] if ranks.device_type == "cuda" else None)
+    with Stop(ranks) as stop:  # SIGINT and SIGTERM from here on: stop at a step boundary, with a checkpoint
+        if args.batch_size % (ranks.world * args.grad_accum):
+            raise RunError(f"--batch-size {args.batch_size} is not divisible by world size {ranks.world} x "
+                           f"--grad-accum {args.grad_accum}")
+        micro_batch = args.batch_size // (ranks.world * args.grad_accum)
+        resume_path = start_run_dir(args, ranks)
+        checkpoint = torch.load(resume_path, map_location="cpu", weights_only=False) if resume_path else None
+        if checkpoint:
+            config = config_lib.BertConfig.from_json(checkpoint["config"])
+        else:
+            config = config_lib.from_name_or_json(args.model)
+        preset = checkpoint is None and args.model in config_lib.PRESETS  # a preset takes the data's vocab
+        config, shards = open_data(args, config, preset)
+        if checkpoint:
+            check_resumable(checkpoint, args, ranks, shards, micro_batch)
+        loader = data.Loader(data.ShardDataset(shards.train_files, shards.shape, micro_batch,
+                                               vocab_size=config.vocab_size, seed=args.seed,
+                                               shuffle_buffer=args.shuffle_buffer, records=shards.records,
+                                               decoder=shards.decoder),
+                             num_workers=args.num_workers, pin_memory=ranks.device_type == "cuda")
+        warmup = schedule_warmup(args, checkpoint)
+        model, optimizer, scheduler = build_model(args, config, ranks, shards.task is not None, warmup)
+        step = 0
+        if checkpoint:
+            step = restore(checkpoint, model, optimizer, scheduler, loader, ranks.rank)
+            continue_schedule(checkpoint, args, optimizer, scheduler, step, warmup, ranks.master)
+        del checkpoint  # its copies of the states are loaded: free them
+        step_model = torch.compile(model) if args.compile else model
+        if ranks.ddp:
+            step_model = DDP(step_model, device_ids=[ranks.local_rank] if ranks.device_type == "cuda" else None)
 
-    log = RunLog(args.output, args.steps, ranks.master)
-    if ranks.master:
-        os.makedirs(os.path.join(args.output, "checkpoints"), exist_ok=True)
-        with open(os.path.join(args.output, "config.json"), "w") as f:
-            f.write(config.to_json())
-        attention = f"{model.packed_attention}, one block per instance" if shards.shape.packed else "sdpa"
-        print(f"model: {model.num_params() / 1e6:.2f}M parameters ({args.model}); data: {len(shards.train_files)} "
-              f"train / {len(shards.eval_files)} eval file(s) of {data.describe(shards.shape)}, objective "
-              f"{shards.objective}; attention: {attention}; {ranks.world} rank(s) x {args.grad_accum} micro-step(s) of "
-              f"{micro_batch} rows on {ranks.device}; step {step}/{args.steps}")
-    session = Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, loader, log)
-    first_step = step
-    step, last_checkpoint = train_loop(session, step, resume_path)
-    if args.eval_every and shards.eval_files and step == args.steps > first_step:
-        log(evaluate(session, step))
-    log.close()
-    if ranks.ddp:
-        dist.destroy_process_group()
-    return {"history": log.history, "step": step, "run_dir": args.output, "checkpoint": last_checkpoint}
+        log = RunLog(args.output, args.steps, ranks.master)
+        if ranks.master:
+            os.makedirs(os.path.join(args.output, "checkpoints"), exist_ok=True)
+            with open(os.path.join(args.output, "config.json"), "w") as f:
+                f.write(config.to_json())
+            attention = f"{model.packed_attention}, one block per instance" if shards.shape.packed else "sdpa"
+            print(f"model: {model.num_params() / 1e6:.2f}M parameters ({args.model}); data: "
+                  f"{len(shards.train_files)} train / {len(shards.eval_files)} eval file(s) of "
+                  f"{data.describe(shards.shape)}, objective {shards.objective}; attention: {attention}; "
+                  f"{ranks.world} rank(s) x {args.grad_accum} micro-step(s) of {micro_batch} rows on {ranks.device}; "
+                  f"step {step}/{args.steps}")
+        session = Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup,
+                          loader, log, stop)
+        first_step = step
+        step, last_checkpoint, stopped = train_loop(session, step, resume_path)
+        if args.eval_every and shards.eval_files and step == args.steps > first_step:
+            log(evaluate(session, step))
+        log.close()
+        if ranks.ddp:
+            dist.destroy_process_group()
+    return {"history": log.history, "step": step, "run_dir": args.output, "checkpoint": last_checkpoint,
+            "interrupted": stopped, "steps_run": step - first_step, "master": ranks.master}
 
 
 @dataclass
@@ -169,6 +190,7 @@ class Ranks:
     local_rank: int
     device: str   # "cpu", "cuda", or "cuda:LOCAL_RANK" under torchrun
     ddp: bool
+    control: object = None  # a gloo group for CPU-side messages (Stop's agreement), the GPU queues untouched
 
     @property
     def master(self) -> bool:
@@ -191,8 +213,9 @@ def setup_ranks(device: str | None) -> Ranks:
         local_rank = int(os.environ["LOCAL_RANK"])
         use_cuda = torch.cuda.is_available() and device != "cpu"
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        control = dist.new_group(backend="gloo") if use_cuda else dist.group.WORLD
         ranks = Ranks(dist.get_rank(), dist.get_world_size(), local_rank,
-                      f"cuda:{local_rank}" if use_cuda else "cpu", ddp=True)
+                      f"cuda:{local_rank}" if use_cuda else "cpu", ddp=True, control=control)
         if use_cuda:
             torch.cuda.set_device(ranks.device)
     else:
@@ -234,6 +257,7 @@ class Shards:
     records: dict[str, int]                 # file -> record count from its manifest, checked as files end
     decoder: data.DynamicMasker | None      # --dynamic-masking: pairs masked afresh each epoch; None: shards
     objective: str                          # nsp | sop | none, from the manifest (manifest.OBJECTIVES)
+    vocab: dict | None                      # the manifest's vocab entry (export-hf writes it); None: google's shards
 
     @property
     def task(self) -> str | None:
@@ -246,7 +270,7 @@ def open_data(args: argparse.Namespace, config: config_lib.BertConfig,
     """The training and held-out files, checked against the model config; a preset config takes the data's vocab."""
     decoder = None
     if args.dynamic_masking:
-        found, vocab_ids = data.open_pairs(args.data, args.max_predictions_per_seq or 20)
+        found, vocab_ids = data.open_pairs(args.data, args.max_predictions_per_seq, args.masked_lm_prob)
         if not preset and found.vocab_size != config.vocab_size:
             raise data.ShardSpecError(f"pairs use a vocab of {found.vocab_size} ids, the model has vocab_size "
                                       f"{config.vocab_size}")
@@ -264,7 +288,8 @@ def open_data(args: argparse.Namespace, config: config_lib.BertConfig,
         raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")
     train_files, eval_files, eval_shape = held_out_split(args, found, config.vocab_size)
-    return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder, found.objective)
+    return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder, found.objective,
+                          found.vocab)
 
 
 def held_out_split(args: argparse.Namespace, found: data.ShardSet,
@@ -274,12 +299,16 @@ def held_out_split(args: argparse.Namespace, found: data.ShardSet,
     shape = found.shape
     if args.eval_data:
         if args.dynamic_masking:  # pair records, masked by the training run's masker, at its lengths
-            held = data.open_pairs(args.eval_data, shape.max_predictions_per_seq)[0]
+            held = data.open_pairs(args.eval_data, shape.max_predictions_per_seq, what="--eval-data")[0]
+            if held.shape.max_seq_length != shape.max_seq_length:
+                raise data.ShardSpecError(f"--eval-data {args.eval_data} holds pairs of L={held.shape.max_seq_length} "
+                                          f"and --data L={shape.max_seq_length}: give pairs of the same length")
         else:
             # google-made held-out files (no manifest) are read with the training shards' lengths; packed shards'
-            # instances share L, not the rows' M
+            # instances share L, not the rows' M. A mismatch names the two data sets, not flags never passed.
             held = data.open_shards(args.eval_data, vocab_size, shape.max_seq_length,
-                                    None if shape.packed else shape.max_predictions_per_seq, args.allow_incomplete)
+                                    None if shape.packed else shape.max_predictions_per_seq, args.allow_incomplete,
+                                    what="--eval-data", lengths_from="--data")
         if held.shape.packed != shape.packed:
             raise data.ShardSpecError(f"--eval-data {args.eval_data} holds {data.describe(held.shape)} and --data "
                                       f"{data.describe(shape)}: give held-out shards of the same kind")
@@ -295,7 +324,8 @@ def held_out_split(args: argparse.Namespace, found: data.ShardSet,
     return found.files, [], shape
 
 
-def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: Ranks, sentence_head: bool):
+def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: Ranks, sentence_head: bool,
+                warmup: int):
     """(model, optimizer, schedule) for a fresh run: the same initial weights on every rank."""
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -310,10 +340,69 @@ def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: 
     else:  # google's AdamWeightDecayOptimizer has no bias correction; torch's AdamW (and HF's) has.
         optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-6,
                                       fused=ranks.device_type == "cuda")
-    warmup = args.warmup_steps if args.warmup_steps is not None else args.steps // 100
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, args.steps))
     torch.manual_seed(args.seed + ranks.rank)  # dropout masks differ across ranks
     return model, optimizer, scheduler
+
+
+def check_resumable(checkpoint: dict, args: argparse.Namespace, ranks: Ranks, shards: Shards,
+                    micro_batch: int) -> None:
+    """Refuses a resume that cannot go on where the checkpoint stopped, naming what differs: the objective, --steps,
+    or what the data position depends on (world size, readers, rows per micro-step, the training files)."""
+    if checkpoint_objective(checkpoint) != shards.objective:
+        raise RunError(f"{args.output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
+                       f"holds objective {shards.objective} shards: resume on the same objective, or start a new run")
+    if checkpoint["step"] > args.steps:
+        raise RunError(f"--steps {args.steps}, but {args.output} is at step {checkpoint['step']} already: give a "
+                       "larger --steps to go on")
+    saved, before = checkpoint["ranks"][0]["loader"], checkpoint.get("args", {})
+    differ = []
+    if saved["world_size"] != ranks.world:
+        differ.append(f"world size: {saved['world_size']} in the checkpoint, {ranks.world} now")
+    if saved["readers"] != max(1, args.num_workers):  # 0 and 1 workers both read as one
+        differ.append(f"--num-workers: {before.get('num_workers', saved['readers'])} in the checkpoint, "
+                      f"{args.num_workers} now")
+    if saved["batch_size"] != micro_batch:
+        then = (f" = {before['batch_size']} / ({saved['world_size']} x {before['grad_accum']})"
+                if "grad_accum" in before else "")
+        differ.append(f"rows per rank and micro-step (--batch-size / (world size x --grad-accum)): "
+                      f"{saved['batch_size']}{then} in the checkpoint, {micro_batch} = {args.batch_size} / "
+                      f"({ranks.world} x {args.grad_accum}) now")
+    if saved["files"] != len(shards.train_files):
+        held_out = [bool(a.get("eval_every")) and not a.get("eval_data") for a in (before, vars(args))]  # the split
+        why = ("--eval-every without --eval-data holds the last file out: pass the same --eval-every/--eval-data "
+               "as the run you resume" if "eval_every" in before and held_out[0] != held_out[1]
+               else "resume on the same --data")
+        differ.append(f"training files: {saved['files']} in the checkpoint, {len(shards.train_files)} now ({why})")
+    if differ:
+        raise RunError(f"cannot resume {args.output} where it stopped: " + "; ".join(differ))
+
+
+def schedule_warmup(args: argparse.Namespace, checkpoint: dict | None) -> int:
+    """The schedule's warmup steps: --warmup-steps; else a resumed run's own (its default was 1% of its --steps,
+    and a larger --steps must not send it back into warmup); else 1% of --steps."""
+    if args.warmup_steps is not None:
+        return args.warmup_steps
+    if checkpoint is None:
+        return args.steps // 100
+    before = checkpoint["args"]  # checkpoints older than the "warmup" entry: what that run computed
+    return checkpoint.get("warmup", before["warmup_steps"] if before.get("warmup_steps") is not None
+                          else before["steps"] // 100)
+
+
+def continue_schedule(checkpoint: dict, args: argparse.Namespace, optimizer, scheduler, step: int, warmup: int,
+                      master: bool) -> None:
+    """Sets the lr of `step` on this run's schedule. The optimizer's saved lr is the old schedule's (0 at its end):
+    with another --steps the decay is stretched (or shortened) to the new total from this very step."""
+    scale = lr_multiplier(step, warmup, args.steps)
+    for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+        group["lr"] = base * scale  # LambdaLR's own product: an unchanged schedule stays bitwise the same
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]  # what get_last_lr() says, likewise
+    before = checkpoint["args"]["steps"]
+    if before != args.steps and master:
+        print(f"--steps {args.steps} (the checkpoint's run: {before}): the schedule is "
+              f"{'stretched' if args.steps > before else 'shortened'} to {args.steps} steps; lr at step {step} is "
+              f"{optimizer.param_groups[0]['lr']:.2e}")
 
 
 def restore(checkpoint: dict, model, optimizer, scheduler, loader: data.Loader, rank: int) -> int:
@@ -340,36 +429,106 @@ class Session:
     step_model: torch.nn.Module      # what a training step calls: the model, compiled and/or DDP-wrapped
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
+    warmup: int                      # the schedule's warmup steps, kept across resumes
     loader: data.Loader
     log: RunLog
+    stop: Stop
 
 
-def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tuple[int, str | None]:
-    """Evaluate, step, log, checkpoint until --steps (or --stop-after); returns (step, the last checkpoint)."""
+def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tuple[int, str | None, int]:
+    """Evaluate, step, log, checkpoint until --steps, --stop-after or a signal; returns (step, the last checkpoint,
+    the signal that stopped the run early or 0)."""
     args = session.args
     batches, sums = iter(session.loader), Sums(stat_names(session.shards.task), session.ranks.device)
-    interval_steps, interval_start, first_step = 0, time.time(), step
-    while step < args.steps:
-        if args.eval_every and step % args.eval_every == 0 and session.shards.eval_files:
-            eval_start = time.time()
-            session.log(evaluate(session, step))
-            interval_start += time.time() - eval_start  # evaluation time is not training throughput
+    interval_steps, interval_start, first_step, stopped = 0, time.time(), step, 0
+    try:
+        while step < args.steps:
+            stopped = session.stop.agreed(step)  # a step boundary: the loader's position is a whole step's
+            if stopped:
+                break
+            if args.eval_every and step % args.eval_every == 0 and session.shards.eval_files:
+                eval_start = time.time()
+                session.log(evaluate(session, step))
+                interval_start += time.time() - eval_start  # evaluation time is not training throughput
 
-        lr, grad_norm = train_step(session, batches, sums)
-        interval_steps += 1
+            lr, grad_norm = train_step(session, batches, sums)
+            interval_steps += 1
 
-        if step % args.log_every == 0 or step == args.steps - 1:
-            elapsed = time.time() - interval_start
-            session.log(train_record(session, step, sums.collect(), lr, grad_norm, interval_steps, elapsed))
-            interval_steps, interval_start = 0, time.time()
+            if step % args.log_every == 0 or step == args.steps - 1:
+                elapsed = time.time() - interval_start
+                session.log(train_record(session, step, sums.collect(), lr, grad_norm, interval_steps, elapsed))
+                interval_steps, interval_start = 0, time.time()
 
-        step += 1
-        stopping = args.stop_after is not None and step - first_step >= args.stop_after
-        if step == args.steps or stopping or (args.checkpoint_every and step % args.checkpoint_every == 0):
+            step += 1
+            stopping = args.stop_after is not None and step - first_step >= args.stop_after
+            if step == args.steps or stopping or (args.checkpoint_every and step % args.checkpoint_every == 0):
+                last_checkpoint = save_checkpoint(session, step)
+            if stopping:
+                break
+    finally:
+        batches.close()  # its DataLoader workers end now, however the loop ended
+    if stopped and step > first_step:
+        if interval_steps:  # the steps since the last record: their statistics are not lost either
+            session.log(train_record(session, step - 1, sums.collect(), lr, grad_norm, interval_steps,
+                                     time.time() - interval_start))
+        if last_checkpoint != checkpoint_path(args.output, step):
             last_checkpoint = save_checkpoint(session, step)
-        if stopping:
-            break
-    return step, last_checkpoint
+    return step, last_checkpoint, stopped
+
+
+class Stop:
+    """SIGINT (Ctrl-C) and SIGTERM (a cluster's preemption) while training: the first asks for a stop at the next
+    step boundary, with a checkpoint there; a second stops at once (KeyboardInterrupt), without one. A repeat within
+    a second is the same stop relayed, not a second: torchrun forwards the signal it gets to every rank, which had it
+    from the terminal (or the cluster) already.
+
+    A signal may reach some ranks only, or at different steps, so the ranks agree at every step boundary: the
+    largest signal number any rank got (SIGTERM outranks SIGINT, and every rank exits alike), all-reduced on a CPU
+    (gloo) group, which leaves the GPUs' queues alone; one process needs no message. Handlers are the main thread's;
+    the previous ones come back when `train` returns or raises.
+    """
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    AGAIN_AFTER_S = 1.0  # a person's second Ctrl-C comes later; a launcher's relayed copy within milliseconds
+
+    def __init__(self, ranks: Ranks):
+        self.ranks, self.pid, self.previous = ranks, os.getpid(), {}
+        self.signum, self.since, self.next = 0, 0.0, None
+
+    def __enter__(self) -> Stop:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self.handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def handle(self, signum: int, frame) -> None:
+        if os.getpid() != self.pid:  # a forked DataLoader worker before its worker_init_fn: its rank decides
+            return
+        if self.signum and time.monotonic() - self.since >= self.AGAIN_AFTER_S:
+            raise KeyboardInterrupt
+        if self.signum:  # the same stop, relayed
+            self.signum = max(self.signum, signum)
+            return
+        self.signum, self.since = signum, time.monotonic()
+        if self.ranks.master:  # os.write: print() could be in the middle of writing the log line
+            where = f"at step {self.next}" if self.next is not None else "before the first step"
+            with contextlib.suppress(OSError):
+                os.write(1, f"{signal.Signals(signum).name}: stopping {where}, with a checkpoint (signal again to "
+                            "stop at once, without one)\n".encode())
+
+    def agreed(self, step: int) -> int:
+        """The signal all ranks stop for at this step boundary (0: go on); every rank calls it at every one."""
+        self.next = step + 1  # a signal from now on is not in this answer: it stops the run after this step
+        signum = self.signum
+        if self.ranks.control is not None:
+            flag = torch.tensor([signum])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ranks.control)
+            signum = int(flag)
+        if signum and not self.signum and self.ranks.master:
+            print(f"{signal.Signals(signum).name} reached another rank: stopping at step {step}, with a checkpoint")
+        return signum
 
 
 def train_step(session: Session, batches, sums: Sums) -> tuple[float, torch.Tensor]:
@@ -386,7 +545,7 @@ def train_step(session: Session, batches, sums: Sums) -> tuple[float, torch.Tens
             (out["loss"] / session.args.grad_accum).backward()
         sums.add(batch_stats(out, batch, session.shards.task))
     grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), session.args.clip_norm)
-    lr = session.scheduler.get_last_lr()[0]
+    lr = session.optimizer.param_groups[0]["lr"]
     session.optimizer.step()
     session.scheduler.step()
     session.optimizer.zero_grad(set_to_none=True)
@@ -482,18 +641,20 @@ def evaluate(session: Session, step: int) -> dict:
                                 vocab_size=session.config.vocab_size, shuffle=False, drop_last=False,
                                 decoder=session.shards.decoder)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(session.args.num_workers, 1),
+                                         worker_init_fn=data.ignore_stop_signals,
                                          generator=torch.Generator())  # leaves the training RNG alone
     session.model.eval()
     sums = Sums(stat_names(session.shards.task, evaluation=True), session.ranks.device)
-    for i, batch in enumerate(loader):
-        if i == session.args.eval_batches:
-            break
-        batch = {k: v.to(session.ranks.device) for k, v in batch.items() if k not in ("worker", "index")}
-        with session.ranks.autocast():
-            out = session.model(**batch)
-        stats = batch_stats(out, batch, session.shards.task)
-        stats["mlm_ce"] = out["mlm_loss"] * (stats["mlm_weight"] + MLM_LOSS_EPS)  # back to a sum over predictions
-        sums.add(stats)
+    with data.batches_of(loader) as batches:
+        for i, batch in enumerate(batches):
+            if i == session.args.eval_batches:
+                break
+            batch = {k: v.to(session.ranks.device) for k, v in batch.items() if k not in ("worker", "index")}
+            with session.ranks.autocast():
+                out = session.model(**batch)
+            stats = batch_stats(out, batch, session.shards.task)
+            stats["mlm_ce"] = out["mlm_loss"] * (stats["mlm_weight"] + MLM_LOSS_EPS)  # a sum over predictions again
+            sums.add(stats)
     s = sums.collect()
     positions = s["sequences"] * session.shards.eval_shape.max_seq_length
     return {"split": "eval", "step": step, "mlm_loss": s["mlm_ce"] / max(s["mlm_weight"], 1.0),
@@ -567,6 +728,10 @@ class Lamb(torch.optim.Optimizer):
 
 # ---- checkpoints --------------------------------------------------------------------------------------------------
 
+def checkpoint_path(run_dir: str, step: int) -> str:
+    return os.path.join(run_dir, "checkpoints", f"step-{step:08d}.pt")
+
+
 def latest_checkpoint(run_dir: str) -> str | None:
     paths = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step-*.pt")))
     return paths[-1] if paths else None
@@ -600,11 +765,13 @@ def save_checkpoint(session: Session, step: int) -> str:
     ranks = [None] * session.ranks.world if session.ranks.ddp else [own]
     if session.ranks.ddp:
         dist.all_gather_object(ranks, own)
-    path = os.path.join(session.args.output, "checkpoints", f"step-{step:08d}.pt")
+    path = checkpoint_path(session.args.output, step)
     if session.ranks.master:
         checkpoint = {"step": step, "model": session.model.state_dict(), "optimizer": session.optimizer.state_dict(),
                       "scheduler": session.scheduler.state_dict(), "config": session.config.to_json(), "ranks": ranks,
-                      "args": vars(session.args), "objective": session.shards.objective}
+                      "args": vars(session.args), "objective": session.shards.objective,
+                      "vocab": session.shards.vocab, "max_seq_length": session.shards.shape.max_seq_length,
+                      "warmup": session.warmup}
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             torch.save(checkpoint, f)
@@ -648,16 +815,33 @@ def format_field(key: str, value) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`bertprep train`: trains; a problem with the flags, the run directory or the data is one line, exit 2."""
+    """`bertprep train`: trains; a problem with the flags, the run directory or the data is one line, exit 2; a run
+    stopped by SIGINT or SIGTERM is one line saying where its checkpoint is, exit 128 + the signal (130, 143)."""
     try:
-        train(args)
+        result = train(args)
     except (RunError, data.ShardSpecError, data.BadRecordError, CorruptRecordError) as e:
         message = str(e).strip()
         if "Original Traceback" in message:  # raised in a DataLoader worker: its last line is the error itself
             message = message.splitlines()[-1]
         print(f"bertprep train: error: {message}", file=sys.stderr)
         return 2
+    if result["interrupted"]:
+        if result["master"]:
+            print(interrupted(args, result), file=sys.stderr)
+        return 128 + result["interrupted"]
     return 0
+
+
+def interrupted(args: argparse.Namespace, result: dict) -> str:
+    """The one line of a run a signal stopped: where its work is, and how to go on."""
+    name = signal.Signals(result["interrupted"]).name
+    if not result["steps_run"]:
+        latest = f" (the latest: {result['checkpoint']})" if result["checkpoint"] else ""
+        return (f"bertprep train: interrupted by {name} before its first step: nothing new trained, no checkpoint "
+                f"written{latest}")
+    again = "the same command" if args.resume else "the same command and --resume"
+    return (f"bertprep train: interrupted by {name} at step {result['step']}: saved {result['checkpoint']}; "
+            f"resume with {again}")
 
 
 def main(argv: list[str]) -> int:

@@ -25,8 +25,18 @@ TINY = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, i
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 
+def write_vocab(path, size=VOCAB) -> dict:
+    """A vocab.txt of `size` tokens, google's five special ones first; returns the manifest's entry for it."""
+    from pipeline.text import tokenization
+
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, size)]) + "\n")
+    return {"path": str(path), "sha256": tokenization.vocab_sha256(str(path)), "size": size, "lowercase": True}
+
+
 def write_shards(directory, sizes, vocab=VOCAB, seed=0, skewed=False):
-    """Masked-LM shards with a bertprep manifest. `skewed`: masked tokens are 80% id 10, 20% id 11 (learnable)."""
+    """Masked-LM shards with a bertprep manifest (and the vocab.txt it names, beside them). `skewed`: masked tokens
+    are 80% id 10, 20% id 11 (learnable)."""
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
     entries = []
@@ -49,8 +59,8 @@ def write_shards(directory, sizes, vocab=VOCAB, seed=0, skewed=False):
             tfrecord.write_records(f, schema.encode_batch(batch))
         entries.append({"file": name, "records": n})
     with open(os.path.join(directory, "manifest.json"), "w") as f:
-        json.dump({"format": "bertprep.shards/1", "vocab": {"size": vocab}, "max_seq_length": L,
-                   "max_predictions_per_seq": P, "files": entries}, f)
+        json.dump({"format": "bertprep.shards/1", "vocab": write_vocab(os.path.join(directory, "vocab.txt"), vocab),
+                   "max_seq_length": L, "max_predictions_per_seq": P, "files": entries}, f)
     return os.path.join(directory, "*.tfrecord")
 
 
@@ -203,7 +213,7 @@ def test_checkpoints_are_atomic_and_pruned(short_run):
 def test_export_hf_loads_without_missing_keys_and_matches(short_run, tmp_path):
     transformers = pytest.importorskip("transformers")
     out = tmp_path / "hf"
-    assert export_hf.main([str(short_run), str(out)]) == 0
+    assert export_hf.main([str(short_run), str(out)]) == 0   # the vocab: the one the shards' manifest names
     hf, info = transformers.BertForPreTraining.from_pretrained(str(out), output_loading_info=True)
     assert all(not v for v in info.values()), info  # no missing, unexpected or mismatched keys
     ours = Bert(TINY)

@@ -100,6 +100,25 @@ def uniforms(seeds: np.ndarray, stream: int, index: np.ndarray) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
+GOOGLE_MAX_PREDICTIONS = 20   # create_pretraining_data.py's --max_predictions_per_seq default
+
+
+def default_max_predictions(max_seq_length: int, masked_lm_prob: float) -> int:
+    """--max-predictions-per-seq when none is given: max(20, the smallest P that never caps google's count rule).
+
+    The rule asks round(n x p) predictions of an instance of n <= L tokens, most at n = L; a P below round(L x p)
+    silently masks less than p of every long instance (20 at L=512 is 3.9%, not 15%). 20 stays the floor, google's
+    default, so L=128 at p=0.15 (which asks 19) keeps google's shape and bytes. 77 at L=512, 154 at p=0.3."""
+    asked = int(num_to_predict(np.array([max_seq_length]), MaskParams(masked_lm_prob, max_seq_length))[0])
+    return max(GOOGLE_MAX_PREDICTIONS, asked)
+
+
+def capped_share(max_seq_length: int, masked_lm_prob: float, max_predictions_per_seq: int) -> float:
+    """The share of an instance of max_seq_length tokens that is masked with this P (google's rule): below
+    masked_lm_prob when P caps it."""
+    return min(max_predictions_per_seq, max(1, round(max_seq_length * masked_lm_prob))) / max_seq_length
+
+
 def num_to_predict(lengths: np.ndarray, params: MaskParams) -> np.ndarray:
     # np.round rounds half to even, as Python's round() in google's code does
     return np.minimum(params.max_predictions_per_seq,
