@@ -1,22 +1,49 @@
-"""`bertprep export-hf RUN_DIR OUT_DIR`: a run's checkpoint as a Hugging Face `BertForPreTraining` directory, or
-`BertForMaskedLM` for a run of objective none (masked LM only: no pooler, no sentence head, as HF's class).
+"""`bertprep export-hf RUN_DIR OUT_DIR`: a run's checkpoint as a Hugging Face model directory, weights and tokenizer,
+so that `pipeline("fill-mask", model=OUT_DIR)` and `AutoTokenizer.from_pretrained(OUT_DIR)` work with no extra step.
+The model is a `BertForPreTraining`, or `BertForMaskedLM` for a run of objective none (masked LM only: no pooler,
+no sentence head, as HF's class).
 
-Writes OUT_DIR/config.json and OUT_DIR/model.safetensors (the safetensors layout written here directly, so
-exporting needs neither transformers nor safetensors installed). `BertForPreTraining.from_pretrained(OUT_DIR)`, or
-BertForMaskedLM's, loads it with no missing or unexpected keys; the tied decoder weight and bias are left to HF's
-tying, as HF's own save_pretrained does. The sentence head keeps HF's name, cls.seq_relationship, for SOP too.
+Writes into OUT_DIR:
+    config.json              the HF BertConfig
+    model.safetensors        the weights (the `safetensors` package); `from_pretrained` finds no missing or
+                             unexpected keys. The tied decoder weight and bias are left to HF's tying, as HF's own
+                             save_pretrained does; the sentence head keeps HF's name, cls.seq_relationship, for SOP too
+    vocab.txt                the exact bytes of the vocab the run's shards were made with: the file their manifest
+                             names (the checkpoint keeps that entry; older checkpoints are looked up in --data's
+                             manifest), or --vocab; either must have the manifest's sha256 and the model's size
+    tokenizer.json           HF's BertTokenizer pipeline (BertNormalizer, BertPreTokenizer, WordPiece, [CLS] A [SEP]
+                             B [SEP]) built with `tokenizers`, so loading converts nothing
+    tokenizer_config.json    BertTokenizer, lowercasing from the manifest, model_max_length
+    special_tokens_map.json  google's [UNK] [SEP] [PAD] [CLS] [MASK]
+
+model_max_length is the max_seq_length the run trained on, not max_position_embeddings: the positions beyond it
+were never trained (their embeddings are still their random init). A checkpoint and manifest that do not say give
+max_position_embeddings.
+
+Lowercasing comes from the manifest; where it does not say (shards of google's tool, `mask --allow-incomplete`) the
+vocab decides: uncased when no entry but the bracketed special tokens ([CLS], [unused0]) has an uppercase letter,
+as in google's uncased vocabs (its cased ones have thousands). The tokenizer is HF's BERT pipeline, not bertprep's
+own (pipeline/text/tokenization.py): transformers 5 rebuilds a BertTokenizer from the vocab alone whatever
+tokenizer.json holds, so this file is what either version runs. Their ids differ only on rare characters (that
+module lists them) and on words of 101-200 characters, [UNK] in HF and WordPieces in google's data.
+
+An OUT_DIR that holds anything is refused unless --overwrite, which replaces the files above and leaves the rest.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import struct
 import sys
+from dataclasses import dataclass
 
+import safetensors.torch
 import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from model.config import BertConfig
+from pipeline.formats import manifest, storage
+from pipeline.text import tokenization
 
 # HF ties these to bert.embeddings.word_embeddings.weight and cls.predictions.bias; they are not stored.
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
@@ -87,63 +114,183 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], config: BertConfig) -> dict
     return out
 
 
-_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64"}
+class ExportError(ValueError):
+    """Something export-hf refuses: OUT_DIR in use, or no vocab it can vouch for."""
 
 
-def save_safetensors(tensors: dict[str, torch.Tensor], path: str) -> None:
-    """The safetensors file format: u64 header size, JSON header {name: dtype, shape, offsets}, raw bytes."""
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        blob = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+           "mask_token": "[MASK]"}   # google's, all in every BERT vocab (tokenization.SPECIAL_TOKENS)
+HF_MAX_CHARS_PER_WORD = 100   # what transformers' BertTokenizer builds (google's is 200; module doc)
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """The run's vocab, checked: its file's bytes (copied as vocab.txt), its tokens (index = id) and casing."""
+    path: str
+    raw: bytes
+    tokens: list[str]
+    lowercase: bool
+    inferred: bool   # lowercase decided from the tokens: the manifest did not say
+
+
+def recorded_vocab(checkpoint: dict) -> tuple[dict | None, int | None]:
+    """(the manifest's vocab entry, max_seq_length) of the run: the checkpoint's, or for one older than those keys
+    the manifest of its --data; (None, None) where that is gone or there is none (google's shards)."""
+    if "vocab" in checkpoint:
+        return checkpoint["vocab"], checkpoint.get("max_seq_length")
+    try:
+        found = manifest.open_output(checkpoint["args"]["data"], (manifest.SHARDS, manifest.PAIRS), what="--data",
+                                     foreign=True).manifest or {}
+    except (manifest.ManifestError, OSError):
+        return None, None
+    return found.get("vocab"), found.get("max_seq_length")
+
+
+def is_uncased(tokens: list[str]) -> bool:
+    """No entry but the bracketed special tokens changes when lowercased (google's uncased vocabs; module doc)."""
+    return all(t == t.lower() for t in tokens if not (t.startswith("[") and t.endswith("]")))
+
+
+def find_vocab(entry: dict | None, given: str | None, vocab_size: int) -> Vocab:
+    """--vocab, or the file the manifest's vocab `entry` names: it must exist, have the entry's sha256 (where the
+    entry has one: hand-made manifests may not), `vocab_size` tokens and google's special tokens."""
+    entry = entry or {}
+    path = given or entry.get("path")
+    if path is None:
+        raise ExportError("the run's shards name no vocab file (made by google's tool or by hand): pass --vocab FILE, "
+                          "the vocab.txt they were made with")
+    name = f"--vocab {path}" if given else f"the run's vocab {path}"
+    if not storage.exists(path):
+        raise ExportError(f"--vocab {path}: no such file" if given else
+                          f"{name} (named by its shards' manifest) is not there (a relative path is relative to where "
+                          "the shards were made): pass --vocab FILE")
+    sha256 = tokenization.vocab_sha256(path)
+    if entry.get("sha256") and sha256 != entry["sha256"]:
+        raise ExportError(f"{name} has sha256 {sha256[:12]}..., but the run's shards were made with "
+                          f"{entry.get('path')}, sha256 {entry['sha256'][:12]}...: pass --vocab FILE, that vocab")
+    tokens = tokenization.read_vocab(path)
+    if len(tokens) != vocab_size:
+        raise ExportError(f"{name} holds {len(tokens)} tokens, the model has vocab_size {vocab_size}")
+    missing = [t for t in SPECIAL.values() if t not in tokens]
+    if missing:
+        raise ExportError(f"{name} lacks {' '.join(missing)}: not a BERT vocab.txt")
+    lowercase = entry.get("lowercase")   # how the shards' text was tokenized; None: not recorded
+    return Vocab(path, storage.read_bytes(path), tokens,
+                 is_uncased(tokens) if lowercase is None else lowercase, lowercase is None)
+
+
+def hf_tokenizer(vocab: Vocab) -> Tokenizer:
+    """HF's BertTokenizer as a `tokenizers` pipeline: what transformers builds from vocab.txt and do_lower_case."""
+    ids = {token: i for i, token in enumerate(vocab.tokens)}
+    tok = Tokenizer(models.WordPiece(ids, unk_token=SPECIAL["unk_token"],
+                                     max_input_chars_per_word=HF_MAX_CHARS_PER_WORD))
+    # strip_accents None: strip them when lowercasing, as google's do_lower_case does
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                lowercase=vocab.lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    cls, sep = SPECIAL["cls_token"], SPECIAL["sep_token"]
+    tok.post_processor = processors.TemplateProcessing(single=f"{cls}:0 $A:0 {sep}:0",
+                                                       pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+                                                       special_tokens=[(cls, ids[cls]), (sep, ids[sep])])
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.add_special_tokens(list(SPECIAL.values()))   # "[MASK]" in text is the mask token, never '[', 'mask', ']'
+    return tok
+
+
+def tokenizer_files(vocab: Vocab, model_max_length: int) -> dict[str, bytes]:
+    """{file name: bytes} of the tokenizer files (module doc)."""
+    config = {"tokenizer_class": "BertTokenizer",   # HF picks the fast class: tokenizer.json is there
+              "do_lower_case": vocab.lowercase, "strip_accents": None, "tokenize_chinese_chars": True,
+              "model_max_length": model_max_length, "clean_up_tokenization_spaces": True, **SPECIAL}
+    return {"vocab.txt": vocab.raw, "tokenizer.json": hf_tokenizer(vocab).to_str(pretty=True).encode(),
+            "tokenizer_config.json": _json(config), "special_tokens_map.json": _json(SPECIAL)}
+
+
+def _json(value: dict) -> bytes:
+    return (json.dumps(value, indent=2) + "\n").encode()
+
+
+def check_out_dir(out_dir: str, overwrite: bool) -> None:
+    """Refuses a file, or a directory that holds anything unless `overwrite` (export-hf's files are replaced then,
+    the others left)."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ExportError(f"{out_dir} is a file, not a directory")
+    existing = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
+    if existing and not overwrite:
+        raise ExportError(f"{out_dir} already holds {len(existing)} file(s) (e.g. {existing[0]}); refusing to mix old "
+                          "and new output. Pass --overwrite to replace the files export-hf writes.")
+
+
+def _write(path: str, raw: bytes) -> None:
+    with open(path + ".tmp", "wb") as f:
         f.write(raw)
-        for blob in blobs:
-            f.write(blob)
-    os.replace(tmp, path)
+    os.replace(path + ".tmp", path)   # a reader never sees half a file
 
 
-def export(checkpoint_path: str, out_dir: str) -> str:
-    """Writes the HF directory for one of our checkpoints; returns the HF class that loads it."""
+@dataclass(frozen=True)
+class Exported:
+    architecture: str              # the HF class that loads the weights
+    files: list[str]               # written into OUT_DIR, in order
+    vocab: Vocab
+    model_max_length: int
+
+
+def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, overwrite: bool = False) -> Exported:
+    """Writes the HF directory for one of our checkpoints (module doc); ExportError, before anything is written,
+    where OUT_DIR is in use or the vocab is missing or wrong."""
     from model.train import checkpoint_objective
 
+    check_out_dir(out_dir, overwrite)
     ckpt = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
     config, objective = BertConfig.from_json(ckpt["config"]), checkpoint_objective(ckpt)
+    entry, max_seq_length = recorded_vocab(ckpt)
+    vocab = find_vocab(entry, vocab_path, config.vocab_size)
+    model_max_length = max_seq_length or config.max_position_embeddings
+    files = {CONFIG: _json(hf_config(config, objective)), **tokenizer_files(vocab, model_max_length)}
     tensors = {k: v.float() for k, v in to_hf_state_dict(ckpt["model"], config).items() if k not in TIED_KEYS}
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(hf_config(config, objective), f, indent=2)
-        f.write("\n")
-    save_safetensors(tensors, os.path.join(out_dir, "model.safetensors"))
-    return hf_architecture(objective)
+    for name, raw in files.items():
+        _write(os.path.join(out_dir, name), raw)
+    weights = os.path.join(out_dir, WEIGHTS)
+    safetensors.torch.save_file(tensors, weights + ".tmp", metadata={"format": "pt"})
+    # safetensors 0.8 makes its file 0600 whatever the umask (safetensors/safetensors#782): give it config.json's mode
+    os.chmod(weights + ".tmp", os.stat(os.path.join(out_dir, CONFIG)).st_mode & 0o777)
+    os.replace(weights + ".tmp", weights)
+    return Exported(hf_architecture(objective), [*files, WEIGHTS], vocab, model_max_length)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the `bertprep export-hf` arguments to `parser`."""
     parser.add_argument("run_dir", help="a `bertprep train` --output directory")
-    parser.add_argument("out_dir", help="where to write config.json and model.safetensors")
+    parser.add_argument("out_dir", help="where to write the HF model directory (weights, config and tokenizer)")
     parser.add_argument("--checkpoint", help="a checkpoint file to export instead of RUN_DIR's latest")
+    parser.add_argument("--vocab", metavar="FILE",
+                        help="the vocab.txt the run's shards were made with (default: the file their manifest names; "
+                             "checked against its sha256)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into an OUT_DIR that holds files, replacing the ones export-hf writes")
 
 
 def run(args: argparse.Namespace) -> int:
-    """`bertprep export-hf`: exports --checkpoint or RUN_DIR's latest; no checkpoint to read is one line, exit 2."""
+    """`bertprep export-hf`: exports --checkpoint or RUN_DIR's latest; what it refuses is one line, exit 2."""
     from model.train import latest_checkpoint
 
     path = args.checkpoint or latest_checkpoint(args.run_dir)
-    if path is None or not os.path.isfile(path):
-        missing = (f"--checkpoint {path}: no such file" if args.checkpoint else
-                   f"{args.run_dir}: no checkpoints (expected {args.run_dir}/checkpoints/step-*.pt)")
-        print(f"bertprep export-hf: error: {missing}", file=sys.stderr)
+    try:
+        if path is None or not os.path.isfile(path):
+            raise ExportError(f"--checkpoint {path}: no such file" if args.checkpoint else
+                              f"{args.run_dir}: no checkpoints (expected {args.run_dir}/checkpoints/step-*.pt)")
+        done = export(path, args.out_dir, args.vocab, args.overwrite)
+    except ExportError as e:
+        print(f"bertprep export-hf: error: {e}", file=sys.stderr)
         return 2
-    architecture = export(path, args.out_dir)
-    print(f"exported {path} -> {args.out_dir} ({architecture}.from_pretrained({args.out_dir!r}))")
+    casing = "uncased" if done.vocab.lowercase else "cased"
+    casing += " (decided from the vocab: the manifest does not say)" if done.vocab.inferred else ""
+    print(f"exported {path} -> {args.out_dir}: {', '.join(done.files)} ({done.architecture}; tokenizer {casing}, "
+          f"model_max_length {done.model_max_length}, vocab {done.vocab.path})")
+    print(f'load it with transformers.pipeline("fill-mask", model={args.out_dir!r}), '
+          f"{done.architecture}.from_pretrained({args.out_dir!r}) or AutoTokenizer.from_pretrained({args.out_dir!r})")
     return 0
 
 
