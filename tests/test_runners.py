@@ -16,7 +16,7 @@ from apache_beam.options.pipeline_options import (GoogleCloudOptions, PortableOp
 
 from pipeline.beam import options
 from pipeline.commands import cli
-from tests.conftest import SAMPLES, UNCASED_VOCAB
+from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
 
 BUCKET = "gs://bertprep-test-bucket"
 DRY_RUN = ["--preset", "dataflow", "--gcs-bucket", BUCKET, "--project=bertprep-test", "--region=us-central1",
@@ -159,7 +159,7 @@ def _dry_run(jobs, argv: list[str], output: Path):
     """`bertprep ARGV` as a Dataflow dry run -> the translated job's pipeline proto."""
     assert cli.main([*argv, "--output", str(output), *DRY_RUN]) == 0
     assert len(jobs) == 1, "the command did not reach DataflowRunner"
-    assert not any(output.rglob("*")), "a dry run must write nothing"   # no shards, no manifest
+    assert not output.exists(), "a dry run must write nothing"   # no output directory, no shards, no manifest
     return jobs.pop().proto_pipeline
 
 
@@ -299,3 +299,109 @@ def test_dataflow_shuffle_is_one_pass_and_a_24000_range_plan_stays_small(sample_
     steps = [t.unique_name for t in proto.components.transforms.values()
              if t.spec.urn == common_urns.primitives.PAR_DO.urn]
     assert any("/KeyBySlice" in name for name in steps) and any("/HashRecords/" in name for name in steps)
+
+
+# ---------------------------------------------------------------------------------------------- an honest dry run
+
+def test_dry_run_leaves_no_staging_files_and_warns_of_local_paths(dataflow_jobs, sample_inputs, tmp_path, capsys):
+    """Beam builds the workers' sdist under the temporary directory and leaves it there; bertprep's launcher gives it a
+    directory of its own for the submission and removes it. Local paths pass a dry run with one warning."""
+    import os
+    import tempfile
+
+    before = set(os.listdir(tempfile.gettempdir()))
+    capsys.readouterr()
+    proto = _dry_run(dataflow_jobs, ["extract", "text", "--input", str(sample_inputs / "google.txt")], tmp_path / "out")
+    assert "workflow.tar.gz" in _staged(proto)   # the sdist was built...
+    left = set(os.listdir(tempfile.gettempdir())) - before
+    assert not left, f"left behind in {tempfile.gettempdir()}: {sorted(left)}"   # ...and is gone
+    err = capsys.readouterr().err
+    assert "warning: Dataflow workers cannot read local paths (--input, --output)" in err
+    assert "dry run: the Dataflow job was translated" in err and "nothing was written" in err
+
+
+def test_dataflow_refuses_local_paths_without_dry_run(tmp_path, capsys):
+    argv = ["prepare", "books", "--input", "gs://bertprep-b/books", "--vocab", str(UNCASED_VOCAB), "--output",
+            "gs://bertprep-b/out", "--preset", "dataflow", "--gcs-bucket", BUCKET, "--project=p"]
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == "bertprep prepare: Dataflow workers cannot read local paths: give gs:// paths for --vocab"
+
+
+def test_unreachable_object_store_is_one_line_within_seconds(tmp_path):
+    """No credentials on this machine: Beam's own lookup retries for minutes, then every request until a 120 s
+    deadline; the launcher says so in one line first, a dry run too, and leaves nothing behind."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "no-such-key.json")}
+    argv = [sys.executable, "-m", "pipeline", "prepare", "books", "--input", "gs://bertprep-b/books", "--vocab",
+            "gs://bertprep-b/vocab.txt", "--output", str(tmp_path / "out"), *DRY_RUN]
+    start = time.time()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    seconds = time.time() - start
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 2, done.stderr   # the local --output warning, then the refusal
+    assert lines[1].startswith("bertprep prepare: gs://bertprep-b/books: cannot read Cloud Storage from this machine: "
+                               "no Google Cloud credentials")
+    assert seconds < 10, f"{seconds:.1f} s"
+    assert not (tmp_path / "out").exists()
+
+
+def test_reachability_probe_names_a_closed_route_and_a_hang(monkeypatch):
+    import socket
+    import time
+
+    import google.auth
+
+    from pipeline.formats import storage
+
+    monkeypatch.setattr(google.auth, "default", lambda: (None, "p"))   # credentials found
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(storage, "GCS_ENDPOINT", ("127.0.0.1", port))
+    with pytest.raises(SystemExit, match=rf"gs://b/x: cannot read Cloud Storage .* 127.0.0.1:{port} is not reachable"):
+        storage.check_reachable(["/local/path", "gs://b/x"])
+    storage.check_reachable(["/local/path", "simstore://b/x"])   # no gs:// path: nothing to probe
+
+    monkeypatch.setattr(storage, "REACH_SECONDS", 0.2)
+    monkeypatch.setattr(google.auth, "default", lambda: time.sleep(3))   # a metadata server that never answers
+    start = time.time()
+    with pytest.raises(SystemExit, match=r"no Google Cloud credentials \(no answer within 0.2 s\)"):
+        storage.check_reachable(["gs://b/x"])
+    assert time.time() - start < 1
+
+
+def _examples() -> list[tuple[str, list[str]]]:
+    """Every `bertprep ...` command line written in beam_options/ (the presets' comments, the README's blocks),
+    continuation lines joined, optional flags in brackets left out; those with `...` elided are skipped."""
+    import shlex
+
+    found = []
+    for path in sorted((REPO / "beam_options").glob("*")):
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".txt":   # "#   bertprep ... \" comment lines
+            text = "\n".join(line.lstrip("#").strip() for line in text.splitlines())
+        text = text.replace("\\\n", " ")
+        for line in text.splitlines():
+            line = re.sub(r" \[--[^]]*\]", "", line.split("   #")[0]).strip()   # "[--region R]": optional
+            argv = shlex.split(line)[1:] if line.startswith("bertprep ") and "..." not in line else []
+            if argv and argv[0] in cli.COMMANDS:   # not prose ("bertprep was installed ...")
+                found.append((path.name, argv))
+    return found
+
+
+def test_beam_options_examples_are_accepted_as_written(monkeypatch):
+    from pipeline.commands import run
+
+    monkeypatch.chdir(REPO)   # their local paths are the checkout's (the bundled sample)
+    examples = _examples()
+    assert len(examples) >= 4 and any("dataflow" in argv for _, argv in examples)
+    for name, argv in examples:
+        command, args = cli.parse(argv)   # every flag known, every value in range (exits 2 otherwise)
+        if args.preset == "dataflow":   # what the launcher then requires of a real Dataflow run
+            local = [flag for flag, path in run._worker_paths(args) if not path.startswith("gs://")]
+            assert not local, f"{name}: {' '.join(argv)}: local {local} would be refused"

@@ -139,13 +139,15 @@ class WriteShards(beam.PTransform):
 _OURS = re.compile(r"manifest\.json|[a-z]+-\d{5}-of-\d{5}\.[a-z.]+|dedup_report\.jsonl\.gz|\.incomplete/.+")
 
 
-def prepare_output(directory: str, overwrite: bool) -> None:
+def prepare_output(directory: str, overwrite: bool, create: bool = True) -> None:
     """Refuses a directory that already holds anything (a finished set, or an earlier run's leftovers under
     .incomplete/), unless `overwrite`: then removes all of it first. Files bertprep would not have written there
     are never removed. A local directory is created (and tried) first, so a place that cannot be written is
-    named before any work starts."""
-    if storage.is_local(directory):
+    named before any work starts; not with `create` false (a dry run: checked, nothing made)."""
+    if storage.is_local(directory) and create:
         check_writable(directory.removeprefix("file://"))
+    elif storage.is_local(directory) and os.path.isfile(directory.removeprefix("file://")):
+        raise SystemExit(f"--output {directory} is a file, not a directory")
     existing = storage.files_under(directory)
     if not existing:
         return

@@ -11,6 +11,8 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import socket
+import threading
 
 
 def _filesystems():
@@ -100,3 +102,56 @@ def remove_tree(directory: str) -> None:
     found = files_under(directory)
     if found:
         _filesystems().delete(found)
+
+
+GCS_ENDPOINT = ("storage.googleapis.com", 443)
+REACH_SECONDS = 5.0   # each of the two probes below
+
+
+def _within(seconds: float, probe):
+    """probe() run in a daemon thread: its result, or its exception raised here; TimeoutError when it has not
+    ended within `seconds` (a thread cannot be stopped, so one that hangs is left to die with the process)."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = probe()
+        except BaseException as e:   # handed to the caller
+            out["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def check_reachable(paths: list[str]) -> None:
+    """Refuses, in one line and within seconds, gs:// paths this machine cannot reach: no credentials, or no route
+    to Cloud Storage. Beam's own first access would retry either for minutes (its credential lookup 4 times with
+    backoff, then each request until a 120 s deadline) before failing with a RetryError that names neither."""
+    gcs = [p for p in paths if p.startswith("gs://")]
+    if not gcs:
+        return
+    try:
+        import google.auth
+        from google.auth import exceptions
+    except ImportError:
+        raise SystemExit(f"{gcs[0]}: gs:// paths need Beam's GCP client libraries: pip install 'bertprep[dataflow]'")
+    try:
+        _within(REACH_SECONDS, google.auth.default)
+    except (exceptions.DefaultCredentialsError, TimeoutError) as e:
+        why = str(e).split(". ")[0].rstrip(".")
+        raise SystemExit(f"{gcs[0]}: cannot read Cloud Storage from this machine: no Google Cloud credentials "
+                         f"({why}); run `gcloud auth application-default login` or set "
+                         "GOOGLE_APPLICATION_CREDENTIALS") from None
+    host, port = GCS_ENDPOINT
+    try:
+        _within(REACH_SECONDS, lambda: socket.create_connection((host, port), timeout=REACH_SECONDS).close())
+    except (OSError, TimeoutError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise SystemExit(f"{gcs[0]}: cannot read Cloud Storage from this machine: {host}:{port} is not reachable "
+                         f"({why})") from None
