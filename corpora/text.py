@@ -19,8 +19,10 @@ endings and stray spaces go; a run of blank lines or blank lines at either end m
 google drops empty documents too. Each document keeps its lines exactly as given, `presplit=True`, id
 `text:<name>:<n>` where name is the file's path relative to the inputs' common directory (its basename when
 they share one) and n counts the file's documents from 0, title "" (the format carries none).
-Counters: `files`, `documents`, `bytes`, `decoded_with_fallback`, `decoded_as_latin1`, `binary_file`, and
-`empty` for a file (decodable, not binary) that holds no document at all.
+Counters: `files`, `documents`, `bytes`, `decoded_with_fallback`, `decoded_as_latin1`, `binary_file`,
+`empty` for a file (decodable, not binary) that holds no document at all, and `hard_wrapped_files` for a file whose
+lines look like wrapped prose rather than sentences (`looks_hard_wrapped`: a book given as text, whose every
+paragraph would become a "document" of line fragments).
 """
 from __future__ import annotations
 
@@ -179,6 +181,35 @@ def google_documents(blocks: Iterable[str]) -> Iterator[list[str]]:
         yield doc
 
 
+# What a sentence (a line of google's format) ends with: terminal punctuation, closing quotes and brackets, in any
+# script. A line of wrapped prose ends with whatever word the margin cut it at.
+SENTENCE_ENDS = frozenset(".!?:;\u2026\"'\u201c\u201d\u2019\u00ab\u00bb)]}\u3002\uff01\uff1f\u300d\u300f\u0964\u061f\u06d4")
+WRAPPED_SHARE, WRAPPED_MIN_LINES = 0.5, 20
+
+
+class LineEnds:
+    """Counts lines, and those that end mid-sentence, to tell wrapped prose from google's sentence-a-line text."""
+
+    def __init__(self):
+        self.lines = self.mid_sentence = 0
+
+    def add(self, lines: list[str]) -> None:
+        self.lines += len(lines)
+        self.mid_sentence += sum(line[-1] not in SENTENCE_ENDS for line in lines)
+
+    def hard_wrapped(self) -> bool:
+        """Most of at least 20 lines end mid-sentence (sentences end with punctuation; a heading or two does not)."""
+        return self.lines >= WRAPPED_MIN_LINES and self.mid_sentence > WRAPPED_SHARE * self.lines
+
+
+def looks_hard_wrapped(text: str) -> bool:
+    """Pure: whether text meant as google's format (a sentence a line) is wrapped prose instead."""
+    ends = LineEnds()
+    for lines in google_documents([text]):
+        ends.add(lines)
+    return ends.hard_wrapped()
+
+
 def read_text_documents(path: str, name: str | None = None) -> Iterator[Document | Count]:
     """One google-format file -> presplit Documents `text:<name>:<n>`, with Count events (module doc); `name`
     is the file's name relative to the inputs' common directory (`relative_names`), by default its basename."""
@@ -186,10 +217,13 @@ def read_text_documents(path: str, name: str | None = None) -> Iterator[Document
     name = name or basename(path)
     decoded = open_decoded(open_path(path))
     yield from decoded.counts()
-    n = 0
+    n, ends = 0, LineEnds()
     for lines in google_documents(decoded.blocks):
+        ends.add(lines)
         yield Document(id=f"text:{name}:{n}", source="text", title="", paragraphs=lines, presplit=True)
         n += 1
+    if ends.hard_wrapped():
+        yield Count("hard_wrapped_files")
     if n:
         yield Count("documents", n)
     elif decoded.encoding is not None:

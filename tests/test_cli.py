@@ -328,6 +328,17 @@ def test_a_full_disk_ends_in_one_line(made, capsys, monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_reader_that_goes_away_ends_inspect_quietly(made):
+    """`bertprep inspect DIR | head`: the pipe closes under inspect; it stops as cat does, without a word."""
+    reader = subprocess.Popen([sys.executable, "-m", "pipeline", "inspect", str(made / "shards"), "--examples", "50"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    first = reader.stdout.readline()
+    reader.stdout.close()   # head has what it wanted
+    err = reader.stderr.read()
+    assert reader.wait(timeout=120) == 141 and first.startswith(str(made / "shards").encode())
+    assert err == b""
+
+
 def test_debug_shows_the_traceback(made, capsys):
     with pytest.raises(manifest.ManifestError):
         cli.main(["inspect", str(made / "unfinished"), "--debug"])

@@ -65,6 +65,14 @@ def test_each_corpus_pairs_in_its_own_pool(tmp_path, tokens):
     assert [c["kind"] for c in m["parameters"]["corpora"]] == ["wikipedia", "books"]
     assert m["counts"]["counters"]["pairs/buckets"] == 2   # one bucket a corpus
     assert cli.main(["verify", str(tmp_path / "apart")]) == 0
+    for name in ("apart", "mixed"):   # the mix: each corpus's share, reconciling with the totals
+        m = json.loads((tmp_path / name / "manifest.json").read_text())
+        corpora = m["counts"]["corpora"]
+        assert [(k, c["documents"]) for k, c in corpora.items()] == [("books", 3), ("wikipedia", 20)]
+        for total in ("instances", "tokens"):
+            assert sum(c[total] for c in corpora.values()) == m["counts"][total] > 0
+        assert sum(c["token_share"] for c in corpora.values()) == pytest.approx(1.0)
+        assert 0.2 < corpora["books"]["token_share"] < 0.8
 
 
 def test_dedup_over_every_corpus_then_each_pairs_in_its_own_pool(tmp_path, tokens):
@@ -73,6 +81,19 @@ def test_dedup_over_every_corpus_then_each_pairs_in_its_own_pool(tmp_path, token
     assert len(found) > 500 and all(a and b and a == b for a, b in found)
     m = json.loads((tmp_path / "dedup" / "manifest.json").read_text())
     assert m["dedup"]["documents_in"] == 23 and m["counts"]["counters"]["pairs/buckets"] == 2
+    assert sum(c["documents"] for c in m["counts"]["corpora"].values()) == m["dedup"]["kept"]
+
+
+def test_inspect_prints_the_mix(tmp_path, capsys):
+    assert cli.main(["prepare", *BOTH, *COMMON, "--corpus-weights", "books=2", "--output", str(tmp_path / "o")]) == 0
+    capsys.readouterr()
+    assert cli.main(["inspect", str(tmp_path / "o"), "--examples", "0"]) == 0
+    out = capsys.readouterr().out
+    corpora = json.loads((tmp_path / "o" / "manifest.json").read_text())["counts"]["corpora"]
+    assert "corpora (manifest)  documents    instances        tokens  share of tokens  weight  dupe passes" in out
+    books = corpora["books"]
+    assert (f"    books            {books['documents']:>10,} {books['instances']:>12,} {books['tokens']:>13,}  "
+            f"{100 * books['token_share']:>14.1f}%     2.0            4") in out
 
 
 def test_corpus_weights_set_each_corpus_dupe_passes(tmp_path):
@@ -81,15 +102,14 @@ def test_corpus_weights_set_each_corpus_dupe_passes(tmp_path):
     even, heavy = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("even", "books2"))
     assert [(c["kind"], c["weight"], c["dupe_factor"]) for c in heavy["parameters"]["corpora"]] == [
         ("wikipedia", 1.0, 2), ("books", 2.0, 4)]
-    books_even = even["counts"]["counters"]["pairs/instances"] - _wikipedia_instances(tmp_path)
-    # two more passes over the books: about as many instances again as their first two (draws differ by pass)
-    assert heavy["counts"]["instances"] - even["counts"]["instances"] == pytest.approx(books_even, rel=0.15)
-
-
-def _wikipedia_instances(tmp_path) -> int:
-    assert cli.main(["prepare", "wikipedia", "--input", str(SAMPLES / "enwiki-sample.xml.bz2"), *COMMON,
-                     "--output", str(tmp_path / "wiki")]) == 0
-    return json.loads((tmp_path / "wiki" / "manifest.json").read_text())["counts"]["instances"]
+    books_even, books_heavy = (m["counts"]["corpora"]["books"] for m in (even, heavy))
+    # two more passes over the books: about twice their instances (draws differ by pass); Wikipedia's unchanged
+    assert books_heavy["instances"] == pytest.approx(2 * books_even["instances"], rel=0.15)
+    assert heavy["counts"]["corpora"]["wikipedia"] == even["counts"]["corpora"]["wikipedia"] | {
+        "token_share": heavy["counts"]["corpora"]["wikipedia"]["token_share"]}
+    assert books_heavy["token_share"] > books_even["token_share"]
+    assert heavy["counts"]["instances"] - even["counts"]["instances"] == \
+        books_heavy["instances"] - books_even["instances"]
 
 
 def test_one_corpus_given_either_way_is_the_same_job(tmp_path):

@@ -132,3 +132,79 @@ def test_more_predictions_than_positions_pad_like_google():
             assert k == want if not wwm else 0 < k <= want   # whole words are taken while they fit
             assert not b.masked_lm_positions[i][k:].any() and not b.masked_lm_ids[i][k:].any()
             assert np.array_equal(b.masked_lm_ids[i][:k], pair.token_ids[b.masked_lm_positions[i][:k]])
+
+
+def test_default_max_predictions_never_caps_the_count_rule():
+    assert masking.default_max_predictions(128, 0.15) == 20    # google's default, so L=128 keeps its bytes
+    assert masking.default_max_predictions(512, 0.15) == 77
+    assert masking.default_max_predictions(512, 0.3) == 154
+    assert masking.default_max_predictions(64, 0.15) == 20     # never below google's 20
+    for L, p in ((128, 0.15), (512, 0.15), (512, 0.3), (333, 0.2)):
+        P = masking.default_max_predictions(L, p)
+        lengths = np.arange(1, L + 1)
+        # no instance of any length is capped by P, and P - 1 would cap the longest (above the floor of 20)
+        assert np.array_equal(masking.num_to_predict(lengths, masking.MaskParams(p, P)),
+                              masking.num_to_predict(lengths, masking.MaskParams(p, L)))
+        assert P == 20 or masking.num_to_predict(lengths, masking.MaskParams(p, P - 1))[-1] == P - 1
+    assert masking.capped_share(512, 0.15, 20) == 20 / 512 and masking.capped_share(512, 0.15, 77) == 77 / 512
+
+
+def _prepare(tmp_path, capsys, name, *extra):
+    """`prepare books` on one sample book at L=512 -> (its manifest, what it printed on stderr)."""
+    import json
+
+    from pipeline.commands import cli
+    from tests.conftest import SAMPLES, UNCASED_VOCAB
+
+    capsys.readouterr()
+    assert cli.main(["prepare", "books", "--input", str(SAMPLES / "books" / "carroll-alice.txt"), "--vocab",
+                     str(UNCASED_VOCAB), "--max-seq-length", "512", "--dupe-factor", "1", "--preset", "local-1",
+                     "--output", str(tmp_path / name), *extra]) == 0
+    return json.loads((tmp_path / name / "manifest.json").read_text()), capsys.readouterr().err
+
+
+def test_masking_at_512_means_what_it_says(tmp_path, capsys):
+    """#28: `prepare --max-seq-length 512` used to keep P=20 and mask 3.9% of the tokens, silently."""
+    from pipeline.commands import cli
+
+    default, err = _prepare(tmp_path, capsys, "default")
+    m = default
+    assert m["max_predictions_per_seq"] == m["parameters"]["max_predictions_per_seq"] == 77
+    assert abs(m["counts"]["masked_share"] - 0.15) < 0.005
+    assert "prepare books: masking 15% of tokens, at most 77 an instance (the default at max_seq_length 512" in err
+    assert "warning" not in err
+
+    m, err = _prepare(tmp_path, capsys, "capped", "--max-predictions-per-seq", "20")
+    assert m["counts"]["masked_share"] < 0.05
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: --max-predictions-per-seq 20 caps the masking at max_seq_length 512: an instance of "
+                        "512 tokens gets 20 predictions (3.9% of its tokens, not 15%); 77 would not cap (the default "
+                        "when the flag is left out)"]
+    assert cli.main(["inspect", str(tmp_path / "default"), "--examples", "0"]) == 0
+    out = capsys.readouterr().out
+    # measured from the records: the manifest's share, beside the one asked
+    assert f"masked share {100 * default['counts']['masked_share']:.2f}% of tokens (asked 15%; at most 77 an " \
+           "instance)" in out
+    help_text = cli.build_parser("prepare").format_help()
+    assert "max(20, round(--max-seq-length x --masked-lm-prob))" in " ".join(help_text.split())
+
+
+def test_mask_takes_its_default_from_the_pairs_length(tmp_path, capsys):
+    """`mask` learns L from the pairs' manifest, so its default P is decided there, not on the command line."""
+    import json
+
+    from pipeline.commands import cli
+    from tests.conftest import SAMPLES, UNCASED_VOCAB
+
+    one = ["--preset", "local-1"]
+    assert cli.main(["extract", "books", "--input", str(SAMPLES / "books" / "carroll-alice.txt"), "--output",
+                     str(tmp_path / "docs"), *one]) == 0
+    assert cli.main(["pairs", "--input", str(tmp_path / "docs"), "--vocab", str(UNCASED_VOCAB), "--max-seq-length",
+                     "512", "--dupe-factor", "1", "--num-shards", "1", "--output", str(tmp_path / "pairs"), *one]) == 0
+    capsys.readouterr()
+    assert cli.main(["mask", "--input", str(tmp_path / "pairs"), "--masked-lm-prob", "0.3", "--output",
+                     str(tmp_path / "shards"), *one]) == 0
+    assert "mask: masking 30% of tokens, at most 154 an instance (the default at max_seq_length 512" in \
+        capsys.readouterr().err
+    m = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    assert m["max_predictions_per_seq"] == 154 and abs(m["counts"]["masked_share"] - 0.3) < 0.005

@@ -159,3 +159,49 @@ def test_two_inputs_with_one_basename_are_both_read(tmp_path):
                      "--preset", "local-1"]) == 0
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert m["counts"]["documents"] == 6 and m["counts"]["instances"] >= 6
+
+
+# ---------------------------------------------------------------------------------------------- wrapped prose as text
+
+def test_wrapped_prose_is_told_from_sentences_a_line():
+    from tests.conftest import REPO, SAMPLES
+
+    for book in sorted((SAMPLES / "books").glob("*.txt")):   # Gutenberg's 70-column lines
+        assert corpora.text.looks_hard_wrapped(book.read_text(encoding="utf-8")[:65536]), book.name
+    for gold in sorted((REPO / "tests" / "data" / "sentences" / "pud").glob("pud-*.txt")):   # a sentence a line
+        assert not corpora.text.looks_hard_wrapped(gold.read_text(encoding="utf-8")), gold.name
+    assert not corpora.text.looks_hard_wrapped("A heading\n" * 19)   # too few lines to tell
+
+
+def test_the_reader_counts_a_wrapped_file(tmp_path):
+    from tests.conftest import SAMPLES
+
+    book, sentences = tmp_path / "alice.txt", tmp_path / "google.txt"
+    book.write_text((SAMPLES / "books" / "carroll-alice.txt").read_text(encoding="utf-8")[:20000], encoding="utf-8")
+    sentences.write_text("".join(f"Sentence {i} of the text.\n" + ("\n" if i % 5 == 4 else "") for i in range(60)))
+    assert collect(read_text_documents(str(book)))[1].get("hard_wrapped_files") == 1
+    assert "hard_wrapped_files" not in collect(read_text_documents(str(sentences)))[1]
+
+
+def test_a_wrapped_text_input_is_warned_about_once(tmp_path, capsys):
+    """Before the job from the first files' heads; after it, from the job's count, for a file the sample missed."""
+    import json
+
+    from pipeline.commands import cli
+    from tests.conftest import SAMPLES
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    wrapped = (SAMPLES / "books" / "carroll-alice.txt").read_text(encoding="utf-8")[:20000]
+    for i in range(9):   # the sample reads 8 files: the wrapped one is the 9th
+        (inputs / f"part-{i}.txt").write_text(wrapped if i == 8 else f"Sentence {i} here.\nAnother one.\n")
+    for name, files in (("first", "part-8.txt"), ("ninth", "part-*.txt")):
+        capsys.readouterr()
+        assert cli.main(["extract", "text", "--input", str(inputs / files), "--output", str(tmp_path / name),
+                         "--preset", "local-1"]) == 0
+        err = capsys.readouterr().err
+        warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+        assert len(warnings) == 1 and "a book goes as --input books:" in warnings[0], err
+        assert warnings[0] in err.split("stages:")[0] if name == "first" else warnings[0] in err.split("finished")[1]
+        counters = json.loads((tmp_path / name / "manifest.json").read_text())["counts"]["counters"]
+        assert counters["text/hard_wrapped_files"] == 1

@@ -329,6 +329,44 @@ class MakePairs(beam.PTransform):
 
 
 PAIR_STATS = ("instances", "tokens", "random_next")
+CORPUS = "corpus"   # the namespace of a multi-corpus job's per-corpus counts: corpus/<kind>_documents, ...
+
+
+def corpus_of(key: str) -> str:
+    """The corpus of a document id or an instance key (`<document id>|<dupe>|<k>`): every reader's ids start
+    `<kind>:` (wikipedia:12, books:alice.txt#0, text:a.txt:3)."""
+    return key.split(":", 1)[0]
+
+
+def count_documents(document: Document, count) -> Iterator[Document]:
+    """Passes a document on, counted under its corpus (corpus/<kind>_documents)."""
+    count(CORPUS, f"{document.source or corpus_of(document.id)}_documents")
+    yield document
+
+
+def count_instances(batch: list[pair_records.PairInstance], count) -> Iterator[list[pair_records.PairInstance]]:
+    """Passes a batch of instances on, counted under the corpus of the document each starts in
+    (corpus/<kind>_instances, corpus/<kind>_tokens)."""
+    found: dict[str, list[int]] = {}
+    for pair in batch:
+        seen = found.setdefault(corpus_of(pair.key), [0, 0])
+        seen[0] += 1
+        seen[1] += len(pair.token_ids)
+    for kind, (instances, tokens) in found.items():
+        count(CORPUS, f"{kind}_instances", instances)
+        count(CORPUS, f"{kind}_tokens", tokens)
+    yield batch
+
+
+def corpus_counts(values: dict[str, int]) -> dict[str, dict]:
+    """A job's per-corpus counts -> {kind: {documents, instances, tokens, token_share}}; token_share is the corpus's
+    share of the training tokens, after its dupe passes (--corpus-weights) and dedup."""
+    kinds = sorted({k.split("/", 1)[1].rsplit("_", 1)[0] for k in values if k.startswith(CORPUS + "/")})
+    total = sum(values.get(f"{CORPUS}/{kind}_tokens", 0) for kind in kinds)
+    return {kind: {"documents": values.get(f"{CORPUS}/{kind}_documents", 0),
+                   "instances": values.get(f"{CORPUS}/{kind}_instances", 0),
+                   "tokens": values.get(f"{CORPUS}/{kind}_tokens", 0),
+                   "token_share": values.get(f"{CORPUS}/{kind}_tokens", 0) / max(1, total)} for kind in kinds}
 
 
 def encode_pairs(batch: list[pair_records.PairInstance]) -> list[shuffle.Record]:

@@ -12,7 +12,9 @@ import argparse
 import difflib
 import importlib
 import logging
+import os
 import re
+import signal
 import sys
 from typing import Callable
 
@@ -128,8 +130,12 @@ def _add_pairs(p: flags.Parser) -> None:
 
 def _add_mask(p: flags.Parser) -> None:
     p.add_argument("--masked-lm-prob", type=probability, default=0.15)
-    p.add_argument("--max-predictions-per-seq", type=positive_int, default=20,
-                   help="at most --max-seq-length")
+    p.add_argument("--max-predictions-per-seq", type=positive_int, default=None,
+                   help="predictions an instance holds at most (at most --max-seq-length). Default: max(20, "
+                        "round(--max-seq-length x --masked-lm-prob)), the smallest that never caps google's count "
+                        "rule (round(n x p) of an instance of n tokens) and never below google's 20: 20 at L=128, "
+                        "77 at L=512 (p=0.15). A smaller value masks less than --masked-lm-prob of long instances "
+                        "and is warned about")
     p.add_argument("--mask-token-prob", type=probability, default=0.8, help="chosen tokens replaced by [MASK]")
     p.add_argument("--random-token-prob", type=probability, default=0.1,
                    help="chosen tokens replaced by a random id (drawn from the non-special tokens; google draws "
@@ -551,11 +557,17 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or getattr(args, "verbose", False)
     _quiet_logging(getattr(args, "verbose", False), args.debug)
     try:
-        return handler(command)(args) or 0
-    except KeyboardInterrupt:
+        code = handler(command)(args) or 0
+        sys.stdout.flush()   # a closed pipe shows here, not in Python's own flush at exit
+        return code
+    except BrokenPipeError:   # the reader went away (`bertprep inspect DIR | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # nothing left to flush at exit
+        return 128 + signal.SIGPIPE   # 141: what a shell reports for a program that SIGPIPE ended
+    except KeyboardInterrupt:   # exit 130, as a shell reports a process that SIGINT ended
         if debug:
             raise
-        raise SystemExit(f"bertprep {command}: interrupted") from None
+        print(f"bertprep {command}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
     except SystemExit as e:   # a refusal with its message: one line, named for the command
         if isinstance(e.code, str) and not e.code.startswith("bertprep"):
             raise SystemExit(f"bertprep {command}: {e.code}") from None

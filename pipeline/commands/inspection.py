@@ -65,6 +65,19 @@ def inspect_dedup(directory: str, m: dict) -> None:
               f"{found['removed_near']:,} near" + ("  <-- DIFFERS from the manifest" if differs else ""))
 
 
+def inspect_corpora(m: dict) -> None:
+    """A multi-corpus job's mix, as its manifest counts it: what each corpus gave after dedup and its dupe passes."""
+    corpora = (m.get("counts") or {}).get("corpora")
+    if not corpora:
+        return
+    passes = {c["kind"]: c for c in (m.get("parameters") or {}).get("corpora", [])}
+    print("\n  corpora (manifest)  documents    instances        tokens  share of tokens  weight  dupe passes")
+    for kind, c in corpora.items():
+        p = passes.get(kind, {})
+        print(f"    {kind:<16} {c['documents']:>10,} {c['instances']:>12,} {c['tokens']:>13,}  "
+              f"{100 * c['token_share']:>14.1f}%  {p.get('weight', '')!s:>6}  {p.get('dupe_factor', '')!s:>11}")
+
+
 def shard_statistics(paths: list[str], shape: schema.Shape, mask_id: int, examples: int = 0) -> dict:
     """Measured statistics of masked-LM shards (ours or google's): every record is read and CRC-checked."""
     lengths, masked, random_next, shown = [], [], [], []
@@ -151,7 +164,11 @@ def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
           f"mean length {stats['mean_length']:.1f}   tokens {lengths.sum():,}")
     if "mean_masked" in stats:
         share = stats["masked_kinds"]
-        print(f"  masked per instance {stats['mean_masked']:.2f}   of masked: [MASK] {share[0]:.3f}  "
+        asked = (m.get("parameters") or {}).get("masked_lm_prob")
+        realised = stats["mean_masked"] * total / max(1, lengths.sum())
+        print(f"  masked per instance {stats['mean_masked']:.2f}   masked share {100 * realised:.2f}% of tokens "
+              f"(asked {f'{100 * asked:g}%' if asked is not None else 'unknown'}; at most "
+              f"{m.get('max_predictions_per_seq')} an instance)   of masked: [MASK] {share[0]:.3f}  "
               f"random {share[1]:.3f}  kept {share[2]:.3f}")
     print("  real length histogram:\n" + _histogram(lengths, L))
     for ids, pos, labels, is_random in stats["examples"]:
@@ -218,6 +235,7 @@ def main(args) -> int:
         inspect_records(opened.files, m, args.examples, vocab)
     else:
         inspect_documents(opened.files, m, args.examples)
+    inspect_corpora(m)
     if len(opened.manifests) == 1:
         inspect_dedup(next(iter(opened.manifests)), m)
     return 0

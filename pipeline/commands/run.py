@@ -35,10 +35,11 @@ from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline.algorithms import dedup, masking, packing, pairs
 from pipeline.beam import dedup as deduplication
-from pipeline.beam import local, shards, sizing, transforms
+from pipeline.beam import local, shards, sizing, tally, transforms
 from pipeline.beam.options import is_dataflow, is_dry_run, is_local_runner, local_workers
 from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.beam.shuffle import ShuffleConfig
+from pipeline.commands import flags
 from pipeline.formats import manifest, storage
 from pipeline.text import tokenization
 
@@ -112,9 +113,6 @@ def shuffle_config(args, options) -> ShuffleConfig:
                              "--direct_running_mode=in_memory): Beam's multi-worker local runner drops records of "
                              "its GroupByKey at random; --shuffle files (the default here) uses every worker")
         return ShuffleConfig(backend)
-    if is_dataflow(options):
-        raise SystemExit("--shuffle files keeps run files on this machine's disk, which Dataflow's workers cannot "
-                         "reach: use --shuffle groupbykey (the default on Dataflow)")
     if args.runs_dir and not storage.is_local(args.runs_dir):
         raise SystemExit(f"--runs-dir {args.runs_dir}: run files need a directory on this machine's disk")
     if args.runs_dir or not storage.is_local(args.output):
@@ -129,7 +127,8 @@ def shuffle_config(args, options) -> ShuffleConfig:
     return ShuffleConfig("files", os.path.abspath(runs_dir), max(1, int(args.sort_buffer_mb * MiB)))
 
 
-def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output, basis: str) -> list[str]:
+def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output, basis: str,
+               notes: tuple[str, ...] = ()) -> list[str]:
     """What the job will do, printed before it runs (and all a Dataflow dry run does)."""
     where = (f" (run files in {shuffle.runs_dir}, {shuffle.run_bytes / MiB:g} MiB sort buffer)"
              if shuffle.backend == "files" else "")
@@ -138,6 +137,7 @@ def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output
     return [f"{title}: shuffle: {shuffle.backend}{where}",
             f"{title}: {out.num_shards} {out.prefix} file(s) of ~{each:,.1f} MiB each "
             f"(estimated from {basis}) in {out.directory}",
+            *notes,
             f"{title}: stages: {stages}"]
 
 
@@ -148,6 +148,26 @@ def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def own_tempdir():
+    """Beam's stager builds the workers' sdist under tempfile.gettempdir() and leaves it there (1 MB a submission,
+    a dry run's too): while a job is submitted, temporary files go to a directory of the launcher's own, removed
+    once the job is submitted (what it staged has been uploaded by then)."""
+    scratch = tempfile.mkdtemp(prefix="bertprep-submit-")
+    previous, tempfile.tempdir = tempfile.tempdir, scratch
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def prepare_output(args, options) -> None:
+    """Readies --output (shards.prepare_output); a Dataflow dry run writes nothing, so it only checks: an output
+    that holds files is refused as a real run would refuse it, and no directory is made."""
+    shards.prepare_output(args.output, args.overwrite, create=not is_dry_run(options))
+
+
 def waits(args, options) -> bool:
     """Whether the launcher waits for the job: --wait or --no-wait, else yes except on Dataflow (whose job publishes
     its output itself: nothing needs this process once it is submitted)."""
@@ -155,7 +175,7 @@ def waits(args, options) -> bool:
 
 
 def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConfig, basis: str,
-            args) -> dict | None:
+            args, notes: tuple[str, ...] = ()) -> dict | None:
     """Prints the plan and runs the pipeline, whose last step publishes its output; returns the manifest it wrote,
     or None for a job left to run on its own (see `waits`). A local run is guarded (pipeline/beam/local.py): Ctrl-C
     stops it at once, and its worker processes' tracebacks stay off the console unless --debug or -v.
@@ -169,7 +189,7 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
     if not wait and shuffle.backend == "files":
         raise SystemExit("--no-wait with --shuffle files: the run files live on this machine, which the job needs "
                          "until it ends (use --shuffle groupbykey, or wait)")
-    for line in plan_lines(title, p, shuffle, out, basis):
+    for line in plan_lines(title, p, shuffle, out, basis, notes):
         print(line, file=sys.stderr)
     start = time.time()
     temporary = temporary_runs_dir(shuffle)
@@ -178,7 +198,7 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
         for attempt in range(retries + 1):
             try:
                 with local.guarded(title, out.directory, temporary, tracebacks) if is_local_runner(p.options) \
-                        else contextlib.nullcontext():
+                        else own_tempdir() if is_dataflow(p.options) else contextlib.nullcontext():
                     result = p.run()
                     if wait:
                         result.wait_until_finish()
@@ -191,7 +211,8 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
                       file=sys.stderr)
                 shards.remove_incomplete(out.directory)
         if is_dry_run(p.options):
-            raise DryRun(f"{title}: dry run: the Dataflow job was translated and staged, not submitted")
+            raise DryRun(f"{title}: dry run: the Dataflow job was translated and its files built, not staged or "
+                         "submitted; nothing was written")
         if not wait:
             job_id = getattr(result, "job_id", None)
             name = f" job {job_id()}" if callable(job_id) else ""
@@ -267,6 +288,35 @@ def corpus_inputs(args) -> list[tuple[str, list[str], dict[str, int]]]:
     return found
 
 
+HARD_WRAPPED = "text/hard_wrapped_files"   # the text reader's count of them (corpora/text.py)
+
+
+def warn_hard_wrapped(inputs, sample_files: int = 8, sample_bytes: int = 1 << 16) -> bool:
+    """Before the job: one warning line if a local text input looks like wrapped prose (corpora.text.looks_hard_
+    wrapped on the head of the first few files), which google's format would cut into documents of line fragments.
+    Returns whether it warned; the job counts every such file (HARD_WRAPPED) whatever the file system."""
+    from corpora import text
+
+    for kind, files, _ in inputs:
+        for f in [f for f in files if kind == "text" and os.path.isfile(f.removeprefix("file://"))][:sample_files]:
+            with open(f.removeprefix("file://"), "rb") as stream:
+                head = stream.read(sample_bytes).decode("utf-8", "replace")
+            if text.looks_hard_wrapped(head.rsplit("\n", 1)[0]):
+                flags.warn(f"--input text:{f}: most of its lines end mid-sentence, as wrapped prose does, not as "
+                           "google's format (a sentence a line, a blank line after each document): a book goes as "
+                           f"--input books:... (the manifest counts such files: {HARD_WRAPPED})")
+                return True
+    return False
+
+
+def warn_hard_wrapped_after(m: dict | None, warned: bool) -> None:
+    """After the job, the same warning from the job's count, unless it was given before."""
+    n = (m or {}).get("counts", {}).get("counters", {}).get(HARD_WRAPPED, 0)
+    if n and not warned:
+        flags.warn(f"{n:,} text input file(s) end most lines mid-sentence, as wrapped prose does, not as google's "
+                   f"format (a sentence a line): a book goes as --input books:... ({HARD_WRAPPED} in the manifest)")
+
+
 def _read_corpora(p: beam.Pipeline, readers: list[tuple[str, beam.PTransform]]):
     """The documents of every corpus: one PCollection per kind (labelled Read<Kind>)."""
     return {kind: p | f"Read{kind.capitalize()}" >> reader for kind, reader in readers}
@@ -299,7 +349,7 @@ def extract(args, options) -> dict:
     out = Output(args.output, "documents", args.num_shards or sizing.file_count(estimate), ".jsonl.gz", estimate,
                  args.input)
     shuffle = shuffle_config(args, options)
-    shards.prepare_output(args.output, args.overwrite)
+    prepare_output(args, options)
 
     kinds = "+".join(kind for kind, _, _ in inputs)
     head = {"format": manifest.DOCUMENTS, "stage": "extract",
@@ -315,7 +365,10 @@ def extract(args, options) -> dict:
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", 0, shuffle,
                                               stat_names=DOCUMENT_STATS)
      | "Publish" >> Publish(job))
-    return run_job(f"extract {kinds}", p, job, shuffle, f"{sum(sizes.values()) / 1e6:,.1f} MB of input", args)
+    warned = warn_hard_wrapped(inputs)
+    m = run_job(f"extract {kinds}", p, job, shuffle, f"{sum(sizes.values()) / 1e6:,.1f} MB of input", args)
+    warn_hard_wrapped_after(m, warned)
+    return m
 
 
 DOCUMENT_STATS = ("documents", "paragraphs", "characters")
@@ -357,11 +410,27 @@ def _pair_params(args, vocab: dict) -> pairs.PairParams:
                             cross_documents=args.cross_documents, split_sentences=args.split_sentences)
 
 
-def _mask_params(args) -> masking.MaskParams:
-    return masking.MaskParams(masked_lm_prob=args.masked_lm_prob,
-                              max_predictions_per_seq=args.max_predictions_per_seq,
+def _mask_params(args, max_seq_length: int) -> masking.MaskParams:
+    """The masking flags; --max-predictions-per-seq by default what --masked-lm-prob needs at this length
+    (masking.default_max_predictions). A P given by hand that caps long instances is warned about, once."""
+    p, given = args.masked_lm_prob, args.max_predictions_per_seq
+    P = given or masking.default_max_predictions(max_seq_length, p)
+    if given and masking.capped_share(max_seq_length, p, given) < 0.9 * p:
+        flags.warn(f"--max-predictions-per-seq {given} caps the masking at max_seq_length {max_seq_length}: an "
+                   f"instance of {max_seq_length} tokens gets {given} predictions "
+                   f"({100 * masking.capped_share(max_seq_length, p, given):.1f}% of its tokens, not "
+                   f"{100 * p:g}%); {masking.default_max_predictions(max_seq_length, p)} would not cap (the default "
+                   "when the flag is left out)")
+    return masking.MaskParams(masked_lm_prob=p, max_predictions_per_seq=P,
                               mask_token_prob=args.mask_token_prob, random_token_prob=args.random_token_prob,
                               whole_word_mask=args.whole_word_mask, ngram_max=args.ngram_max)
+
+
+def masking_line(title: str, params: masking.MaskParams, max_seq_length: int, given: bool) -> str:
+    """The plan's line on masking: the share asked and the P that holds it."""
+    why = "given" if given else f"the default at max_seq_length {max_seq_length}: max(20, round(L x p))"
+    return (f"{title}: masking {100 * params.masked_lm_prob:g}% of tokens, at most "
+            f"{params.max_predictions_per_seq} an instance ({why})")
 
 
 def _pair_parameters(args) -> dict:
@@ -413,7 +482,7 @@ def make_pairs(args, options) -> dict:
     out = Output(args.output, "pairs", args.num_shards or sizing.file_count(estimate, minimum=8), ".tfrecord",
                  estimate, args.input)
     shuffle = shuffle_config(args, options)
-    shards.prepare_output(args.output, args.overwrite)
+    prepare_output(args, options)
 
     parallelism = pair_parallelism(args, options)
     head = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "objective": args.objective,
@@ -463,7 +532,8 @@ def _shards_manifest(head: dict, parameters: dict, documents, inputs: list[dict]
          "counts": {"documents": values.get("tokenize/documents", 0) if documents == COUNTED else documents,
                     **counts, **objective_counts(objective, counts, L),
                     "mean_tokens_per_instance": counts["tokens"] / n,
-                    "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
+                    "mean_masked_per_instance": counts["masked_tokens"] / n,
+                    "masked_share": counts["masked_tokens"] / max(1, counts["tokens"]), "counters": values},
          "files": written, "inputs": inputs}
     if pack:
         m["parameters"]["max_sequences_per_pack"] = pack.max_sequences_per_pack
@@ -471,6 +541,8 @@ def _shards_manifest(head: dict, parameters: dict, documents, inputs: list[dict]
         m["packing"] = _packing_entry(pack, written, counts, values)
     if deduplicated:
         m["dedup"] = _dedup_summary(deduplicated, values)
+    if any(k.startswith(transforms.CORPUS + "/") for k in values):   # several corpora
+        m["counts"]["corpora"] = transforms.corpus_counts(values)
     return m
 
 
@@ -531,7 +603,7 @@ def mask(args, options) -> dict:
         vocab = vocab_entry(args.vocab, lowercase=None)
         L, documents, pair_parameters = args.max_seq_length, None, None
         objective = args.objective or "nsp"
-    params = _mask_params(args)
+    params = _mask_params(args, L)
     record = sizing.shard_record_bytes(L, params.max_predictions_per_seq)
     if pair_parameters is not None:   # the pairs manifest counts the instances
         instances = sum(opened.records.values())
@@ -547,7 +619,7 @@ def mask(args, options) -> dict:
     if pack and objective == "none":
         raise SystemExit(f"--pack: {args.input} holds full-sentence rows (objective none), filled already: "
                          "pack is for nsp and sop")
-    shards.prepare_output(args.output, args.overwrite)
+    prepare_output(args, options)
 
     label, write = _write_or_pack(args, out, shuffle, pack)
     job = Publication(out, functools.partial(_shards_manifest, _shards_head("mask", args, params, vocab, L, objective),
@@ -560,7 +632,8 @@ def mask(args, options) -> dict:
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
      | label >> write
      | "Publish" >> Publish(job))
-    return run_job("mask", p, job, shuffle, basis, args)
+    return run_job("mask", p, job, shuffle, basis, args,
+                   (masking_line("mask", params, L, bool(args.max_predictions_per_seq)),))
 
 
 def corpus_dupes(args) -> dict[str, int]:
@@ -577,14 +650,14 @@ def prepare(args, options) -> dict:
     dupes = corpus_dupes(args)
     tokens = sum(tokens_of.values())
     vocab = vocab_entry(args.vocab, not args.cased)
-    params = _mask_params(args)
+    params = _mask_params(args, args.max_seq_length)
     estimate = (sum(sizing.instances(tokens_of[kind], dupes[kind], args.max_seq_length) for kind in tokens_of)
                 * sizing.shard_record_bytes(args.max_seq_length, params.max_predictions_per_seq))
     out = Output(args.output, "shard", args.num_shards or sizing.file_count(estimate), ".tfrecord", estimate,
                  args.input)
     shuffle = shuffle_config(args, options)
     pack = _pack_params(args, args.max_seq_length, params.max_predictions_per_seq, params.masked_lm_prob)
-    shards.prepare_output(args.output, args.overwrite)
+    prepare_output(args, options)
 
     parallelism = pair_parallelism(args, options)
     label, write = _write_or_pack(args, out, shuffle, pack)
@@ -609,6 +682,8 @@ def prepare(args, options) -> dict:
         reads = sum(len(r.reads) for k, r in readers if k in members)
         documents = sum(sizing.input_documents(k, sz, tokens_of[k]) for k, _, sz in inputs if k in members)
         pool_params = dataclasses.replace(_pair_params(args, vocab), dupe_factor=dupes.get(kind, args.dupe_factor))
+        if several:   # each corpus's documents, instances and tokens (corpus/*), for the manifest
+            docs = docs | f"CountDocuments{name}" >> tally.FlatMap(transforms.count_documents)
         pools.append(docs
                      | f"SpreadDocuments{name}" >> transforms.SpreadDocuments(
                          shuffle, 0 if deduplicate else spread_ranges(reads, parallelism))
@@ -629,12 +704,19 @@ def prepare(args, options) -> dict:
                                                           args.objective),
                                              parameters, COUNTED, [{"path": f} for f in files], pack, deduplicate),
                       checks=checks, side_files=_dedup_side_files(deduplicate), why_empty=_why_empty)
-    ((pools[0] if len(pools) == 1 else tuple(pools) | "JoinPairs" >> beam.Flatten())
+    pairs_made = pools[0] if len(pools) == 1 else tuple(pools) | "JoinPairs" >> beam.Flatten()
+    if several:
+        pairs_made = pairs_made | "CountInstances" >> tally.FlatMap(transforms.count_instances)
+    (pairs_made
      | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
                                            args.max_seq_length)
      | label >> write
      | "Publish" >> Publish(job))
-    return run_job(f"prepare {kinds}", p, job, shuffle, _instances_basis(sum(sizes.values()), tokens, args), args)
+    warned = warn_hard_wrapped(inputs)
+    m = run_job(f"prepare {kinds}", p, job, shuffle, _instances_basis(sum(sizes.values()), tokens, args), args,
+                (masking_line(f"prepare {kinds}", params, args.max_seq_length, bool(args.max_predictions_per_seq)),))
+    warn_hard_wrapped_after(m, warned)
+    return m
 
 
 def _pack_source(args, opened: manifest.Opened) -> tuple[dict, int, int, float, dict | None]:
@@ -678,7 +760,7 @@ def pack(args, options) -> dict:
     size = sum(sizing.local_sizes(opened.files).values())
     out = Output(args.output, "shard", args.num_shards or sizing.file_count(size), ".tfrecord", size, args.input)
     shuffle = shuffle_config(args, options)
-    shards.prepare_output(args.output, args.overwrite)
+    prepare_output(args, options)
 
     head = {"format": manifest.SHARDS, "stage": "pack", "seed": args.seed, "objective": manifest.objective(source_m),
             "vocab": vocab, "max_seq_length": L, "max_predictions_per_seq": P,
@@ -707,7 +789,8 @@ def _packed_manifest(head: dict, documents: int | None, params: packing.PackPara
             "counts": {"documents": documents, **counts, "rows": sum(w["records"] for w in written),
                        **objective_counts(head["objective"], counts, head["max_seq_length"]),
                        "mean_tokens_per_instance": counts["tokens"] / n,
-                       "mean_masked_per_instance": counts["masked_tokens"] / n, "counters": values},
+                       "mean_masked_per_instance": counts["masked_tokens"] / n,
+                       "masked_share": counts["masked_tokens"] / max(1, counts["tokens"]), "counters": values},
             "packing": _packing_entry(params, written, counts, values),
             "files": written, "inputs": inputs}
 
@@ -744,7 +827,7 @@ def dedup_documents(args, options) -> dict:
     out = Output(args.output, "documents", args.num_shards or sizing.file_count(size), ".jsonl.gz", size,
                  args.input)
     shuffle = shuffle_config(args, options)
-    shards.prepare_output(args.output, args.overwrite)
+    prepare_output(args, options)
 
     head = {"format": manifest.DOCUMENTS, "stage": "dedup", "seed": args.seed,
             "parameters": {"num_shards": out.num_shards, **dataclasses.asdict(params)}}
@@ -764,6 +847,13 @@ def dedup_documents(args, options) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the command
+
+def _worker_paths(args) -> list[tuple[str, str]]:
+    """(flag, path) of every path a job's workers read or write: inputs, output, and the vocab and dump index where
+    workers read them (mask and pack read --vocab in the launcher only)."""
+    keys = ("input", "output") + (("vocab",) if args.command in ("pairs", "prepare") else ()) + ("wiki_index",)
+    return [(k, path.strip()) for k in keys for path in (getattr(args, k, None) or "").split(",") if path.strip()]
+
 
 STAGES = {"extract": extract, "pairs": make_pairs, "mask": mask, "prepare": prepare, "pack": pack,
           "dedup": dedup_documents}
@@ -791,11 +881,19 @@ def main(args) -> int:
                          "which must live until the job ends")
     if options.is_dry_run(opts) and args.overwrite:
         raise SystemExit("--overwrite with --dry_run would delete the old output for a job that never runs")
-    if options.is_dataflow(opts) and not options.is_dry_run(opts):
-        keys = ("input", "output") + (("vocab",) if args.command in ("pairs", "prepare") else ())
-        local = [f"--{k}" for k in keys if any("://" not in s for s in getattr(args, k).split(","))]
-        if local:
+    if options.is_dataflow(opts) and args.shuffle == "files":
+        raise SystemExit("--shuffle files keeps run files on this machine's disk, which Dataflow's workers cannot "
+                         "reach: use --shuffle groupbykey (the default on Dataflow)")
+    if options.is_dataflow(opts):
+        local = [f"--{k.replace('_', '-')}" for k, value in _worker_paths(args) if not value.startswith("gs://")]
+        if local and options.is_dry_run(opts):
+            flags.warn(f"Dataflow workers cannot read local paths ({', '.join(local)}): a real run needs gs:// "
+                       "paths there; this dry run goes on with them")
+        elif local:
             raise SystemExit(f"Dataflow workers cannot read local paths: give gs:// paths for {', '.join(local)}")
+    # the launcher lists and reads these before the job (a dry run too); a real run also stages to --gcs-bucket
+    storage.check_reachable([value for _, value in _worker_paths(args)]
+                            + ([] if options.is_dry_run(opts) else [args.gcs_bucket or ""]))
     try:
         published = STAGES[args.command](args, opts)
     except DryRun as e:   # translated and staged for Dataflow, nothing ran: nothing was written

@@ -19,7 +19,10 @@ Its presence marks the directory complete (data files are published before it). 
     packing                  packed shards only: {"max_sequences_per_pack": k, "max_predictions_per_row": M,
                              "rows", "instances", "efficiency": real tokens / (rows x L), "rows_split"}; their
                              files' "records" are rows
-    counts                   documents, instances, tokens, masked_tokens, random_next_fraction, ... per stage
+    counts                   documents, instances, tokens, masked_tokens, random_next_fraction, masked_share
+                             (masked_tokens / tokens: the realised share, against parameters.masked_lm_prob),
+                             ... per stage; a multi-corpus job's `corpora`: per corpus documents, instances,
+                             tokens and token_share
     files                    [{"file": "<name relative to the directory>", "records": n}, ...] in shard order
     inputs                   the input patterns and, where they were bertprep outputs, their manifests' sha256
 """
