@@ -3,7 +3,8 @@
 The sub-packages are layers; a module imports its own layer and the ones below it, never one above
 (tests/test_layers.py checks every import, the lazy ones included):
 
-    commands/     the `bertprep` commands: the Beam jobs (run.py), verify, inspect, vocab, demo; flags, cli
+    commands/     the `bertprep` commands: the Beam commands' handler (run.py), verify, inspect, vocab, demo; flags, cli
+    jobs/         the Beam jobs, one module a stage (extract, pairs, mask, prepare, pack, dedup), and the launcher
     beam/         Beam plumbing: composite transforms, the shuffle and its run files, shards, sizing, options
     algorithms/   what a training example is, pure: pairs, masking
     (corpora/)    raw corpus files -> documents: one module per corpus, a top-level package of its own
@@ -11,5 +12,5 @@ The sub-packages are layers; a module imports its own layer and the ones below i
     formats/      the contracts: documents, pair records, google's schema, Example wire format, TFRecord,
                   manifest, and the path rules (storage) every reader and writer uses
 
-model/ (the trainer; `bertprep train` is a command) stands beside commands/ at the top.
+commands/, jobs/ and model/ (the trainer; `bertprep train` is a command) are peers at the top.
 """

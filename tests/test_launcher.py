@@ -7,7 +7,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from corpora import books
 from pipeline.beam import sizing
-from pipeline.commands import run
+from pipeline.jobs import sources
 from pipeline.formats import storage
 from tests import simstore
 
@@ -32,7 +32,7 @@ def test_inputs_on_an_object_store_are_listed_once_a_pattern(calls):
         with FileSystems.create(f"simstore://{bucket}/books/b{i:02d}.txt") as f:
             f.write(b"x" * (100 + i))
     calls.clear()
-    files = run.expand_inputs(f"simstore://{bucket}/books/*.txt")
+    files = sources.expand_inputs(f"simstore://{bucket}/books/*.txt")
     sizes = sizing.local_sizes(files)
     assert len(files) == 60 and sizes[files[7]] == 107
     assert books.plan_reads([f"simstore://{bucket}/books/"]) == files

@@ -1,6 +1,7 @@
 """The tree shows the layers and every import points down them (STYLE.md habit 16).
 
-    commands/, model/   the commands a user runs (model/ is the trainer's)
+    commands/, jobs/,   the commands a user runs, the Beam jobs behind them (one module a stage)
+    model/              and the trainer's
     beam/               Beam plumbing
     algorithms/         pairs, masking: pure
     corpora/            raw corpus files -> documents
@@ -19,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # bottom to top; one rank may hold several packages (peers, which may import each other)
 LAYERS = [("pipeline.formats",), ("pipeline.text",), ("corpora",), ("pipeline.algorithms",), ("pipeline.beam",),
-          ("pipeline.commands", "model"), ("pipeline",)]
+          ("pipeline.commands", "pipeline.jobs", "model"), ("pipeline",)]
 RANK = {package: rank for rank, names in enumerate(LAYERS) for package in names}
 LAZY = re.compile(r"^((?:pipeline|corpora|model)(?:\.\w+)+):\w+$")   # "pipeline.commands.run:main"
 

@@ -57,7 +57,7 @@ def built(tmp_path_factory) -> tuple[Path, Path]:
 def test_the_sdist_and_its_wheel_hold_every_module_and_data_file(built):
     sdist, wheel = built
     expected = source_files()
-    assert {"pipeline/formats/schema.py", "pipeline/beam/shuffle.py", "pipeline/commands/run.py",
+    assert {"pipeline/formats/schema.py", "pipeline/beam/shuffle.py", "pipeline/commands/run.py", "pipeline/jobs/prepare.py",
             "beam_options/dataflow.txt", "corpora/samples/enwiki-sample.xml.bz2"} <= expected   # the walk is right
     with tarfile.open(sdist) as tar:
         in_sdist = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}

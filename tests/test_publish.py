@@ -12,8 +12,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.beam import options, publish, shards, tally
-from pipeline.commands import cli, run
+from pipeline.commands import cli
 from pipeline.formats import manifest
+from pipeline.jobs import launch
 from tests import simstore
 from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
 
@@ -45,7 +46,7 @@ def test_tallies_sum_to_beams_own_counters_on_any_worker_count(mode, tmp_path):
     result = p.run()
     result.wait_until_finish()
     [total] = [json.loads(line) for line in (tmp_path / "total").read_text().splitlines()]
-    assert total == run.counters(result)   # Beam's own counters: the same counts
+    assert total == launch.counters(result)   # Beam's own counters: the same counts
     assert total["books/documents"] == total["tokenize/documents"] >= 3 and total["tokenize/tokens"] > 50_000
 
 
@@ -185,9 +186,9 @@ def test_dataflow_does_not_wait_unless_asked():
     class Args:
         wait = None
 
-    assert not run.waits(Args, dataflow) and run.waits(Args, local)
+    assert not launch.waits(Args, dataflow) and launch.waits(Args, local)
     Args.wait = True
-    assert run.waits(Args, dataflow)
+    assert launch.waits(Args, dataflow)
 
 
 @pytest.mark.slow

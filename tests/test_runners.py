@@ -201,7 +201,7 @@ def sample_inputs(tmp_path_factory):
 
 
 VOCAB = ["--vocab", str(UNCASED_VOCAB)]
-COMMANDS = {   # command line -> the stage labels the job must hold (run.py's chains)
+COMMANDS = {   # command line -> the stage labels the job must hold (pipeline/jobs/'s chains)
     "extract-wikipedia": (["extract", "wikipedia", "--input", str(SAMPLES / "enwiki-sample.xml.bz2")],
                           {"ReadWikipedia", "ToRecords", "WriteDocuments", "Publish"}),
     "extract-books": (["extract", "books", "--input", str(SAMPLES / "books")],
@@ -260,7 +260,7 @@ def test_portable_runner_gives_the_local_bytes(tmp_path, packed, capsys):
 
 
 def test_documents_are_spread_only_when_reads_cannot_fill_the_workers():
-    from pipeline.commands.run import spread_ranges
+    from pipeline.jobs.launch import spread_ranges
 
     assert spread_ranges(1, 2) == 8 and spread_ranges(3, 2) == 8   # one big text file on 2 local workers
     assert spread_ranges(4, 2) == 0 and spread_ranges(289, 2) == 0  # enough files: the reads spread the work

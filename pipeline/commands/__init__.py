@@ -2,12 +2,13 @@
 
 cli          the command table and the strict parser: one line for every mistake
 flags        the parser and flag value types (shared with model/train.py)
-run          the Beam jobs (extract, pairs, mask, prepare): one chain of labelled transforms each, then publishing
+run          the Beam commands' handler: Beam options, a runner's checks, then the stage's job (pipeline/jobs/)
 verify       `bertprep verify`: every record and invariant of an output directory
 inspection   `bertprep inspect`: counts, statistics and examples
 vocab        `bertprep vocab`: a WordPiece vocab learned from documents
 demo         `bertprep demo`: the whole product on the bundled sample
 
-The top layer: may import every layer below. A new stage's job (pack, dedup, an objective) is a chain in run.py
-and a row of cli.COMMANDS; its invariants go into verify and its statistics into inspection.
+The top layer, with its peers jobs/ and model/: may import every layer below. A new stage is a module of
+pipeline/jobs/ (its job, one chain of labelled transforms), a row of cli.COMMANDS and of run.STAGES; its invariants
+go into verify and its statistics into inspection.
 """

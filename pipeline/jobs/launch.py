@@ -1,0 +1,216 @@
+"""Running a job: the shuffle back end it uses, the plan printed before it starts, the run itself (local: Ctrl-C
+and worker tracebacks guarded; --retries; a Dataflow dry run; waiting or not), and the counters printed after it.
+Every job's `run` ends in `run_job`; the job's last step (Publish, pipeline/beam/publish.py) publishes its output."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+
+import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
+
+from pipeline.algorithms import packing
+from pipeline.beam import local, shards, transforms
+from pipeline.beam.options import is_dataflow, is_dry_run, is_local_runner, local_workers
+from pipeline.beam.publish import Output, Publication
+from pipeline.beam.shuffle import ShuffleConfig
+from pipeline.formats import manifest, storage
+
+
+MiB = 1 << 20
+
+
+TEMPORARY_RUNS = "bertprep-runs-"   # the prefix of a job's own run-file directory outside its output
+
+
+def counters(result) -> dict[str, int]:
+    """Every Beam counter of a finished pipeline as {"namespace/name": value} (committed where available)."""
+    out = {}
+    for c in result.metrics().query(MetricsFilter())["counters"]:
+        value = c.committed if c.committed is not None else c.attempted
+        key = f"{c.key.metric.namespace}/{c.key.metric.name}"
+        out[key] = out.get(key, 0) + int(value or 0)
+    return dict(sorted(out.items()))
+
+
+def print_counters(title: str, values: dict[str, int], seconds: float) -> None:
+    print(f"\n{title}: finished in {seconds:.1f} s", file=sys.stderr)
+    width = max([len(k) for k in values] + [10])
+    for k, v in values.items():
+        print(f"  {k:<{width}}  {v:>12,}", file=sys.stderr)
+
+
+class DryRun(Exception):
+    """A Dataflow `--dry_run=True`: the job was translated and staged but never submitted, so nothing ran and
+    there is nothing to publish."""
+
+
+def shuffle_config(args, options) -> ShuffleConfig:
+    """--shuffle auto: sorted run files on the local runner (it would hold a GroupByKey's whole input in memory),
+    the runner's GroupByKey everywhere else (Dataflow's shuffle service, a Flink or Spark cluster).
+
+    Run files live on this machine's disk whatever the output's file system: under the output's .incomplete/
+    for a local output (an interrupted run's are removed by --overwrite), else in a new directory under
+    --runs-dir (default: the system's temporary directory), removed when the job ends."""
+    backend = args.shuffle
+    if backend == "auto":
+        backend = "files" if is_local_runner(options) else "groupbykey"
+    if backend != "files":
+        if is_local_runner(options) and local_workers(options) > 1:
+            # Beam 2.77's local runner with several workers was seen to drop whole batches of records on their way
+            # to this GroupByKey, 0.3-16% of them at random, from 46 MB of books up; one worker never did
+            raise SystemExit("--shuffle groupbykey on the local runner needs one worker (--preset local-1 or "
+                             "--direct_running_mode=in_memory): Beam's multi-worker local runner drops records of "
+                             "its GroupByKey at random; --shuffle files (the default here) uses every worker")
+        return ShuffleConfig(backend)
+    if args.runs_dir and not storage.is_local(args.runs_dir):
+        raise SystemExit(f"--runs-dir {args.runs_dir}: run files need a directory on this machine's disk")
+    if args.runs_dir or not storage.is_local(args.output):
+        # a name only: the run writers create it, and run_job removes it however the job ends, so a job
+        # refused before it runs leaves nothing behind
+        base = os.path.abspath(args.runs_dir or tempfile.gettempdir())
+        if args.runs_dir:
+            shards.check_writable(base, "--runs-dir")
+        runs_dir = os.path.join(base, f"{TEMPORARY_RUNS}{uuid.uuid4().hex[:12]}")
+    else:
+        runs_dir = os.path.join(args.output.removeprefix("file://"), shards.INCOMPLETE, "runs")
+    return ShuffleConfig("files", os.path.abspath(runs_dir), max(1, int(args.sort_buffer_mb * MiB)))
+
+
+def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output, basis: str,
+               notes: tuple[str, ...] = ()) -> list[str]:
+    """What the job will do, printed before it runs (and all a Dataflow dry run does)."""
+    where = (f" (run files in {shuffle.runs_dir}, {shuffle.run_bytes / MiB:g} MiB sort buffer)"
+             if shuffle.backend == "files" else "")
+    stages = " | ".join(t.full_label for t in p.transforms_stack[0].parts)
+    each = out.estimated_bytes / out.num_shards / MiB
+    return [f"{title}: shuffle: {shuffle.backend}{where}",
+            f"{title}: {out.num_shards} {out.prefix} file(s) of ~{each:,.1f} MiB each "
+            f"(estimated from {basis}) in {out.directory}",
+            *notes,
+            f"{title}: stages: {stages}"]
+
+
+def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
+    """The job's own run-file directory when it lives outside the output (removed when the job ends)."""
+    if shuffle.backend == "files" and os.path.basename(shuffle.runs_dir).startswith(TEMPORARY_RUNS):
+        return shuffle.runs_dir
+    return None
+
+
+@contextlib.contextmanager
+def own_tempdir():
+    """Beam's stager builds the workers' sdist under tempfile.gettempdir() and leaves it there (1 MB a submission,
+    a dry run's too): while a job is submitted, temporary files go to a directory of the launcher's own, removed
+    once the job is submitted (what it staged has been uploaded by then)."""
+    scratch = tempfile.mkdtemp(prefix="bertprep-submit-")
+    previous, tempfile.tempdir = tempfile.tempdir, scratch
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def prepare_output(args, options) -> None:
+    """Readies --output (shards.prepare_output); a Dataflow dry run writes nothing, so it only checks: an output
+    that holds files is refused as a real run would refuse it, and no directory is made."""
+    shards.prepare_output(args.output, args.overwrite, create=not is_dry_run(options))
+
+
+def waits(args, options) -> bool:
+    """Whether the launcher waits for the job: --wait or --no-wait, else yes except on Dataflow (whose job publishes
+    its output itself: nothing needs this process once it is submitted)."""
+    return (not is_dataflow(options)) if args.wait is None else args.wait
+
+
+def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConfig, basis: str,
+            args, notes: tuple[str, ...] = ()) -> dict | None:
+    """Prints the plan and runs the pipeline, whose last step publishes its output; returns the manifest it wrote,
+    or None for a job left to run on its own (see `waits`). A local run is guarded (pipeline/beam/local.py): Ctrl-C
+    stops it at once, and its worker processes' tracebacks stay off the console unless --debug or -v.
+
+    Beam's local FnApiRunner does not retry a failed bundle (Dataflow retries each one 4 times), so a transient
+    failure fails the whole run; --retries runs the whole pipeline again. That is safe: nothing is published
+    before every write succeeded, and the files under .incomplete/ are removed and rewritten with the same bytes.
+    """
+    out = job.out
+    wait = waits(args, p.options) or is_dry_run(p.options)
+    if not wait and shuffle.backend == "files":
+        raise SystemExit("--no-wait with --shuffle files: the run files live on this machine, which the job needs "
+                         "until it ends (use --shuffle groupbykey, or wait)")
+    for line in plan_lines(title, p, shuffle, out, basis, notes):
+        print(line, file=sys.stderr)
+    start = time.time()
+    temporary = temporary_runs_dir(shuffle)
+    retries, tracebacks = args.retries, args.debug or getattr(args, "verbose", False)
+    try:
+        for attempt in range(retries + 1):
+            try:
+                with local.guarded(title, out.directory, temporary, tracebacks) if is_local_runner(p.options) \
+                        else own_tempdir() if is_dataflow(p.options) else contextlib.nullcontext():
+                    result = p.run()
+                    if wait:
+                        result.wait_until_finish()
+                break
+            except Exception as e:
+                if attempt == retries:
+                    raise
+                print(f"{title}: attempt {attempt + 1} of {retries + 1} failed ({type(e).__name__}: "
+                      f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); running the pipeline again",
+                      file=sys.stderr)
+                shards.remove_incomplete(out.directory)
+        if is_dry_run(p.options):
+            raise DryRun(f"{title}: dry run: the Dataflow job was translated and its files built, not staged or "
+                         "submitted; nothing was written")
+        if not wait:
+            job_id = getattr(result, "job_id", None)
+            name = f" job {job_id()}" if callable(job_id) else ""
+            print(f"{title}: submitted{name}; it publishes {manifest.path_in(out.directory)} itself when it "
+                  f"ends (then: bertprep verify {out.directory})", file=sys.stderr)
+            return None
+        m = manifest.read(out.directory)
+    finally:
+        if temporary:
+            shutil.rmtree(temporary, ignore_errors=True)
+    values = m["counts"]["counters"]
+    differ = _counters_differ(counters(result), values)
+    if differ:
+        print(f"{title}: warning: the runner's counters differ from the counts the job published ({differ})",
+              file=sys.stderr)
+    print_counters(title, values, time.time() - start)
+    return m
+
+
+def _counters_differ(runner: dict[str, int], published: dict[str, int]) -> str:
+    """Where Beam's counters of a finished job and the counts its tallies carried to Publish disagree (none is
+    expected: both are the committed bundles' counts), as "name runner/published"; "" when they agree."""
+    keys = sorted(k for k in set(runner) | set(published) if runner.get(k, 0) != published.get(k, 0))
+    return ", ".join(f"{k} {runner.get(k, 0):,}/{published.get(k, 0):,}" for k in keys[:5])
+
+
+def pair_parallelism(args, options) -> int:
+    """How many workers pairing (and tokenization, see spread_ranges) should use when the corpus has fewer buckets
+    (read units): --pair-parallelism, else the local runner's worker count (one per core for 0), else 32 (a
+    distributed runner's workers)."""
+    if args.pair_parallelism:
+        return args.pair_parallelism
+    return local_workers(options) if is_local_runner(options) else 32
+
+
+def spread_ranges(read_units: int, parallelism: int) -> int:
+    """Work items to deal documents over before tokenization (transforms.SpreadDocuments): 4 per worker when the
+    input has fewer than 2 read units (files, dump ranges) per worker; 0 (no spreading) otherwise."""
+    return 4 * parallelism if parallelism > 1 and read_units < 2 * parallelism else 0
+
+
+def write_or_pack(args, out: Output, shuffle: ShuffleConfig, pack: packing.PackParams | None):
+    """(label, transform) of a shards job's last step: WriteShards, or PackShards with --pack."""
+    write = shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
+                               stat_names=transforms.MASK_STATS, pack=pack)
+    return ("PackShards" if pack else "WriteShards"), write

@@ -1,0 +1,145 @@
+"""What a job's manifest says, from what it wrote (each file's stats) and counted (the job's tallies): the
+`Publication` functions Publish calls once every write is done, plus the checks it makes before publishing."""
+from __future__ import annotations
+
+import dataclasses
+
+from pipeline.algorithms import dedup, masking, packing
+from pipeline.beam import dedup as deduplication
+from pipeline.beam import transforms
+from pipeline.formats import manifest
+
+
+def why_empty(values: dict[str, int]) -> str:
+    """Why a run produced no record, from its counters."""
+    docs, empty = values.get("tokenize/documents", 0), values.get("tokenize/empty_documents", 0)
+    if docs:
+        return (f"none of its {docs:,} documents is long enough for one instance ([CLS] A [SEP] B [SEP] needs two "
+                "non-empty segments)")
+    if empty:
+        return f"none of its {empty:,} documents has any text left after tokenization"
+    read = {k: v for k, v in values.items() if k.split("/")[0] in ("wikipedia", "books", "text") and v}
+    return f"it holds no documents ({', '.join(f'{k} {v:,}' for k, v in read.items()) or 'nothing read'})"
+
+
+def sum_stats(files: list[dict], names: tuple[str, ...]) -> dict[str, int]:
+    return {name: sum(f.get(name, 0) for f in files) for name in names}
+
+
+DOCUMENT_STATS = ("documents", "paragraphs", "characters")
+
+
+def document_record(d) -> list:
+    """A Document as a batch of one shard record; stats: DOCUMENT_STATS."""
+    return [(d.id, d.to_json().encode("utf-8"), (1, len(d.paragraphs), sum(map(len, d.paragraphs))))]
+
+
+def documents_manifest(head: dict, inputs: list[dict], deduplicated: dedup.DedupParams | None,
+                       written: list[dict], values: dict[str, int]) -> dict:
+    """The manifest of documents (extract, dedup), from what the job wrote and counted."""
+    m = {**head, "counts": {**sum_stats(written, DOCUMENT_STATS), "counters": values}}
+    if deduplicated:
+        m["dedup"] = dedup_summary(deduplicated, values)
+    return {**m, "files": written, "inputs": inputs}
+
+
+def objective_counts(objective: str, counts: dict, max_seq_length: int) -> dict:
+    """The manifest's statistics of the second objective: the share of label 1 (random next, or swapped), or for
+    full-sentence rows their fill (real tokens / (rows x L))."""
+    n = max(1, counts["instances"])
+    if objective == "nsp":
+        return {"random_next_fraction": counts["random_next"] / n}
+    if objective == "sop":
+        return {"swapped_fraction": counts["random_next"] / n}
+    return {"row_fill": counts["tokens"] / (n * max_seq_length)}
+
+
+def pairs_manifest(head: dict, inputs: list[dict], written: list[dict], values: dict[str, int]) -> dict:
+    counts = sum_stats(written, transforms.PAIR_STATS)
+    return {**head, "counts": {"documents": values.get("tokenize/documents", 0), **counts,
+                               **objective_counts(head["objective"], counts, head["max_seq_length"]),
+                               "counters": values},
+            "files": written, "inputs": inputs}
+
+
+COUNTED = "counted"   # a shards manifest's documents: those the job tokenized (its counters)
+
+
+def shards_head(stage: str, args, params: masking.MaskParams, vocab: dict, max_seq_length: int,
+                objective: str) -> dict:
+    return {"format": manifest.SHARDS, "stage": stage, "seed": args.seed, "objective": objective, "vocab": vocab,
+            "max_seq_length": max_seq_length, "max_predictions_per_seq": params.max_predictions_per_seq}
+
+
+def shards_manifest(head: dict, parameters: dict, documents, inputs: list[dict], pack: packing.PackParams | None,
+                    deduplicated: dedup.DedupParams | None, written: list[dict], values: dict[str, int]) -> dict:
+    """The manifest of masked shards (mask, prepare), from what the job wrote and counted; `documents` is a count,
+    None (unknown) or COUNTED."""
+    counts = sum_stats(written, transforms.MASK_STATS)
+    n = max(1, counts["instances"])
+    objective, L = head["objective"], head["max_seq_length"]
+    m = {**head, "parameters": {**parameters, "num_shards": len(written)},
+         "counts": {"documents": values.get("tokenize/documents", 0) if documents == COUNTED else documents,
+                    **counts, **objective_counts(objective, counts, L),
+                    "mean_tokens_per_instance": counts["tokens"] / n,
+                    "mean_masked_per_instance": counts["masked_tokens"] / n,
+                    "masked_share": counts["masked_tokens"] / max(1, counts["tokens"]), "counters": values},
+         "files": written, "inputs": inputs}
+    if pack:
+        m["parameters"]["max_sequences_per_pack"] = pack.max_sequences_per_pack
+        m["counts"]["rows"] = sum(w["records"] for w in written)
+        m["packing"] = packing_entry(pack, written, counts, values)
+    if deduplicated:
+        m["dedup"] = dedup_summary(deduplicated, values)
+    if any(k.startswith(transforms.CORPUS + "/") for k in values):   # several corpora
+        m["counts"]["corpora"] = transforms.corpus_counts(values)
+    return m
+
+
+def packing_entry(pack: packing.PackParams, written: list[dict], counts: dict, values: dict) -> dict:
+    """The manifest's `packing`: k, M, rows and instances, and the share of real tokens packed and unpacked."""
+    rows, L = sum(w["records"] for w in written), pack.max_seq_length
+    return {"max_sequences_per_pack": pack.max_sequences_per_pack,
+            "max_predictions_per_row": pack.max_row_predictions, "rows": rows, "instances": counts["instances"],
+            "efficiency": packing.efficiency(counts["tokens"], rows, L),
+            "unpacked_efficiency": packing.efficiency(counts["tokens"], counts["instances"], L),
+            "rows_split": values.get("pack/rows_split", 0)}
+
+
+def packing_lost(values: dict[str, int]) -> list[str]:
+    """Packing must put every instance the shuffle delivered into a row."""
+    given = values.get("shuffle/shard_out", 0)
+    packed_in, packed_out = values.get("pack/instances_in", 0), values.get("pack/instances_out", 0)
+    if given == packed_in == packed_out:
+        return []
+    return [f"packing put {packed_out:,} instances into rows, of {packed_in:,} read and {given:,} delivered"]
+
+
+def packed_manifest(head: dict, documents: int | None, params: packing.PackParams, inputs: list[dict],
+                    written: list[dict], values: dict[str, int]) -> dict:
+    """The manifest of `pack`'s shards, from what the job wrote and counted."""
+    counts = sum_stats(written, transforms.MASK_STATS)
+    n = max(1, counts["instances"])
+    return {**head,
+            "counts": {"documents": documents, **counts, "rows": sum(w["records"] for w in written),
+                       **objective_counts(head["objective"], counts, head["max_seq_length"]),
+                       "mean_tokens_per_instance": counts["tokens"] / n,
+                       "mean_masked_per_instance": counts["masked_tokens"] / n,
+                       "masked_share": counts["masked_tokens"] / max(1, counts["tokens"]), "counters": values},
+            "packing": packing_entry(params, written, counts, values),
+            "files": written, "inputs": inputs}
+
+
+def dedup_side_files(params: dedup.DedupParams | None) -> tuple[str, ...]:
+    """The report, written by the clusters step: there is none when neither document pass runs."""
+    return (deduplication.REPORT,) if params and (params.exact or params.near) else ()
+
+
+def dedup_summary(params: dedup.DedupParams, values: dict[str, int]) -> dict:
+    """The manifest's `dedup` entry: the parameters, and what each pass kept and removed."""
+    c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
+    return {"parameters": dataclasses.asdict(params), "documents_in": c("documents"), "kept": c("kept"),
+            "removed_exact": c("removed_exact"), "removed_near": c("removed_near"),
+            "removed_emptied": c("removed_emptied"), "clusters": c("clusters"),
+            "empty_documents": c("empty_documents"), "repeated_paragraphs": c("repeated_paragraphs"),
+            "paragraphs_dropped": c("paragraphs_dropped"), "report": (dedup_side_files(params) or [None])[0]}

@@ -1,0 +1,70 @@
+"""Flags -> the algorithms' parameters (pairing, masking, packing, dedup), and the manifest's record of them: one
+place, so `pairs`, `mask`, `prepare` and `pack` decide alike."""
+from __future__ import annotations
+
+from pipeline.algorithms import dedup, masking, packing, pairs
+from pipeline.commands import flags
+
+
+def pair_params(args, vocab: dict) -> pairs.PairParams:
+    return pairs.PairParams(max_seq_length=args.max_seq_length, short_seq_prob=args.short_seq_prob,
+                            dupe_factor=args.dupe_factor, cls_id=vocab["ids"]["cls_id"],
+                            sep_id=vocab["ids"]["sep_id"], objective=args.objective,
+                            cross_documents=args.cross_documents, split_sentences=args.split_sentences)
+
+
+def mask_params(args, max_seq_length: int) -> masking.MaskParams:
+    """The masking flags; --max-predictions-per-seq by default what --masked-lm-prob needs at this length
+    (masking.default_max_predictions). A P given by hand that caps long instances is warned about, once."""
+    p, given = args.masked_lm_prob, args.max_predictions_per_seq
+    P = given or masking.default_max_predictions(max_seq_length, p)
+    if given and masking.capped_share(max_seq_length, p, given) < 0.9 * p:
+        flags.warn(f"--max-predictions-per-seq {given} caps the masking at max_seq_length {max_seq_length}: an "
+                   f"instance of {max_seq_length} tokens gets {given} predictions "
+                   f"({100 * masking.capped_share(max_seq_length, p, given):.1f}% of its tokens, not "
+                   f"{100 * p:g}%); {masking.default_max_predictions(max_seq_length, p)} would not cap (the default "
+                   "when the flag is left out)")
+    return masking.MaskParams(masked_lm_prob=p, max_predictions_per_seq=P,
+                              mask_token_prob=args.mask_token_prob, random_token_prob=args.random_token_prob,
+                              whole_word_mask=args.whole_word_mask, ngram_max=args.ngram_max)
+
+
+def masking_line(title: str, params: masking.MaskParams, max_seq_length: int, given: bool) -> str:
+    """The plan's line on masking: the share asked and the P that holds it."""
+    why = "given" if given else f"the default at max_seq_length {max_seq_length}: max(20, round(L x p))"
+    return (f"{title}: masking {100 * params.masked_lm_prob:g}% of tokens, at most "
+            f"{params.max_predictions_per_seq} an instance ({why})")
+
+
+def pair_parameters(args) -> dict:
+    shape = ({"short_seq_prob": args.short_seq_prob} if args.objective != "none" else
+             {"cross_documents": args.cross_documents, "split_sentences": args.split_sentences})
+    return {"max_seq_length": args.max_seq_length, **shape, "dupe_factor": args.dupe_factor,
+            "bucket_docs": args.bucket_docs}
+
+
+def mask_parameters(params: masking.MaskParams) -> dict:
+    return {"masked_lm_prob": params.masked_lm_prob, "max_predictions_per_seq": params.max_predictions_per_seq,
+            "mask_token_prob": params.mask_token_prob, "random_token_prob": params.random_token_prob,
+            "whole_word_mask": params.whole_word_mask, "ngram_max": params.ngram_max}
+
+
+def instances_basis(input_bytes: int, tokens: float, args) -> str:
+    return (f"{input_bytes / 1e6:,.1f} MB of input, ~{tokens / 1e6:,.2f} M tokens, dupe factor {args.dupe_factor}, "
+            f"max_seq_length {args.max_seq_length}")
+
+
+def pack_params(args, max_seq_length: int, max_predictions_per_seq: int,
+                masked_lm_prob: float) -> packing.PackParams | None:
+    """--pack: M sized for instances masked by google's count rule at `masked_lm_prob`."""
+    if not getattr(args, "pack", False):
+        return None
+    return packing.PackParams.for_rule(max_seq_length, max_predictions_per_seq, args.max_sequences_per_pack,
+                                       masked_lm_prob)
+
+
+def dedup_params(args) -> dedup.DedupParams:
+    return dedup.DedupParams(exact=not args.no_exact, near=not args.no_near, paragraphs=not args.no_paragraphs,
+                             num_perm=args.num_perm, bands=args.bands, threshold=args.near_threshold,
+                             shingle_words=args.shingle_words, min_paragraph_chars=args.min_paragraph_chars,
+                             max_paragraph_copies=args.max_paragraph_copies, seed=args.seed)

@@ -1,0 +1,134 @@
+"""What a job reads: corpus inputs (globs expanded, each file checked for its kind before the job), their readers as
+one PCollection per corpus, the vocab's manifest entry, and what an input is expected to hold."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import apache_beam as beam
+
+from pipeline.algorithms import masking
+from pipeline.beam import sizing, transforms
+from pipeline.commands import flags
+from pipeline.formats import manifest, storage
+from pipeline.text import tokenization
+
+
+def expand_inputs(spec: str, what: str = "input") -> list[str]:
+    """Comma-separated globs (or directories, kept as they are) of corpus files -> sorted paths; each must match."""
+    paths: list[str] = []
+    for pattern in [s.strip() for s in spec.split(",") if s.strip()]:
+        if os.path.isdir(pattern):
+            paths.append(pattern.rstrip("/"))
+            continue
+        found = storage.match(pattern)
+        if not found:
+            raise manifest.ManifestError(f"--{what} {pattern!r} matches no files")
+        paths.extend(found)
+    if not paths:
+        raise manifest.ManifestError(f"--{what} is empty")
+    return sorted(set(paths))
+
+
+def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
+    vocab = tokenization.read_vocab(vocab_path)
+    return {"path": vocab_path, "sha256": tokenization.vocab_sha256(vocab_path), "size": len(vocab),
+            "lowercase": lowercase, "ids": masking.VocabIds.from_vocab(vocab).to_json()}
+
+
+_DUMP_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
+
+
+def check_kind(kind: str, files: list[str]) -> None:
+    """Refuses, before the job, a file given as a corpus it is not: a MediaWiki dump as books or text (by its name),
+    or as wikipedia anything that does not start as bz2 or XML does (a 4-byte read per dump)."""
+    from corpora import wikipedia
+
+    for f in files:
+        if kind != "wikipedia" and f.lower().endswith(_DUMP_SUFFIXES):
+            raise manifest.ManifestError(f"{f}: a MediaWiki XML dump given as {kind} (give it as --input "
+                                         "wikipedia:...)")
+        if kind == "wikipedia":
+            if storage.is_dir(f):
+                raise manifest.ManifestError(f"{f}: a directory given as wikipedia (a dump is one .xml or .xml.bz2 "
+                                             "file; books go as --input books:...)")
+            head = wikipedia.not_a_dump(f)
+            if head is not None:
+                raise manifest.ManifestError(f"{f}: not a MediaWiki XML dump (it starts {head!r}), given as "
+                                             "wikipedia (books go as --input books:...)")
+
+
+def corpus_inputs(args) -> list[tuple[str, list[str], dict[str, int]]]:
+    """(kind, files, {file: bytes}) for each corpus of --input, in the order given, each file checked for its
+    kind at planning time."""
+    found = []
+    for kind, spec in args.corpora:
+        files = expand_inputs(spec)
+        check_kind(kind, files)
+        found.append((kind, files, sizing.local_sizes(files)))
+    return found
+
+
+HARD_WRAPPED = "text/hard_wrapped_files"   # the text reader's count of them (corpora/text.py)
+
+
+def warn_hard_wrapped(inputs, sample_files: int = 8, sample_bytes: int = 1 << 16) -> bool:
+    """Before the job: one warning line if a local text input looks like wrapped prose (corpora.text.looks_hard_
+    wrapped on the head of the first few files), which google's format would cut into documents of line fragments.
+    Returns whether it warned; the job counts every such file (HARD_WRAPPED) whatever the file system."""
+    from corpora import text
+
+    for kind, files, _ in inputs:
+        for f in [f for f in files if kind == "text" and os.path.isfile(f.removeprefix("file://"))][:sample_files]:
+            with open(f.removeprefix("file://"), "rb") as stream:
+                head = stream.read(sample_bytes).decode("utf-8", "replace")
+            if text.looks_hard_wrapped(head.rsplit("\n", 1)[0]):
+                flags.warn(f"--input text:{f}: most of its lines end mid-sentence, as wrapped prose does, not as "
+                           "google's format (a sentence a line, a blank line after each document): a book goes as "
+                           f"--input books:... (the manifest counts such files: {HARD_WRAPPED})")
+                return True
+    return False
+
+
+def warn_hard_wrapped_after(m: dict | None, warned: bool) -> None:
+    """After the job, the same warning from the job's count, unless it was given before."""
+    n = (m or {}).get("counts", {}).get("counters", {}).get(HARD_WRAPPED, 0)
+    if n and not warned:
+        flags.warn(f"{n:,} text input file(s) end most lines mid-sentence, as wrapped prose does, not as google's "
+                   f"format (a sentence a line): a book goes as --input books:... ({HARD_WRAPPED} in the manifest)")
+
+
+def read_corpora(p: beam.Pipeline, readers: list[tuple[str, beam.PTransform]]):
+    """The documents of every corpus: one PCollection per kind (labelled Read<Kind>)."""
+    return {kind: p | f"Read{kind.capitalize()}" >> reader for kind, reader in readers}
+
+
+def joined(read: dict):
+    """The documents of every corpus as one PCollection."""
+    return next(iter(read.values())) if len(read) == 1 else tuple(read.values()) | "JoinCorpora" >> beam.Flatten()
+
+
+def corpus_reader(kind: str, files: list[str], args) -> beam.PTransform:
+    if kind == "wikipedia":
+        return transforms.ExtractWikipedia(files, index=args.wiki_index,
+                                           skip_disambiguation=not args.keep_disambiguation,
+                                           disambiguation_templates=args.disambiguation_templates,
+                                           skip_bad_files=args.skip_bad_files)
+    if kind == "books":
+        return transforms.ExtractBooks(files, max_document_bytes=args.max_document_bytes,
+                                       skip_bad_files=args.skip_bad_files)
+    return transforms.ExtractText(files)
+
+
+def expected_documents(opened: manifest.Opened, sizes: dict[str, int], tokens: float) -> float:
+    """The documents a documents input holds: its manifests' count where they list every file read, else an
+    estimate from its size (random-next buckets are planned from it before the job)."""
+    if opened.manifests and all(f in opened.records for f in opened.files):
+        return float(sum(m["counts"].get("documents") or 0 for m in opened.manifests.values()))
+    return sizing.input_documents("documents", sizes, tokens)
+
+
+def corpus_dupes(args) -> dict[str, int]:
+    """Dupe passes of each corpus: round(--dupe-factor x its --corpus-weights weight), at least 1."""
+    weights = args.corpus_weights or {}
+    return {kind: max(1, round(args.dupe_factor * weights.get(kind, 1.0))) for kind, _ in args.corpora}
