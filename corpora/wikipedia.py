@@ -26,12 +26,13 @@ head is read once, when planning. `make_multistream` builds such a dump from any
 from __future__ import annotations
 
 import bz2
+import dataclasses
 import itertools
 import logging
 import os
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 from xml.sax.saxutils import escape, unescape
 
@@ -41,6 +42,7 @@ from apache_beam.io.filesystems import FileSystems
 from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text, Wikilink
 
 from corpora import templates
+from corpora.text import relative_names
 from corpora.wikisites import ENGLISH, Site, site_from_siteinfo
 from pipeline.formats import storage
 from pipeline.formats.documents import Count, Document
@@ -67,6 +69,7 @@ class ReadRange:
     start: int = 0          # byte offset in the (compressed) file
     end: int | None = None  # exclusive; None = to the end
     head: bytes = b""       # a range after the first: the file's XML before its first <page> (root tag, <siteinfo>)
+    name: str = ""          # the dump's name in its documents' ids (dump_name); "" = the file's basename
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,11 @@ class DumpPlan:
     cuts: tuple[int, ...] = ()
     head: bytes = b""
     split: bool = False     # True for a multistream dump: False = one range, however big the file
+    name: str = ""          # the dump's name in its documents' ids (dump_name)
 
     def ranges(self) -> list[ReadRange]:
         starts = [0, *self.cuts]
-        return [ReadRange(self.path, start, end, self.head if start else b"")
+        return [ReadRange(self.path, start, end, self.head if start else b"", self.name)
                 for start, end in zip(starts, [*self.cuts, None])]
 
 
@@ -93,6 +97,14 @@ class Page:
     text: str               # wikitext of the last revision in the page ("" when the export omits it)
     redirect: bool
     site: Site = ENGLISH    # its wiki's namespace names and disambiguation marks, from the dump's <siteinfo>
+    # the dump's name (dump_names): page ids are unique within one wiki, not across dumps; not part of a page's
+    # content (the same export read from two files is the same pages)
+    dump: str = field(default="", compare=False)
+
+    @property
+    def document_id(self) -> str:
+        """`wikipedia:<dump name>:<page id>`: unique across every dump of a job (two languages, two snapshots)."""
+        return f"{SOURCE}:{self.dump}:{self.page_id}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -126,8 +138,19 @@ def plan_dumps(paths: list[str], index_path: str | None = None, streams_per_read
     if streams_per_read < 1:
         raise ValueError(f"streams_per_read must be >= 1, got {streams_per_read}")
     index_of = {path: index_path or index_beside(path) for path in paths}
-    return [_plan_dump(path, index_of[path], streams_per_read) for path in paths
-            if path not in index_of.values()]   # a glob such as *multistream*.bz2 matches the index too
+    dumps = [path for path in paths if path not in index_of.values()]   # a glob such as *multistream*.bz2 matches
+    names = dump_names(dumps)                                           # the index too
+    return [dataclasses.replace(_plan_dump(path, index_of[path], streams_per_read), name=names[path])
+            for path in dumps]
+
+
+def dump_names(paths: list[str]) -> dict[str, str]:
+    """Each dump's name in its documents' ids: its path relative to the deepest directory holding every dump of
+    the job (text.relative_names: the basename for dumps side by side), less the .xml/.bz2 suffixes, so the same
+    dumps give the same ids on any machine and runner; two dumps' names differ whatever wikis or dates they hold."""
+    names = relative_names(paths)
+    short = {path: re.sub(r"(\.xml)?(\.bz2|\.gz)?$", "", name) or name for path, name in names.items()}
+    return short if len(set(short.values())) == len(short) else names   # a.xml and a.xml.bz2: keep the suffixes
 
 
 def unsplit_warnings(dumps: list[DumpPlan]) -> list[str]:
@@ -366,6 +389,7 @@ def read_pages(read: ReadRange, skip_bad_files: bool = False) -> Iterator[Page |
 
 def _read_pages(read: ReadRange) -> Iterator[Page | Count]:
     path = read.path
+    dump = read.name or dump_names([path])[path]
     # Ranges after the first lack the <mediawiki> start tag and ranges before the last lack its end tag: a
     # synthetic wrapper makes each one a well-formed document on its own.
     parser = ET.XMLPullParser(events=("start", "end"))
@@ -393,7 +417,7 @@ def _read_pages(read: ReadRange) -> Iterator[Page | Count]:
                     text = child.text or ""
             elem.clear()
         elif name == "page":
-            page = _page_from_element(elem, text, namespaces, site, path, where)
+            page = _page_from_element(elem, text, namespaces, site, path, where, dump)
             text = ""
             root.clear()  # drops the finished page from the tree: memory stays one page deep
             yield Count("pages")
@@ -464,7 +488,7 @@ def _xml_events(parser: ET.XMLPullParser, read: ReadRange) -> Iterator[tuple[str
 
 
 def _page_from_element(elem, text: str, namespaces: dict[str, int], site: Site | None, path: str,
-                       where: int) -> Page:
+                       where: int, dump: str) -> Page:
     fields, redirect = {}, False
     for child in elem:
         name = _local(child.tag)
@@ -485,7 +509,7 @@ def _page_from_element(elem, text: str, namespaces: dict[str, int], site: Site |
                            f"(data from byte {where})") from None
     elem.clear()
     return Page(page_id=page_id, namespace=namespace, title=title, text=text, redirect=redirect,
-                site=site or ENGLISH)
+                site=site or ENGLISH, dump=dump)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -532,7 +556,7 @@ def page_to_document(page: Page, skip_disambiguation: bool = True,
         yield Count("empty_after_cleaning")
         return
     yield Count("articles")
-    yield Document(id=f"{SOURCE}:{page.page_id}", source=SOURCE, title=page.title, paragraphs=paragraphs)
+    yield Document(id=page.document_id, source=SOURCE, title=page.title, paragraphs=paragraphs)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ def test_fixture_article_paragraphs(fixture_pages, title):
     out = list(page_to_document(page))
     assert out[0] == Count("articles")
     doc = out[1]
-    assert doc == Document(id=f"wikipedia:{page.page_id}", source="wikipedia", title=title,
+    assert doc == Document(id=f"wikipedia:constructs:{page.page_id}", source="wikipedia", title=title,
                            paragraphs=EXPECTED[title])
 
 
@@ -185,7 +185,9 @@ def test_sample_counts_reconcile(sample_pages):
     assert len(sample_pages) == 86
     assert counts == {"articles": 20, "redirects": 66}
     assert sum(counts.values()) == len(sample_pages)
-    assert [d.id for d in docs][:3] == ["wikipedia:12", "wikipedia:25", "wikipedia:39"]
+    # the dump's name is part of the id: page ids are unique within one wiki only
+    assert [d.id for d in docs][:3] == ["wikipedia:enwiki-sample:12", "wikipedia:enwiki-sample:25",
+                                        "wikipedia:enwiki-sample:39"]
     assert sum(len(d.paragraphs) for d in docs) == 1054
     assert docs[0].title == "Anarchism" and docs[0].paragraphs[0] == (
         "Anarchism is a political philosophy that advocates self-governed societies based on voluntary "
@@ -322,14 +324,15 @@ def test_multistream_ranges_read_the_same_pages(tmp_path, sample_pages):
     counts, pages, _ = collect(x for r in reads for x in read_pages(r))
     assert pages == sample_pages and counts == {"pages": 86}
     # The plain read of the multistream file (no index) is one range and gives the same pages.
-    assert plan_reads([str(dump)], index_path=None, streams_per_read=100) == [ReadRange(str(dump), 0, None)]
+    assert plan_reads([str(dump)], index_path=None, streams_per_read=100) == \
+        [ReadRange(str(dump), 0, None, name="enwiki-test-multistream")]
     assert collect(read_pages(ReadRange(str(dump))))[1] == sample_pages
 
 
 def test_multistream_from_pages_and_explicit_index(tmp_path, fixture_pages):
     dump, index = tmp_path / "pages.xml.bz2", tmp_path / "elsewhere.txt.bz2"
     make_multistream(fixture_pages, str(dump), str(index), pages_per_stream=3)   # 23 pages -> 8 streams
-    assert plan_reads([str(dump)]) == [ReadRange(str(dump))]   # no index beside it under this name
+    assert plan_reads([str(dump)]) == [ReadRange(str(dump), name="pages")]   # no index beside it under this name
     reads = plan_reads([str(dump)], index_path=str(index), streams_per_read=3)
     assert len(reads) == 3
     assert collect(x for r in reads for x in read_pages(r))[1] == fixture_pages
@@ -339,7 +342,8 @@ def test_multistream_from_pages_and_explicit_index(tmp_path, fixture_pages):
 
 
 def test_plan_reads_without_index_and_with_a_glob_that_matched_the_index(tmp_path, fixture_pages):
-    assert plan_reads([str(SAMPLE), str(FIXTURE)]) == [ReadRange(str(SAMPLE)), ReadRange(str(FIXTURE))]
+    assert plan_reads([str(SAMPLE), str(FIXTURE)]) == [ReadRange(str(SAMPLE), name="corpora/samples/enwiki-sample"),
+                                                       ReadRange(str(FIXTURE), name="tests/data/wikipedia/constructs")]
     dump, index = tmp_path / "f-multistream.xml.bz2", tmp_path / "f-multistream-index.txt.bz2"
     make_multistream(FIXTURE, str(dump), str(index), pages_per_stream=5)   # an uncompressed export as input
     reads = plan_reads(sorted([str(index), str(dump)]), streams_per_read=2)  # as *multistream*.bz2 expands

@@ -2,6 +2,7 @@
 streams (the same cuts as the index gives), the index is streamed, a bad index fails when planning in one line, and
 on an object store each range downloads only its own bytes."""
 import collections
+import dataclasses
 import logging
 import math
 import os
@@ -29,8 +30,27 @@ def repack(tmp_path, pages_per_stream: int, source=SAMPLE, name: str = "x") -> t
 
 
 def documents(reads) -> list[Document]:
-    return [d for r in reads for p in read_pages(r) if isinstance(p, Page)
-            for d in page_to_document(p) if isinstance(d, Document)]
+    """The documents of some ranges, ids without the dump's name (`wikipedia:<page id>`): these tests read one export
+    from files of other names."""
+    return [dataclasses.replace(d, id="wikipedia:" + d.id.rsplit(":", 1)[1]) for r in reads for p in read_pages(r)
+            if isinstance(p, Page) for d in page_to_document(p) if isinstance(d, Document)]
+
+
+def test_ids_carry_the_dump_name_so_two_dumps_never_collide(tmp_path):
+    """The same pages in two dumps (two snapshots of one wiki, or two wikis whose page ids overlap) are two sets of
+    documents: each id names its dump, relative to the dumps' common directory, without .xml/.bz2."""
+    (tmp_path / "2024").mkdir()
+    (tmp_path / "2025").mkdir()
+    first, second = str(tmp_path / "2024" / "enwiki.xml.bz2"), str(tmp_path / "2025" / "enwiki.xml.bz2")
+    for path in (first, second):
+        shutil.copy(SAMPLE, path)
+    ids = [d.id for r in plan_reads([first, second]) for p in read_pages(r) if isinstance(p, Page)
+           for d in page_to_document(p) if isinstance(d, Document)]
+    assert len(ids) == 40 and len(set(ids)) == 40
+    assert ids[0] == "wikipedia:2024/enwiki:12" and ids[20] == "wikipedia:2025/enwiki:12"
+    # one dump alone: its name (the same on any machine and runner, wherever the file lies)
+    assert next(d for p in read_pages(plan_reads([first])[0]) if isinstance(p, Page)
+                for d in page_to_document(p) if isinstance(d, Document)).id == "wikipedia:enwiki:12"
 
 
 # --- without an index, a multistream dump splits as with it ---------------------------------------------------
@@ -210,7 +230,7 @@ def test_extract_from_an_object_store_downloads_the_dump_about_once(tmp_path):
     assert cli.main(["extract", "wikipedia", "--input", remote, "--wiki-index", remote_index, "--output",
                      str(tmp_path / "store"), *common]) == 0
     assert simstore.usage(bucket)["downloaded"] / os.path.getsize(dump) <= 1.2
-    assert cli.main(["extract", "wikipedia", "--input", str(SAMPLE), "--output", str(tmp_path / "local"),
+    assert cli.main(["extract", "wikipedia", "--input", dump, "--output", str(tmp_path / "local"),   # its name: the ids'
                      *common]) == 0
     shards = collections.Counter(p.name for p in (tmp_path / "local").iterdir() if p.name != "manifest.json")
     assert shards and all((tmp_path / "store" / n).read_bytes() == (tmp_path / "local" / n).read_bytes()

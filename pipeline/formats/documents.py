@@ -1,7 +1,7 @@
 """The document contract: what every corpus reader produces and `pairs` consumes, defined once.
 
 On disk (`extract` output): gzip JSON Lines, `documents-SSSSS-of-NNNNN.jsonl.gz`, one document per line:
-    {"id": "wikipedia:12", "source": "wikipedia", "title": "Anarchism", "paragraphs": ["...", ...]}
+    {"id": "wikipedia:enwiki-sample:12", "source": "wikipedia", "title": "Anarchism", "paragraphs": ["...", ...]}
 plus, for google-format text input, "presplit": true, meaning each paragraph entry is exactly one sentence and
 must not be split again. Sentence splitting happens after this stage, so a new splitter needs no re-extraction.
 
@@ -19,7 +19,8 @@ from typing import BinaryIO, Iterable, Iterator
 
 @dataclass(frozen=True)
 class Document:
-    id: str                 # unique and stable across runs, e.g. "wikipedia:12", "books:carroll-alice.txt#0"
+    id: str                 # unique across a job's inputs and stable across runs: "wikipedia:enwiki-sample:12"
+                            # (dump, page id), "books:carroll-alice.txt#0", "text:a.txt:3"
     source: str             # "wikipedia" | "books" | "text"
     title: str
     paragraphs: list[str] = field(default_factory=list)

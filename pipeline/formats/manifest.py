@@ -5,10 +5,13 @@ Its presence marks the directory complete (data files are published before it). 
     format                   "bertprep.documents/1" | "bertprep.pairs/1" | "bertprep.shards/1"
     stage                    the command that wrote it: extract | pairs | mask | prepare | pack
     created_by               "bertprep <version>"
-    generator                how records are placed in files and random-next buckets: 2 = even shares of the
-                             seeded hash planned before the job (one pass through a runner's shuffle); 1 (or
-                             absent) = cuts balanced by a count of every record. The same input, flags and seed
-                             give the same bytes within one generator, not across them
+    generator                what made the bytes: 3 = as 2, with Wikipedia documents' ids naming their dump
+                             (`wikipedia:<dump>:<page id>`, unique across dumps; ids seed every draw, so a
+                             Wikipedia input's bytes moved, books' and text's did not); 2 = records placed in files
+                             and random-next buckets by even shares of the seeded hash planned before the job (one
+                             pass through a runner's shuffle); 1 (or absent) = cuts balanced by a count of every
+                             record. The same input, flags and seed give the same bytes within one generator, not
+                             across them
     parameters               every flag of the stage that shapes the data (not Beam's runner flags)
     seed                     the seed (pairs, mask, prepare)
     objective                pairs and shards: "nsp" (google's, the default) | "sop" (ALBERT's sentence order:
@@ -41,7 +44,7 @@ from pipeline.formats import schema, storage
 NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
 VERSION = "0.1.0"
-GENERATOR = 2   # see `generator` above: bump it whenever the same input, flags and seed give other bytes
+GENERATOR = 3   # see `generator` above: bump it whenever the same input, flags and seed give other bytes
 
 
 class ManifestError(ValueError):
