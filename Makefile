@@ -8,11 +8,14 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0   # the CPU build; must come before anything that pulls torch
 	$(PY) -m pip install -q -e '.[train,test,dataflow]'
+	# lm-eval's Janitor is the reference the decontamination tests compare with; its own dependencies (datasets,
+	# evaluate, a newer cloudpickle and dill) are not ours, and the Janitor needs none of them
+	$(PY) -m pip install -q --no-deps lm-eval==0.4.13
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -15,7 +15,6 @@ batches and records exactly which batches were consumed, so a resumed run contin
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
@@ -26,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from pipeline.algorithms import masking
-from pipeline.formats import example_proto, manifest, pair_records, schema, tfrecord
+from pipeline.formats import example_proto, manifest, pair_records, schema, storage, tfrecord
 
 MANIFEST, SHARDS_FORMAT = manifest.NAME, manifest.SHARDS
 
@@ -50,6 +49,7 @@ class ShardSet:
     records: dict[str, int]      # file -> records, where a manifest says so
     objective: str = "nsp"       # manifest.OBJECTIVES: nsp | sop | none (MLM only); google-made shards are nsp
     vocab: dict | None = None    # the manifest's vocab entry (path, sha256, size, lowercase, ids); None: google's
+    validation: str | None = None   # the validation set the output was made with (DIR/validation), if any
 
 
 def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int | None = None,
@@ -101,7 +101,16 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
                                      f"{symbol}={given}: give shards of the same lengths")
             raise ShardSpecError(f"{pattern}: {flag} {given} but the shards were made with {have}")
     return ShardSet(opened.files, manifest.shard_shape(m), data_vocab, opened.records, manifest.objective(m),
-                    m["vocab"])
+                    m["vocab"], validation_of(opened))
+
+
+def validation_of(opened: manifest.Opened) -> str | None:
+    """The validation set beside one training output (its manifest's `split`), where the data is one output."""
+    if len(opened.manifests) != 1:
+        return None
+    directory, m = next(iter(opened.manifests.items()))
+    split = m.get("split") or {}
+    return storage.join(directory, split["validation"]) if split.get("role") == "training" else None
 
 
 def describe(shape: schema.Shape) -> str:
@@ -204,7 +213,8 @@ def open_pairs(pattern: str, max_predictions_per_seq: int | None = None, masked_
     m = opened.manifest
     length = int(m["max_seq_length"])
     shape = schema.Shape(length, max_predictions_per_seq or masking.default_max_predictions(length, masked_lm_prob))
-    return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records, manifest.objective(m), m["vocab"]),
+    return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records, manifest.objective(m), m["vocab"],
+                     validation_of(opened)),
             masking.VocabIds.from_json(m["vocab"]["ids"]))
 
 

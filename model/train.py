@@ -60,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--data", required=True,
                    help="masked-LM shards, packed or not (not both): a directory, a glob or a comma list")
-    g.add_argument("--eval-data", help="glob of held-out shards (default: the last training file is held out)")
+    g.add_argument("--eval-data", help="held-out shards (default: the validation set --data was made with, "
+                                       "DIR/validation/; without one, the last training file, with a warning)")
     g.add_argument("--max-seq-length", type=positive_int, help="required for shards without a manifest (google-made)")
     g.add_argument("--max-predictions-per-seq", type=positive_int,
                    help="required for shards without a manifest; with --dynamic-masking default max(20, "
@@ -98,7 +99,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--log-every", type=positive_int, default=100)
     g.add_argument("--eval-every", type=nonnegative_int, default=0, help="steps between evaluations (0: none)")
-    g.add_argument("--eval-batches", type=positive_int, default=20, help="batches per evaluation and rank")
+    g.add_argument("--eval-batches", type=positive_int, default=None,
+                   help="batches per evaluation and rank (default: the whole held-out set)")
     g.add_argument("--checkpoint-every", type=nonnegative_int, default=1000,
                    help="steps between checkpoints (0: at the end only)")
     g.add_argument("--keep-checkpoints", type=positive_int, default=3)
@@ -169,6 +171,11 @@ def train(args: argparse.Namespace) -> dict:
                   f"{data.describe(shards.shape)}, objective {shards.objective}; attention: {attention}; "
                   f"{ranks.world} rank(s) x {args.grad_accum} micro-step(s) of {micro_batch} rows on {ranks.device}; "
                   f"step {step}/{args.steps}")
+            if shards.held_out == LAST_FILE and args.eval_every:
+                print(f"warning: --eval-every evaluates on {LAST_FILE}", file=sys.stderr)
+            elif shards.held_out:
+                print(f"evaluation: {shards.held_out}" + (f", every {args.eval_every} steps" if args.eval_every
+                                                          else " (with --eval-every N)"))
         session = Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup,
                           loader, log, stop)
         first_step = step
@@ -258,6 +265,7 @@ class Shards:
     decoder: data.DynamicMasker | None      # --dynamic-masking: pairs masked afresh each epoch; None: shards
     objective: str                          # nsp | sop | none, from the manifest (manifest.OBJECTIVES)
     vocab: dict | None                      # the manifest's vocab entry (export-hf writes it); None: google's shards
+    held_out: str = ""                      # what the held-out files are, in words (the run's first lines)
 
     @property
     def task(self) -> str | None:
@@ -287,41 +295,52 @@ def open_data(args: argparse.Namespace, config: config_lib.BertConfig,
     if found.shape.max_seq_length > config.max_position_embeddings:
         raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")
-    train_files, eval_files, eval_shape = held_out_split(args, found, config.vocab_size)
+    train_files, eval_files, eval_shape, held_out = held_out_split(args, found, config.vocab_size)
     return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder, found.objective,
-                          found.vocab)
+                          found.vocab, held_out)
 
 
 def held_out_split(args: argparse.Namespace, found: data.ShardSet,
-                   vocab_size: int) -> tuple[list[str], list[str], schema.Shape]:
-    """(training files, held-out files, the held-out shape): --eval-data's, or with --eval-every alone the last
-    training file. Held-out shards are of the training shards' kind, packed or not, and objective."""
+                   vocab_size: int) -> tuple[list[str], list[str], schema.Shape, str]:
+    """(training files, held-out files, the held-out shape, what they are): --eval-data's; else the validation set the
+    data was made with (DIR/validation/: documents split off before pairing); else, with --eval-every, the last
+    training file, which shares documents with the others (said in one warning line). Held-out shards are of the
+    training shards' kind, packed or not, and objective."""
     shape = found.shape
-    if args.eval_data:
+    spec, what = (args.eval_data, "--eval-data") if args.eval_data else (found.validation, "its validation set")
+    if spec:
         if args.dynamic_masking:  # pair records, masked by the training run's masker, at its lengths
-            held = data.open_pairs(args.eval_data, shape.max_predictions_per_seq, what="--eval-data")[0]
+            held = data.open_pairs(spec, shape.max_predictions_per_seq, what=what)[0]
             if held.shape.max_seq_length != shape.max_seq_length:
-                raise data.ShardSpecError(f"--eval-data {args.eval_data} holds pairs of L={held.shape.max_seq_length} "
-                                          f"and --data L={shape.max_seq_length}: give pairs of the same length")
+                raise data.ShardSpecError(f"{what} {spec} holds pairs of L={held.shape.max_seq_length} and --data "
+                                          f"L={shape.max_seq_length}: give pairs of the same length")
         else:
             # google-made held-out files (no manifest) are read with the training shards' lengths; packed shards'
-            # instances share L, not the rows' M. A mismatch names the two data sets, not flags never passed.
-            held = data.open_shards(args.eval_data, vocab_size, shape.max_seq_length,
-                                    None if shape.packed else shape.max_predictions_per_seq, args.allow_incomplete,
-                                    what="--eval-data", lengths_from="--data")
+            # instances share L, not the rows' M; a validation set may be masked at its own share (its own P). A
+            # mismatch names the two data sets, not flags never passed.
+            P = None if shape.packed or not args.eval_data else shape.max_predictions_per_seq
+            held = data.open_shards(spec, vocab_size, shape.max_seq_length, P, args.allow_incomplete, what=what,
+                                    lengths_from="--data")
         if held.shape.packed != shape.packed:
-            raise data.ShardSpecError(f"--eval-data {args.eval_data} holds {data.describe(held.shape)} and --data "
+            raise data.ShardSpecError(f"{what} {spec} holds {data.describe(held.shape)} and --data "
                                       f"{data.describe(shape)}: give held-out shards of the same kind")
         if held.objective != found.objective:
-            raise data.ShardSpecError(f"--eval-data {args.eval_data} was made with objective {held.objective} and "
-                                      f"--data with {found.objective}: give held-out shards of the same objective")
-        return found.files, held.files, shape if args.dynamic_masking else held.shape
+            raise data.ShardSpecError(f"{what} {spec} was made with objective {held.objective} and --data with "
+                                      f"{found.objective}: give held-out shards of the same objective")
+        about = (f"--eval-data {spec}" if args.eval_data else
+                 f"the validation set {spec} (documents held out before pairing: none of them is in training)")
+        return found.files, held.files, shape if args.dynamic_masking else held.shape, about
     if args.eval_every:
         if len(found.files) < 2:
-            raise data.ShardSpecError("--eval-every needs --eval-data or at least 2 shard files (the last one is "
-                                      "held out)")
-        return found.files[:-1], found.files[-1:], shape
-    return found.files, [], shape
+            raise data.ShardSpecError("--eval-every needs --eval-data, a validation set or at least 2 shard files "
+                                      "(the last one is held out)")
+        return found.files[:-1], found.files[-1:], shape, LAST_FILE
+    return found.files, [], shape, ""
+
+
+LAST_FILE = ("the last training file, held out: it shares documents with the training files, so it measures "
+             "memorisation as much as generalisation (make a validation set with prepare --validation-documents N or "
+             "--validation-fraction F)")
 
 
 def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: Ranks, sentence_head: bool,
@@ -636,7 +655,8 @@ def task_metrics(s: dict[str, float], task: str | None, micro_steps: int | None 
 
 @torch.no_grad()
 def evaluate(session: Session, step: int) -> dict:
-    """Mean losses and accuracies over the first --eval-batches batches of the held-out files (no shuffling)."""
+    """Mean losses and accuracies over the held-out files (no shuffling): all of them, or the first --eval-batches
+    batches."""
     dataset = data.ShardDataset(session.shards.eval_files, session.shards.eval_shape, session.micro_batch,
                                 vocab_size=session.config.vocab_size, shuffle=False, drop_last=False,
                                 decoder=session.shards.decoder)
@@ -647,7 +667,7 @@ def evaluate(session: Session, step: int) -> dict:
     sums = Sums(stat_names(session.shards.task, evaluation=True), session.ranks.device)
     with data.batches_of(loader) as batches:
         for i, batch in enumerate(batches):
-            if i == session.args.eval_batches:
+            if i == session.args.eval_batches:   # None: every batch
                 break
             batch = {k: v.to(session.ranks.device) for k, v in batch.items() if k not in ("worker", "index")}
             with session.ranks.autocast():

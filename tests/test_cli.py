@@ -215,6 +215,16 @@ TABLE = [
      ["--max-paragraph-copies"]),
     (["prepare", "books", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o6", "--near-threshold", "0.9"], 2,
      ["--near-threshold without --dedup"]),
+    # decontaminate
+    (["decontaminate", "--input", "{m}/docs", "--output", "{m}/o7"], 2, ["--against"]),
+    (["decontaminate", "--input", "{m}/docs", "--against", "{m}/nope.json", "--output", "{m}/o7"], 1,
+     ["--against", "{m}/nope.json", "matches no files"]),
+    (["decontaminate", "--input", "{m}/docs", "--against", "{m}/empty.txt", "--output", "{m}/o7"], 1,
+     ["--against {m}/empty.txt: empty file"]),
+    (["decontaminate", "--input", "{m}/docs", "--against", "{m}/blank-docs.txt", "--output", "{m}/o7",
+      "--ngram", "0"], 2, ["--ngram"]),
+    (["decontaminate", "--input", "{m}/pairs", "--against", "{m}/blank-docs.txt", "--output", "{m}/o7"], 1,
+     ["{m}/pairs holds pair records, not documents"]),
     # inspect
     (["inspect", "{m}/nope"], 1, ["{m}/nope", "matches no files"]),
     (["inspect", "{m}/unfinished"], 1, ["{m}/unfinished has no manifest.json", "--allow-incomplete"]),

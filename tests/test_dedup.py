@@ -207,7 +207,7 @@ def test_gzip_outputs_carry_no_file_name(tmp_path):
     documents.write_gzip_jsonl(unnamed, docs)
     assert named.read_bytes() == unnamed.getvalue()
     with open(tmp_path / "dedup_report.jsonl.gz", "wb") as f:
-        dedup_report.write(f, [b"{}\n"])
+        dedup_report.write(f, [b"{}"])
     other = io.BytesIO()
-    dedup_report.write(other, [b"{}\n"])
+    dedup_report.write(other, [b"{}"])
     assert (tmp_path / "dedup_report.jsonl.gz").read_bytes() == other.getvalue()

@@ -198,6 +198,8 @@ def test_shards_of_each_objective_made_by_prepare_train_as_their_manifest_says(t
     assert all("sop_accuracy" in r and not [k for k in r if k.startswith("nsp_")] for r in logs["sop"])
     assert all(not [k for k in r if k.startswith(("nsp_", "sop_"))] for r in logs["none"])
     assert all(r["loss"] == r["mlm_loss"] for r in split(logs["none"], "train"))
+    # no validation set: --eval-every holds out the last file, and says in one line that it shares documents
+    assert capsys.readouterr().err.count("warning: --eval-every evaluates on the last training file") == 2
     err = refusal(capsys, ["--data", made["sop"], "--eval-data", made["none"], "--model", "tiny", "--output",
                            str(tmp_path / "refused")])
     assert "objective none and --data with sop" in err, err

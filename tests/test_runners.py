@@ -220,6 +220,13 @@ COMMANDS = {   # command line -> the stage labels the job must hold (pipeline/jo
               {"ReadDocuments", "Dedup", "WriteDocuments", "Publish"}),
     "prepare-dedup": (["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB, "--dedup"],
                       {"ReadBooks", "Dedup", "Tokenize", "MakePairs", "MaskPairs", "WriteShards", "Publish"}),
+    "decontaminate": (["decontaminate", "--input", "{inputs}/docs/documents-*.jsonl.gz", "--against",
+                       "{inputs}/google.txt"], {"ReadDocuments", "Decontaminate", "WriteDocuments", "Publish"}),
+    "prepare-validation": (["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB, "--validation-documents",
+                            "1"],
+                           {"ReadBooks", "ValidationThresholds", "SplitValidation", "Tokenize", "MakePairs",
+                            "ValidationTokenize", "ValidationMakePairs", "ValidationWriteShards", "ListValidation",
+                            "Publish"}),
 }
 
 
@@ -236,7 +243,8 @@ def test_dataflow_dry_run_translates_every_stage(name, sample_inputs, dataflow_j
     err = capsys.readouterr().err
     assert ": shuffle: groupbykey\n" in err and "/GroupByKey/GroupBySlice" in " ".join(labels)
     assert re.search(r": \d+ (documents|pairs|shard) file\(s\) of ~[\d.,]+ MiB each \(estimated from ", err)
-    assert re.search(r": stages: [A-Za-z]+ \| .*(WriteShards|WritePairs|WriteDocuments|PackShards) \| Publish\n", err)
+    assert re.search(r": stages: [A-Za-z]+ \| .*(WriteShards|WritePairs|WriteDocuments|PackShards)( \| \w+)* \| Publish\n",
+                     err)
 
 
 # ---------------------------------------------------------------------------------------------- portable

@@ -69,6 +69,33 @@ def files_and_counts(files: list[dict], counts: Counts) -> dict:
 def publish(job: Publication, written: list[dict], counts: Counts) -> dict:
     """The shards' stats (one dict per shard, as WriteShards outputs them) and the job's counts -> the published
     output's manifest (written last); raises, having published nothing, when the counts say something is wrong."""
+    return publish_all([job], [written], counts)[0]
+
+
+def publish_all(jobs: list[Publication], written: list[list[dict]], counts: Counts) -> list[dict]:
+    """`publish` for a job of several outputs (a validation set beside its training set): every output is checked
+    before any is moved, so a failed check publishes none, and they are published in order, the last one's
+    manifest last (the training set's, whose directory holds the others)."""
+    try:
+        written = [checked(job, files, counts) for job, files in zip(jobs, written)]
+    except (RecordsLostError, manifest.ManifestError):
+        for job in jobs:
+            shards.remove_incomplete(job.out.directory)
+        raise
+    published = []
+    for job, files in zip(jobs, written):
+        out = job.out
+        entries = shards.publish(out.directory, files, job.side_files)
+        _check_sizes(out, files, job.side_files)
+        m = job.describe(entries, counts)
+        manifest.write(out.directory, m)
+        logging.info("published %d file(s) and %s in %s", len(entries), manifest.NAME, out.directory)
+        published.append(m)
+    return published
+
+
+def checked(job: Publication, written: list[dict], counts: Counts) -> list[dict]:
+    """An output's shard stats in shard order, once the counts say it can be published; raises otherwise."""
     out = job.out
     seen = collections.Counter(w["shard"] for w in written)
     twice = sorted(s for s, n in seen.items() if n > 1)
@@ -76,24 +103,16 @@ def publish(job: Publication, written: list[dict], counts: Counts) -> dict:
     if twice or never:   # a runner fault: each shard's writer output exactly once
         wrong = ([f"twice: {twice[:10]}"] if twice else []) + ([f"never: {never[:10]}"] if never else [])
         raise RuntimeError(f"{out.directory}: shards written {'; '.join(wrong)} (of {out.num_shards})")
-    written = sorted(written, key=lambda w: w["shard"])
     lost = shuffle.undelivered(counts)
     wrong = [problem for check in job.checks for problem in check(counts)]
     if lost or wrong:   # a runner fault, or a step that lost what it was given: publish nothing
-        shards.remove_incomplete(out.directory)
         what = (f"the runner's shuffle did not deliver every record ({'; '.join(lost)})" if lost
                 else f"the counts do not reconcile ({'; '.join(wrong)})")
         raise RecordsLostError(f"{what}; nothing was published in {out.directory}")
     if not sum(w["records"] for w in written):   # say why instead of publishing empty files
-        shards.remove_incomplete(out.directory)
         why = job.why_empty(counts) if job.why_empty else "no records"
         raise manifest.ManifestError(f"nothing to write from --input {out.source}: {why}")
-    files = shards.publish(out.directory, written, job.side_files)
-    _check_sizes(out, written, job.side_files)
-    m = job.describe(files, counts)
-    manifest.write(out.directory, m)
-    logging.info("published %d file(s) and %s in %s", len(files), manifest.NAME, out.directory)
-    return m
+    return sorted(written, key=lambda w: w["shard"])
 
 
 def _check_sizes(out: Output, written: list[dict], side_files: tuple[str, ...]) -> None:
@@ -109,30 +128,34 @@ def _check_sizes(out: Output, written: list[dict], side_files: tuple[str, ...]) 
 
 
 class _Publish(beam.DoFn):
-    def __init__(self, job: Publication):
-        self.job = job
+    def __init__(self, jobs: tuple[Publication, ...]):
+        self.jobs = jobs
 
     def process(self, group):
         _, items = group
         items = list(items)
-        written = [value for kind, value in items if kind == "file"]
+        written = [[value for kind, value in items if kind == i] for i in range(len(self.jobs))]
         counts = next(value for kind, value in items if kind == "counts")
-        publish(self.job, written, counts)
-        yield storage.join(self.job.out.directory, manifest.NAME)
+        publish_all(list(self.jobs), written, counts)
+        yield storage.join(self.jobs[-1].out.directory, manifest.NAME)
 
 
 class Publish(beam.PTransform):
     """The stats of every shard written -> the output published (the manifest's path): the last step of a job.
-    Build it last: it takes the counts of every step built before it (tally.total)."""
+    Build it last: it takes the counts of every step built before it (tally.total). A job of several outputs gives
+    a tuple of their stats, one Publication each, published in that order (the last one's manifest last)."""
 
-    def __init__(self, job: Publication):
+    def __init__(self, *jobs: Publication):
         super().__init__()
-        self.job = job
+        self.jobs = jobs
 
     def expand(self, stats):
-        counts = tally.total(stats.pipeline, "CountEverything")
-        return ((stats | "KeyFiles" >> beam.Map(lambda s: (None, ("file", s))),
-                 counts | "KeyCounts" >> beam.Map(lambda c: (None, ("counts", c))))
+        stats = stats if isinstance(stats, tuple) else (stats,)
+        if len(stats) != len(self.jobs):
+            raise ValueError(f"{len(stats)} outputs' stats for {len(self.jobs)} publications")
+        counts = tally.total(stats[0].pipeline, "CountEverything")
+        keyed = [s | f"KeyFiles{i or ''}" >> beam.Map(lambda s, i=i: (None, (i, s))) for i, s in enumerate(stats)]
+        return ((*keyed, counts | "KeyCounts" >> beam.Map(lambda c: (None, ("counts", c))))
                 | "Join" >> beam.Flatten()
                 | "AfterEveryWrite" >> beam.GroupByKey()
-                | "Publish" >> beam.ParDo(_Publish(self.job)))
+                | "Publish" >> beam.ParDo(_Publish(self.jobs)))

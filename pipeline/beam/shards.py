@@ -121,22 +121,25 @@ class WriteShards(beam.PTransform):
     payloads are google-layout records and each file holds them packed into rows."""
 
     def __init__(self, directory: str, prefix: str, num_shards: int, fmt: str, seed: int,
-                 config: ShuffleConfig, stat_names: Sequence[str] = (), pack: packing.PackParams | None = None):
+                 config: ShuffleConfig, stat_names: Sequence[str] = (), pack: packing.PackParams | None = None,
+                 name: str = ""):
         super().__init__()
         self.directory, self.prefix, self.num_shards, self.fmt, self.seed = \
             directory, prefix, num_shards, fmt, seed
         self.config, self.stat_names, self.pack = config, tuple(stat_names), pack
+        self.name = name or prefix   # its shuffle's: two outputs of one job (training, validation) count apart
 
     def expand(self, batches):
         return (batches
-                | "Shuffle" >> shuffle.Shuffle(self.prefix, self.seed, shuffle.plan_shards(self.num_shards),
+                | "Shuffle" >> shuffle.Shuffle(self.name, self.seed, shuffle.plan_shards(self.num_shards),
                                                len(self.stat_names), self.config)
                 | "WriteFiles" >> tally.ParDo(_WriteShard(self.directory, self.prefix, self.num_shards, self.fmt,
                                                          self.stat_names, self.pack)))
 
 
 # What bertprep writes into an output directory: data files, the manifest, and .incomplete/ while it runs
-_OURS = re.compile(r"manifest\.json|[a-z]+-\d{5}-of-\d{5}\.[a-z.]+|dedup_report\.jsonl\.gz|\.incomplete/.+")
+_OURS = re.compile(r"(validation/)?(manifest\.json|[a-z]+-\d{5}-of-\d{5}\.[a-z.]+|dedup_report\.jsonl\.gz|"
+                   r"decontamination_report\.jsonl\.gz|documents\.jsonl\.gz|\.incomplete/.+)")
 
 
 def prepare_output(directory: str, overwrite: bool, create: bool = True) -> None:

@@ -330,6 +330,7 @@ class MakePairs(beam.PTransform):
 
 PAIR_STATS = ("instances", "tokens", "random_next")
 CORPUS = "corpus"   # the namespace of a multi-corpus job's per-corpus counts: corpus/<kind>_documents, ...
+HELD_OUT_CORPUS = "validation_corpus"   # the same of its validation set
 
 
 def corpus_of(key: str) -> str:
@@ -338,13 +339,14 @@ def corpus_of(key: str) -> str:
     return key.split(":", 1)[0]
 
 
-def count_documents(document: Document, count) -> Iterator[Document]:
+def count_documents(document: Document, count, namespace: str = CORPUS) -> Iterator[Document]:
     """Passes a document on, counted under its corpus (corpus/<kind>_documents)."""
-    count(CORPUS, f"{document.source or corpus_of(document.id)}_documents")
+    count(namespace, f"{document.source or corpus_of(document.id)}_documents")
     yield document
 
 
-def count_instances(batch: list[pair_records.PairInstance], count) -> Iterator[list[pair_records.PairInstance]]:
+def count_instances(batch: list[pair_records.PairInstance], count,
+                    namespace: str = CORPUS) -> Iterator[list[pair_records.PairInstance]]:
     """Passes a batch of instances on, counted under the corpus of the document each starts in
     (corpus/<kind>_instances, corpus/<kind>_tokens)."""
     found: dict[str, list[int]] = {}
@@ -353,20 +355,19 @@ def count_instances(batch: list[pair_records.PairInstance], count) -> Iterator[l
         seen[0] += 1
         seen[1] += len(pair.token_ids)
     for kind, (instances, tokens) in found.items():
-        count(CORPUS, f"{kind}_instances", instances)
-        count(CORPUS, f"{kind}_tokens", tokens)
+        count(namespace, f"{kind}_instances", instances)
+        count(namespace, f"{kind}_tokens", tokens)
     yield batch
 
 
-def corpus_counts(values: dict[str, int]) -> dict[str, dict]:
+def corpus_counts(values: dict[str, int], namespace: str = CORPUS) -> dict[str, dict]:
     """A job's per-corpus counts -> {kind: {documents, instances, tokens, token_share}}; token_share is the corpus's
     share of the training tokens, after its dupe passes (--corpus-weights) and dedup."""
-    kinds = sorted({k.split("/", 1)[1].rsplit("_", 1)[0] for k in values if k.startswith(CORPUS + "/")})
-    total = sum(values.get(f"{CORPUS}/{kind}_tokens", 0) for kind in kinds)
-    return {kind: {"documents": values.get(f"{CORPUS}/{kind}_documents", 0),
-                   "instances": values.get(f"{CORPUS}/{kind}_instances", 0),
-                   "tokens": values.get(f"{CORPUS}/{kind}_tokens", 0),
-                   "token_share": values.get(f"{CORPUS}/{kind}_tokens", 0) / max(1, total)} for kind in kinds}
+    c = lambda kind, what: values.get(f"{namespace}/{kind}_{what}", 0)   # noqa: E731
+    kinds = sorted({k.split("/", 1)[1].rsplit("_", 1)[0] for k in values if k.startswith(namespace + "/")})
+    total = sum(c(kind, "tokens") for kind in kinds)
+    return {kind: {"documents": c(kind, "documents"), "instances": c(kind, "instances"), "tokens": c(kind, "tokens"),
+                   "token_share": c(kind, "tokens") / max(1, total)} for kind in kinds}
 
 
 def encode_pairs(batch: list[pair_records.PairInstance]) -> list[shuffle.Record]:

@@ -23,7 +23,7 @@ from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
                                      vocab_file)
 
-BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare", "pack", "dedup")
+BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare", "pack", "dedup", "decontaminate")
 GOOGLE_DUPE_FACTOR = 10   # create_pretraining_data.py's default
 
 
@@ -194,6 +194,57 @@ def _add_dedup(p: flags.Parser, switch: bool) -> None:
                         f"{DEDUP_DEFAULTS['max_paragraph_copies']})")
 
 
+def fraction(text: str) -> float:
+    return flags._number(float, text, lambda v: 0 < v < 1, "a fraction of the documents is in (0, 1)")
+
+
+def _add_split(p: flags.Parser) -> None:
+    """pairs, prepare: the validation split, by document (pipeline/algorithms/split.py)."""
+    p.add_argument("--validation-documents", type=positive_int, default=None, metavar="N",
+                   help="hold out N documents (a seeded draw by id, after --dedup; per corpus in proportion to its "
+                        "documents) as a validation set in OUTPUT/validation/, never seen by training: neither their "
+                        "instances nor their text as a random next segment. Exactly N: the draws of every document "
+                        "are counted first (the documents pass one more shuffle)")
+    p.add_argument("--validation-fraction", type=fraction, default=None, metavar="F",
+                   help="hold out each document with probability F (a seeded draw by id): about F of every corpus, "
+                        "no step waits on a count (the other way to make OUTPUT/validation/)")
+
+
+def _add_validation_masking(p: flags.Parser, source: str) -> None:
+    p.add_argument("--validation-masked-lm-prob", type=probability, default=None,
+                   help=f"mask the validation set at this share instead of --masked-lm-prob ({source}; ModernBERT "
+                        "trains at 0.3 and evaluates at 0.15)")
+
+
+JANITOR = {"ngram": 13, "window": 200, "min_fragment": 200, "max_matches": 10}   # lm-eval's Janitor's defaults
+
+
+def _add_decontaminate(p: flags.Parser, switch: bool) -> None:
+    """The decontamination flags: `bertprep decontaminate`'s own, or with `switch` prepare's (after --dedup, before a
+    validation split), which need --decontaminate."""
+    if switch:
+        p.add_argument("--decontaminate", default=None, metavar="FILE[,FILE...]",
+                       help="drop the n-grams of these eval sets from the documents before pairing (after --dedup, "
+                            "before a validation split), as `bertprep decontaminate --against` does")
+    else:
+        p.add_argument("--against", required=True, metavar="FILE[,FILE...]",
+                       help="eval sets: SQuAD .json (v1.1 or v2.0: every context, question and answer), .jsonl (every "
+                            "string, or --against-fields) or .txt (one example a line); .gz too")
+    d = (lambda name: None) if switch else JANITOR.get
+    p.add_argument("--against-fields", type=_names, default=(), metavar="NAME,...",
+                   help=".jsonl eval sets: read only these top-level fields (default: every string)")
+    p.add_argument("--ngram", type=positive_int, default=d("ngram"),
+                   help=f"words an n-gram (lm-eval's Janitor: {JANITOR['ngram']})")
+    p.add_argument("--window", type=nonnegative_int, default=d("window"),
+                   help=f"characters cut either side of a match (default {JANITOR['window']})")
+    p.add_argument("--min-fragment", type=nonnegative_int, default=d("min_fragment"),
+                   help="pieces of a cut document this long or shorter are dropped (default "
+                        f"{JANITOR['min_fragment']})")
+    p.add_argument("--max-matches", type=nonnegative_int, default=d("max_matches"),
+                   help="a document with more matching n-grams than this (overlapping ones each count) is dropped "
+                        f"whole (default {JANITOR['max_matches']})")
+
+
 def _add_seed(p: flags.Parser) -> None:
     p.add_argument("--seed", type=int, default=12345)
 
@@ -209,6 +260,7 @@ def add_pairs(p: flags.Parser) -> None:
     p.add_argument("--input", required=True, help="document directories or GLOBs of documents-*.jsonl.gz")
     _add_allow_incomplete(p, "the documents-*.jsonl.gz of a directory without manifest")
     _add_pairs(p)
+    _add_split(p)
     _add_seed(p)
     p.add_argument("--num-shards", type=nonnegative_int, default=0,
                    help="pair files to write (0: from the input's size, ~128 MiB each, at least 8)")
@@ -227,6 +279,7 @@ def add_mask(p: flags.Parser) -> None:
     p.add_argument("--max-seq-length", type=positive_int, default=None,
                    help="with --allow-incomplete: the pairs' max_seq_length (otherwise from their manifest)")
     _add_mask(p)
+    _add_validation_masking(p, "when the pairs have a validation set, which is masked too")
     _add_pack(p)
     _add_seed(p)
     p.add_argument("--num-shards", type=nonnegative_int, default=0,
@@ -256,8 +309,11 @@ def add_prepare(p: flags.Parser) -> None:
                    help="several corpora: one random-next pool over all of them (by default each corpus pairs in "
                         "its own buckets: a B segment never comes from another corpus)")
     _add_dedup(p, switch=True)
+    _add_decontaminate(p, switch=True)
     _add_pairs(p)
+    _add_split(p)
     _add_mask(p)
+    _add_validation_masking(p, "with --validation-documents or --validation-fraction")
     _add_pack(p)
     _add_seed(p)
     p.add_argument("--num-shards", type=nonnegative_int, default=0,
@@ -309,6 +365,16 @@ def add_inspect(p: flags.Parser) -> None:
     _add_allow_incomplete(p, "the data files of a directory without manifest")
 
 
+def add_decontaminate(p: flags.Parser) -> None:
+    p.add_argument("--input", required=True, help="document directories or GLOBs of documents-*.jsonl.gz")
+    _add_allow_incomplete(p, "the documents-*.jsonl.gz of a directory without manifest")
+    _add_decontaminate(p, switch=False)
+    _add_seed(p)
+    p.add_argument("--num-shards", type=nonnegative_int, default=0,
+                   help="document files to write (0: from the input's size, ~128 MiB each)")
+    _add_output(p)
+
+
 def add_verify(p: flags.Parser) -> None:
     p.add_argument("directory")
     p.add_argument("--max-seq-length", type=nonnegative_int, default=0,
@@ -348,6 +414,8 @@ COMMANDS: dict[str, tuple[str, Callable | str, str]] = {
              add_pack, "pipeline.commands.run:main"),
     "dedup": ("documents -> documents without exact or near duplicates and repeated paragraphs", add_dedup,
               "pipeline.commands.run:main"),
+    "decontaminate": ("documents -> documents without the n-grams of eval sets (lm-eval's Janitor), with a report",
+                      add_decontaminate, "pipeline.commands.run:main"),
     "inspect": ("counts, length/masking stats and decoded examples of an output directory", add_inspect,
                 "pipeline.commands.inspection:main"),
     "verify": ("read every record of an output directory: framing, CRCs, schema, invariants, counts",
@@ -518,6 +586,19 @@ def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
                      "number of rows")
     if hasattr(args, "no_exact") and args.no_exact and args.no_near and args.no_paragraphs:
         parser.error("--no-exact, --no-near and --no-paragraphs: every pass is off, nothing to do")
+    if hasattr(args, "decontaminate"):   # prepare: the Janitor's flags need --decontaminate
+        given = [f"--{k.replace('_', '-')}" for k in ("against_fields", *JANITOR) if getattr(args, k) not in (None, ())]
+        if given and not args.decontaminate:
+            parser.error(f"{given[0]} without --decontaminate")
+        for k, v in JANITOR.items():
+            if getattr(args, k) is None:
+                setattr(args, k, v)
+    if hasattr(args, "validation_fraction"):   # pairs, prepare
+        if args.validation_documents is not None and args.validation_fraction is not None:
+            parser.error("--validation-documents and --validation-fraction: give one of them")
+        if getattr(args, "validation_masked_lm_prob", None) is not None and args.validation_documents is None \
+                and args.validation_fraction is None:
+            parser.error("--validation-masked-lm-prob without --validation-documents or --validation-fraction")
     if hasattr(args, "pack"):
         if args.max_sequences_per_pack is not None and not args.pack:
             parser.error("--max-sequences-per-pack without --pack")

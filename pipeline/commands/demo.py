@@ -1,7 +1,8 @@
 """`bertprep demo`: the whole product on the bundled sample, on a laptop, in a few minutes.
 
 extract (Wikipedia sample + 3 books) -> vocab (a small one, to show the command; pairs use google's) ->
-pairs -> mask -> inspect -> train a tiny BERT on CPU, printing masked-LM and NSP accuracy at start and end.
+pairs (4 documents held out as a validation set) -> mask -> inspect -> train a tiny BERT on CPU, printing masked-LM
+and NSP accuracy at start and end, on its training batches and on the held-out documents.
 """
 from __future__ import annotations
 
@@ -41,10 +42,12 @@ def main(args) -> int:
     _step("vocab: a 5,000-piece WordPiece vocab trained on those documents (pairs below use google's vocab)")
     _run("vocab", "--input", str(out / "documents/*/documents-*.jsonl.gz"), "--vocab-size", "5000",
          "--output", str(out / "vocab-demo.txt"))
-    _step("pairs: sentences -> WordPieces -> NSP pairs (max_seq_length 128, dupe_factor 5)")
+    _step("pairs: sentences -> WordPieces -> NSP pairs (max_seq_length 128, dupe_factor 5); 4 documents held out as "
+          "a validation set, paired apart")
     _run("pairs", "--input", f"{out / 'documents/wikipedia'},{out / 'documents/books'}", "--vocab", vocab,
-         "--max-seq-length", "128", "--dupe-factor", "5", "--output", str(out / "pairs"), *beam)
-    _step("mask: 15% of WordPieces, 80/10/10, into 4 TFRecord shards in google's schema")
+         "--max-seq-length", "128", "--dupe-factor", "5", "--validation-documents", "4", "--output",
+         str(out / "pairs"), *beam)
+    _step("mask: 15% of WordPieces, 80/10/10, into 4 TFRecord shards in google's schema (and the validation set)")
     _run("mask", "--input", str(out / "pairs"), "--max-predictions-per-seq", "20", "--num-shards", "4",
          "--output", str(out / "shards"), *beam)
     _step("inspect")
@@ -53,12 +56,13 @@ def main(args) -> int:
 
     _step(f"train: a tiny BERT on CPU for {args.steps} steps")
     run_dir = out / "run"
-    _run("train", "--data", str(out / "shards" / "shard-*.tfrecord"), "--model", "tiny",
+    _run("train", "--data", str(out / "shards"), "--model", "tiny",
          "--output", str(run_dir), "--steps", str(args.steps), "--batch-size", "32", "--lr", "1e-3",
          "--warmup-steps", str(max(1, args.steps // 10)), "--log-every", str(max(1, args.steps // 10)),
-         "--eval-every", "0", "--overwrite")
+         "--eval-every", str(args.steps), "--overwrite")   # the validation set at the start and the end
     log = [json.loads(line) for line in open(run_dir / "log.jsonl") if line.strip()]
     train_log = [r for r in log if "mlm_accuracy" in r and r.get("split", "train") == "train"]
+    eval_log = [r for r in log if r.get("split") == "eval"]
     first, last = train_log[0], train_log[-1]
     manifest = json.load(open(out / "shards" / "manifest.json"))
     print(f"\n=== demo finished in {time.time() - start:.0f} s ({data_seconds:.0f} s of data preparation)")
@@ -68,5 +72,11 @@ def main(args) -> int:
           f"step {last['step']}: {last['mlm_accuracy']:.3f}")
     print(f"  next-sentence accuracy   step {first['step']}: {first['nsp_accuracy']:.3f}  ->  "
           f"step {last['step']}: {last['nsp_accuracy']:.3f}")
+    held = json.load(open(out / "shards" / "validation" / "manifest.json"))
+    print(f"  held out: {held['counts']['documents']} documents never trained on, {held['counts']['instances']:,} "
+          "instances (shards/validation/)")
+    for metric, words in (("mlm_accuracy", "masked-LM accuracy"), ("nsp_accuracy", "next-sentence accuracy")):
+        print(f"    {words:<22} step {eval_log[0]['step']}: {eval_log[0][metric]:.3f}  ->  "
+              f"step {eval_log[-1]['step']}: {eval_log[-1][metric]:.3f}")
     print(f"  outputs in {os.path.abspath(out)}/")
     return 0

@@ -13,8 +13,8 @@ import os
 import numpy as np
 
 from pipeline.algorithms import masking, packing
-from pipeline.formats import (dedup_report, documents, example_proto, manifest, pair_records, schema, storage,
-                              tfrecord)
+from pipeline.formats import (decontamination_report, dedup_report, documents, example_proto, manifest, pair_records,
+                              schema, storage, tfrecord)
 from pipeline.text import tokenization
 
 
@@ -63,6 +63,41 @@ def inspect_dedup(directory: str, m: dict) -> None:
         differs = any(found[k] != d[k] for k in found)
         print(f"  report {d['report']}: {found['clusters']:,} clusters, {found['removed_exact']:,} exact, "
               f"{found['removed_near']:,} near" + ("  <-- DIFFERS from the manifest" if differs else ""))
+
+
+def inspect_decontamination(directory: str, m: dict) -> None:
+    """A decontaminated output's totals, as the manifest counts them and as its report lists them."""
+    d = m.get("decontamination")
+    if not d:
+        return
+    print(f"\n  decontamination against {d['examples']:,} examples ({d['short_examples']:,} shorter than an n-gram) "
+          f"of {', '.join(a['name'] for a in d['against'])}: {d['documents_in']:,} documents in, {d['untouched']:,} "
+          f"untouched, {d['cut']:,} cut, {d['dropped']:,} dropped; {d['matches']:,} matching "
+          f"{d['parameters']['ngram']}-grams, {d['characters_removed']:,} characters removed")
+    found = decontamination_report.totals(storage.join(directory, d["report"]))
+    differs = any(found[k] != d[k] for k in found)
+    print(f"  report {d['report']}: {found['cut']:,} cut, {found['dropped']:,} dropped"
+          + ("  <-- DIFFERS from the manifest" if differs else ""))
+
+
+def inspect_split(directory: str, m: dict) -> None:
+    """An output of a validation split: how its documents were split, and the other side (from its manifest)."""
+    split = m.get("split")
+    if not split:
+        return
+    how = (f"{split['documents']:,} documents" if split.get("documents") else f"fraction {split.get('fraction')}")
+    print(f"\n  split by document ({how}, seed {split['seed']}): {split['training_documents']:,} training, "
+          f"{split['validation_documents']:,} validation documents; this is the {split['role']} side")
+    other = storage.join(directory, split.get("validation") or split.get("training"))
+    try:
+        om = manifest.read(other)
+    except manifest.ManifestError as e:
+        print(f"  the other side: {e}")
+        return
+    print(f"  the {'validation' if split['role'] == 'training' else 'training'} side, {other}: "
+          f"{om['counts'].get('instances', 0):,} instances of {om['counts'].get('documents')} documents"
+          + (f", masked at {om['parameters']['masked_lm_prob']:g}" if "masked_lm_prob" in om.get("parameters", {})
+             else "") + f"; documents listed in {split['held_out_list']}")
 
 
 def inspect_corpora(m: dict) -> None:
@@ -237,5 +272,8 @@ def main(args) -> int:
         inspect_documents(opened.files, m, args.examples)
     inspect_corpora(m)
     if len(opened.manifests) == 1:
+        inspect_split(next(iter(opened.manifests)), m)
+    if len(opened.manifests) == 1:
         inspect_dedup(next(iter(opened.manifests)), m)
+        inspect_decontamination(next(iter(opened.manifests)), m)
     return 0

@@ -9,18 +9,19 @@ from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline.commands import flags
 from pipeline.formats import manifest, storage
-from pipeline.jobs import dedup, extract, launch, mask, pack, pairs, prepare
+from pipeline.jobs import decontaminate, dedup, extract, launch, mask, pack, pairs, prepare
 
 
 def _worker_paths(args) -> list[tuple[str, str]]:
-    """(flag, path) of every path a job's workers read or write: inputs, output, and the vocab and dump index where
-    workers read them (mask and pack read --vocab in the launcher only)."""
-    keys = ("input", "output") + (("vocab",) if args.command in ("pairs", "prepare") else ()) + ("wiki_index",)
+    """(flag, path) of every path a job's workers read or write: inputs, output, and the vocab, dump index and eval
+    sets where workers read them (mask and pack read --vocab in the launcher only)."""
+    keys = (("input", "output") + (("vocab",) if args.command in ("pairs", "prepare") else ())
+            + ("wiki_index", "against", "decontaminate"))
     return [(k, path.strip()) for k in keys for path in (getattr(args, k, None) or "").split(",") if path.strip()]
 
 
 STAGES = {"extract": extract.run, "pairs": pairs.run, "mask": mask.run, "prepare": prepare.run, "pack": pack.run,
-          "dedup": dedup.run}
+          "dedup": dedup.run, "decontaminate": decontaminate.run}
 
 
 def main(args) -> int:

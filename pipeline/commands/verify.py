@@ -31,7 +31,8 @@ import sys
 import numpy as np
 
 from pipeline.algorithms import packing
-from pipeline.formats import dedup_report, documents, manifest, pair_records, schema, storage, tfrecord
+from pipeline.formats import (decontamination_report, dedup_report, documents, heldout, manifest, pair_records, schema,
+                              storage, tfrecord)
 
 MAX_REPORTED = 20
 
@@ -363,24 +364,98 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
     return counts
 
 
+def _check_report(directory: str, entry: dict, totals, problems: Problems) -> None:
+    """A report beside an output (the manifest `entry` names it) must add up to the entry's counts."""
+    try:
+        found = totals(storage.join(directory, entry["report"]))
+    except (OSError, ValueError, KeyError, EOFError) as e:
+        problems.add(entry["report"], f"unreadable ({e})")
+        return
+    for key, value in found.items():
+        if entry.get(key) != value:
+            problems.add(entry["report"], f"{value} {key.replace('_', ' ')}, manifest.json counts {entry.get(key)}")
+
+
 def _check_dedup_report(directory: str, m: dict, problems: Problems) -> None:
     """A deduplicated output's report must account for every document its clusters removed."""
     dedup = m.get("dedup")
     if not dedup or not dedup.get("report"):
         return
-    path = storage.join(directory, dedup["report"])
-    try:
-        found = dedup_report.totals(path)
-    except (OSError, ValueError, KeyError, EOFError) as e:
-        problems.add(dedup["report"], f"unreadable ({e})")
-        return
-    for key, value in found.items():
-        if dedup.get(key) != value:
-            problems.add(dedup["report"], f"{value} {key.replace('_', ' ')}, manifest.json counts {dedup.get(key)}")
+    _check_report(directory, dedup, dedup_report.totals, problems)
     removed = dedup["removed_exact"] + dedup["removed_near"] + dedup["removed_emptied"]
     if dedup["documents_in"] != dedup["kept"] + removed:
         problems.add("manifest.json", f"dedup: {dedup['documents_in']} documents in, {dedup['kept']} kept and "
                                       f"{removed} removed")
+
+
+def verify_output(directory: str, opened: manifest.Opened, problems: Problems) -> None:
+    """Every record of one bertprep output (a manifest's files), its counts against its manifest, files it does not
+    list, its dedup report and the list of a validation set's documents."""
+    m, files = opened.manifest, opened.files
+    kind = {manifest.SHARDS: "shards", manifest.PAIRS: "pairs", manifest.DOCUMENTS: "documents"}[m["format"]]
+    vocab = m.get("vocab", {})
+    ids = vocab.get("ids", {})
+    shape = manifest.shard_shape(m) if kind == "shards" else schema.Shape(m.get("max_seq_length", 0), 0)
+    tally = {}
+    counts = verify_files(files, kind, problems, shape, vocab.get("size", 1 << 31), ids.get("cls_id", 101),
+                          ids.get("sep_id", 102), m.get("max_predictions_per_seq", 0), tally,
+                          manifest.objective(m))
+    for path, n in zip(files, counts):
+        if opened.records.get(path) != n:
+            problems.add(os.path.basename(path), f"{n} records read, manifest says {opened.records.get(path)}")
+    whole = len(opened.manifests) == 1 and len(files) == len(m["files"])
+    totals = ({"rows": sum(counts), "instances": tally.get("instances", 0)} if shape.packed
+              else {"documents" if kind == "documents" else "instances": sum(counts)})
+    for key, value in totals.items():
+        if whole and m["counts"].get(key) != value:
+            problems.add("manifest.json", f"{value} {key} in all, manifest counts {m['counts'].get(key)}")
+    if shape.packed and whole and m["packing"].get("instances") != tally.get("instances", 0):
+        problems.add("manifest.json", f"{tally.get('instances', 0)} instances in the rows, its packing entry "
+                                      f"counts {m['packing'].get('instances')}")
+    for d, dm in opened.manifests.items():
+        listed = {e["file"] for e in dm["files"]}
+        for path in storage.match(storage.join(d, "*")):
+            name = os.path.basename(path)
+            side = ((dm.get("dedup") or {}).get("report"), (dm.get("decontamination") or {}).get("report"),
+                    heldout.NAME if (dm.get("split") or {}).get("role") == "validation" else None)
+            if name not in listed and name not in (manifest.NAME, *side) and (
+                    fnmatch.fnmatch(name, "*.tfrecord") or fnmatch.fnmatch(name, "*.jsonl.gz")):
+                problems.add(name, "data file not listed in manifest.json (stale output from another run?)")
+        _check_dedup_report(d, dm, problems)
+        _check_decontamination_report(d, dm, problems)
+        _check_held_out_list(d, dm, problems)
+    packed = f" (packed rows holding {tally.get('instances', 0):,} instances)" if shape.packed else ""
+    print(f"{directory}: {m['format']}, {len(files)} file(s), {sum(counts):,} records{packed}")
+
+
+def _check_decontamination_report(directory: str, m: dict, problems: Problems) -> None:
+    """A decontaminated output's report must account for every document cut or dropped, and its counts reconcile."""
+    d = m.get("decontamination")
+    if not d:
+        return
+    _check_report(directory, d, decontamination_report.totals, problems)
+    if d["documents_in"] != d["untouched"] + d["cut"] + d["dropped"]:
+        problems.add("manifest.json", f"decontamination: {d['documents_in']} documents in, {d['untouched']} "
+                                      f"untouched, {d['cut']} cut and {d['dropped']} dropped")
+
+
+def _check_held_out_list(directory: str, m: dict, problems: Problems) -> None:
+    """A validation set's list names each of its documents once, with a sha256 of its text."""
+    split = m.get("split") or {}
+    if split.get("role") != "validation":
+        return
+    try:
+        ids = [(line["id"], line["sha256"]) for line in heldout.read(storage.join(directory, heldout.NAME))]
+    except (OSError, ValueError, KeyError, EOFError) as e:
+        problems.add(heldout.NAME, f"unreadable ({e})")
+        return
+    if len({i for i, _ in ids}) != len(ids):
+        problems.add(heldout.NAME, "names a document twice")
+    if len(ids) != split.get("validation_documents"):
+        problems.add(heldout.NAME, f"{len(ids)} documents, manifest.json's split holds out "
+                                   f"{split.get('validation_documents')}")
+    if any(len(sha) != 64 for _, sha in ids):
+        problems.add(heldout.NAME, "a sha256 that is not 64 hex digits")
 
 
 def main(args) -> int:
@@ -409,37 +484,11 @@ def main(args) -> int:
                               vocab_size, cls_id, sep_id)
         print(f"{directory}: {len(files)} file(s), {sum(counts):,} records (no manifest: google-style shards)")
     else:
-        kind = {manifest.SHARDS: "shards", manifest.PAIRS: "pairs", manifest.DOCUMENTS: "documents"}[m["format"]]
-        vocab = m.get("vocab", {})
-        ids = vocab.get("ids", {})
-        shape = manifest.shard_shape(m) if kind == "shards" else schema.Shape(m.get("max_seq_length", 0), 0)
-        tally = {}
-        counts = verify_files(files, kind, problems, shape, vocab.get("size", 1 << 31), ids.get("cls_id", 101),
-                              ids.get("sep_id", 102), m.get("max_predictions_per_seq", 0), tally,
-                              manifest.objective(m))
-        for path, n in zip(files, counts):
-            if opened.records.get(path) != n:
-                problems.add(os.path.basename(path), f"{n} records read, manifest says {opened.records.get(path)}")
-        whole = len(opened.manifests) == 1 and len(files) == len(m["files"])
-        totals = ({"rows": sum(counts), "instances": tally.get("instances", 0)} if shape.packed
-                  else {"documents" if kind == "documents" else "instances": sum(counts)})
-        for key, value in totals.items():
-            if whole and m["counts"].get(key) != value:
-                problems.add("manifest.json", f"{value} {key} in all, manifest counts {m['counts'].get(key)}")
-        if shape.packed and whole and m["packing"].get("instances") != tally.get("instances", 0):
-            problems.add("manifest.json", f"{tally.get('instances', 0)} instances in the rows, its packing entry "
-                                          f"counts {m['packing'].get('instances')}")
-        for d, dm in opened.manifests.items():
-            listed = {e["file"] for e in dm["files"]}
-            for path in storage.match(storage.join(d, "*")):
-                name = os.path.basename(path)
-                report = (dm.get("dedup") or {}).get("report")
-                if name not in listed and name not in (manifest.NAME, report) and (
-                        fnmatch.fnmatch(name, "*.tfrecord") or fnmatch.fnmatch(name, "*.jsonl.gz")):
-                    problems.add(name, "data file not listed in manifest.json (stale output from another run?)")
-            _check_dedup_report(d, dm, problems)
-        packed = f" (packed rows holding {tally.get('instances', 0):,} instances)" if shape.packed else ""
-        print(f"{directory}: {m['format']}, {len(files)} file(s), {sum(counts):,} records{packed}")
+        verify_output(directory, opened, problems)
+        held = (m.get("split") or {}).get("validation")
+        if held:   # the validation set beside a training output: its records, and the list of its documents
+            held = storage.join(directory, held)
+            verify_output(held, manifest.open_output(held, formats, what="its validation set"), problems)
     if problems.items:
         more = len(problems.items) - MAX_REPORTED
         print(f"FAILED: {len(problems.items)} problem(s)" + (f" ({more} not shown)" if more > 0 else ""),

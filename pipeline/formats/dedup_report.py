@@ -9,33 +9,22 @@ they agree, `inspect` prints the totals.
 """
 from __future__ import annotations
 
-import gzip
 import json
-from typing import BinaryIO, Iterator
+
+from pipeline.formats import gzip_lines
 
 NAME = "dedup_report.jsonl.gz"
 
 
 def encode(kept: dict, removed: list[dict]) -> bytes:
-    """One cluster's line: `kept` and each of `removed` as {"id", "title", ...}."""
+    """One cluster's line (no newline): `kept` and each of `removed` as {"id", "title", ...}."""
     line = {"kept": kept["id"], "kept_title": kept["title"],
             "removed": [{"id": m["id"], "title": m["title"], "reason": m["reason"], "similarity": m["similarity"]}
                         for m in removed]}
-    return json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n"
+    return json.dumps(line, ensure_ascii=False).encode("utf-8")
 
 
-def write(f: BinaryIO, lines: Iterator[bytes]) -> None:
-    with gzip.GzipFile(filename="", fileobj=f, mode="wb", mtime=0) as gz:   # no file name, no time: same bytes
-        for line in lines:
-            gz.write(line)
-
-
-def read(path: str) -> Iterator[dict]:
-    from pipeline.formats import storage
-
-    for line in gzip.decompress(storage.read_bytes(path)).splitlines():
-        if line.strip():
-            yield json.loads(line)
+write, read = gzip_lines.write, gzip_lines.read   # one line a cluster
 
 
 def totals(path: str) -> dict[str, int]:

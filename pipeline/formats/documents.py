@@ -19,8 +19,9 @@ from typing import BinaryIO, Iterable, Iterator
 
 @dataclass(frozen=True)
 class Document:
-    id: str                 # unique across a job's inputs and stable across runs: "wikipedia:enwiki-sample:12"
-                            # (dump, page id), "books:carroll-alice.txt#0", "text:a.txt:3"
+    # unique across a job's inputs and stable across runs: "wikipedia:enwiki-sample:12" (dump, page id),
+    # "books:carroll-alice.txt#0", "text:a.txt:3"
+    id: str
     source: str             # "wikipedia" | "books" | "text"
     title: str
     paragraphs: list[str] = field(default_factory=list)

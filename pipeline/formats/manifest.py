@@ -28,6 +28,10 @@ Its presence marks the directory complete (data files are published before it). 
                              tokens and token_share
     files                    [{"file": "<name relative to the directory>", "records": n}, ...] in shard order
     inputs                   the input patterns and, where they were bertprep outputs, their manifests' sha256
+    split                    an output of a validation split (pipeline/formats/heldout.py): {"role": "training" |
+                             "validation", "validation": "validation" | "training": "..", "seed", "documents" |
+                             "fraction" (the request), "training_documents", "validation_documents",
+                             "held_out_list": the list of held-out documents}
 """
 from __future__ import annotations
 

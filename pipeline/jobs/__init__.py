@@ -6,8 +6,11 @@
     prepare    Read<Corpus>  | SpreadDocuments | Tokenize | MakePairs | MaskPairs | WriteShards (or PackShards)
     pack       ReadShards                                                         | PackShards
     dedup      ReadDocuments | Dedup                                    | ToRecords | WriteDocuments
+    decontaminate  ReadDocuments | Decontaminate                        | ToRecords | WriteDocuments
 
 each ending in `Publish`, and each a `run(args, options)` that plans the job, builds it and hands it to the launcher.
+`pairs` and `prepare` may split the documents into training and validation before pairing (OUTPUT/validation/), and
+`mask` and `pack` carry such a split through.
 What they share, apart:
 
     launch     running a job: the shuffle back end, the plan printed before it, the run (Ctrl-C, retries, a dry

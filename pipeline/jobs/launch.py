@@ -209,8 +209,9 @@ def spread_ranges(read_units: int, parallelism: int) -> int:
     return 4 * parallelism if parallelism > 1 and read_units < 2 * parallelism else 0
 
 
-def write_or_pack(args, out: Output, shuffle: ShuffleConfig, pack: packing.PackParams | None):
-    """(label, transform) of a shards job's last step: WriteShards, or PackShards with --pack."""
-    write = shards.WriteShards(args.output, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
-                               stat_names=transforms.MASK_STATS, pack=pack)
+def write_or_pack(args, out: Output, shuffle: ShuffleConfig, pack: packing.PackParams | None, name: str = ""):
+    """(label, transform) of a shards job's last step: WriteShards, or PackShards with --pack, into `out`; `name`:
+    its shuffle's, where a job writes two outputs."""
+    write = shards.WriteShards(out.directory, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
+                               stat_names=transforms.MASK_STATS, pack=pack, name=name)
     return ("PackShards" if pack else "WriteShards"), write

@@ -1,6 +1,9 @@
 """`bertprep mask`: pair records -> masked-LM shards in google's schema (or packed), without re-tokenizing.
 
     ReadPairs | MaskPairs | WriteShards (or PackShards) | Publish
+
+Pairs made with a validation set (`pairs --validation-...`) have it masked too, the same way unless
+--validation-masked-lm-prob, into OUTPUT/validation/ with its list of documents: ValidationReadPairs | ... .
 """
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ import apache_beam as beam
 
 from pipeline.algorithms import masking
 from pipeline.beam import sizing, transforms
+from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
-from pipeline.formats import manifest
+from pipeline.formats import heldout, manifest, storage
 from pipeline.jobs import launch, outputs, settings, sources
 from pipeline.text import tokenization
 
@@ -41,6 +45,10 @@ def run(args, options) -> dict:
         L, documents, pair_parameters = args.max_seq_length, None, None
         objective = args.objective or "nsp"
     params = settings.mask_params(args, L)
+    carried = sources.held_out_input(opened, args.input) if pairs_manifest is not None else None
+    if args.validation_masked_lm_prob is not None and not carried:
+        raise SystemExit(f"--validation-masked-lm-prob: {args.input} has no validation set (make one with pairs "
+                         "--validation-documents or --validation-fraction)")
     record = sizing.shard_record_bytes(L, params.max_predictions_per_seq)
     if pair_parameters is not None:   # the pairs manifest counts the instances
         instances = sum(opened.records.values())
@@ -60,15 +68,50 @@ def run(args, options) -> dict:
 
     label, write = launch.write_or_pack(args, out, shuffle, pack)
     head = outputs.shards_head("mask", args, params, vocab, L, objective)
-    job = Publication(out, functools.partial(outputs.shards_manifest, head,
-                                             {"pairs": pair_parameters, **settings.mask_parameters(params)}, documents,
-                                             opened.inputs, pack, None),
+    describe = functools.partial(outputs.shards_manifest, head,
+                                 {"pairs": pair_parameters, **settings.mask_parameters(params)}, documents,
+                                 opened.inputs, pack, None)
+    job = Publication(out, outputs.with_split(describe, carried[1], "training") if carried else describe,
                       checks=(outputs.packing_lost,) if pack else (), why_empty=outputs.why_empty)
     p = beam.Pipeline(options=options)
-    (p
-     | "ReadPairs" >> transforms.ReadPairs(files)
-     | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
-     | label >> write
-     | "Publish" >> Publish(job))
-    return launch.run_job("mask", p, job, shuffle, basis, args,
-                          (settings.masking_line("mask", params, L, bool(args.max_predictions_per_seq)),))
+    stats = (p
+             | "ReadPairs" >> transforms.ReadPairs(files)
+             | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
+             | label >> write)
+    notes = (settings.masking_line("mask", params, L, bool(args.max_predictions_per_seq)),)
+    if carried:   # the pairs' validation set, masked beside them into OUTPUT/validation/
+        held_job, held_files, held_params = validation(args, carried, vocab, L, objective)
+        held_pack = settings.pack_params(args, L, held_params.max_predictions_per_seq, held_params.masked_lm_prob)
+        held_stats = (p
+                      | "ValidationReadPairs" >> transforms.ReadPairs(held_files)
+                      | "ValidationMaskPairs" >> transforms.MaskPairs(
+                          held_params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
+                      | f"Validation{label}" >> launch.write_or_pack(args, held_job.out, shuffle, held_pack,
+                                                                     name=outputs.HELD_OUT_SHARDS)[1])
+        p | "CopyValidationList" >> splitting.CopyHeldOutList(
+            [storage.join(d, heldout.NAME) for d in carried[0].split(",")], held_job.out.directory)
+        (held_stats, stats) | "Publish" >> Publish(held_job, job)
+        notes += (settings.masking_line("mask: validation set", held_params, L,
+                                        bool(args.max_predictions_per_seq)),)
+    else:
+        stats | "Publish" >> Publish(job)
+    return launch.run_job("mask", p, job, shuffle, basis, args, notes)
+
+
+def validation(args, carried: tuple[str, dict], vocab: dict, L: int, objective: str):
+    """(the validation shards' Publication, the validation pairs' files, their masking): the pairs' validation set,
+    masked as the training pairs unless --validation-masked-lm-prob."""
+    opened = manifest.open_output(carried[0], (manifest.PAIRS,))
+    params = settings.mask_params(args, L, held_out=True)
+    estimate = sum(opened.records.values()) * sizing.shard_record_bytes(L, params.max_predictions_per_seq)
+    out = Output(storage.join(args.output, heldout.SUBDIRECTORY), "shard", sizing.file_count(estimate), ".tfrecord",
+                 estimate, carried[0])
+    pack = settings.pack_params(args, L, params.max_predictions_per_seq, params.masked_lm_prob)
+    head = outputs.shards_head("mask", args, params, vocab, L, objective)
+    documents = sum(m["counts"]["documents"] for m in opened.manifests.values())
+    describe = functools.partial(outputs.shards_manifest, head,
+                                 {"pairs": opened.manifest["parameters"], **settings.mask_parameters(params)},
+                                 documents, opened.inputs, pack, None)
+    job = Publication(out, outputs.with_split(describe, carried[1], "validation"), side_files=(heldout.NAME,),
+                      why_empty=outputs.why_held_out_empty)
+    return job, opened.files, params

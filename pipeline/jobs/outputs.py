@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
-from pipeline.algorithms import dedup, masking, packing
+from pipeline.algorithms import dedup, masking, packing, split
+from pipeline.beam import decontaminate as decontamination
 from pipeline.beam import dedup as deduplication
 from pipeline.beam import transforms
-from pipeline.formats import manifest
+from pipeline.formats import heldout, manifest
 
 
 def why_empty(values: dict[str, int]) -> str:
@@ -20,6 +22,15 @@ def why_empty(values: dict[str, int]) -> str:
         return f"none of its {empty:,} documents has any text left after tokenization"
     read = {k: v for k, v in values.items() if k.split("/")[0] in ("wikipedia", "books", "text") and v}
     return f"it holds no documents ({', '.join(f'{k} {v:,}' for k, v in read.items()) or 'nothing read'})"
+
+
+def why_held_out_empty(values: dict[str, int]) -> str:
+    """Why a validation set holds no record."""
+    held = values.get("split/validation_documents", 0)
+    if not held:
+        return "the split held out no document (a fraction too small for this input?)"
+    return (f"none of its {held:,} documents is long enough for one instance ([CLS] A [SEP] B [SEP] needs two "
+            "non-empty segments)")
 
 
 def sum_stats(files: list[dict], names: tuple[str, ...]) -> dict[str, int]:
@@ -35,11 +46,14 @@ def document_record(d) -> list:
 
 
 def documents_manifest(head: dict, inputs: list[dict], deduplicated: dedup.DedupParams | None,
-                       written: list[dict], values: dict[str, int]) -> dict:
-    """The manifest of documents (extract, dedup), from what the job wrote and counted."""
+                       written: list[dict], values: dict[str, int], *, decontaminated=None) -> dict:
+    """The manifest of documents (extract, dedup, decontaminate), from what the job wrote and counted;
+    `decontaminated`: (its DecontaminateParams, the eval files' entries)."""
     m = {**head, "counts": {**sum_stats(written, DOCUMENT_STATS), "counters": values}}
     if deduplicated:
         m["dedup"] = dedup_summary(deduplicated, values)
+    if decontaminated:
+        m["decontamination"] = decontamination.summary(decontaminated[0], values, decontaminated[1])
     return {**m, "files": written, "inputs": inputs}
 
 
@@ -54,15 +68,22 @@ def objective_counts(objective: str, counts: dict, max_seq_length: int) -> dict:
     return {"row_fill": counts["tokens"] / (n * max_seq_length)}
 
 
-def pairs_manifest(head: dict, inputs: list[dict], written: list[dict], values: dict[str, int]) -> dict:
+COUNTED = "tokenize/documents"   # a manifest's documents as the counter of those the job tokenized
+
+
+def documents_of(documents: int | str | None, values: dict[str, int]) -> int | None:
+    """A manifest's document count: a count given, None (unknown), or the name of the counter that holds it."""
+    return values.get(documents, 0) if isinstance(documents, str) else documents
+
+
+def pairs_manifest(head: dict, inputs: list[dict], written: list[dict], values: dict[str, int], *,
+                   documents: int | str | None = COUNTED) -> dict:
+    """The manifest of pair records, from what the job wrote and counted."""
     counts = sum_stats(written, transforms.PAIR_STATS)
-    return {**head, "counts": {"documents": values.get("tokenize/documents", 0), **counts,
+    return {**head, "counts": {"documents": documents_of(documents, values), **counts,
                                **objective_counts(head["objective"], counts, head["max_seq_length"]),
                                "counters": values},
             "files": written, "inputs": inputs}
-
-
-COUNTED = "counted"   # a shards manifest's documents: those the job tokenized (its counters)
 
 
 def shards_head(stage: str, args, params: masking.MaskParams, vocab: dict, max_seq_length: int,
@@ -72,14 +93,16 @@ def shards_head(stage: str, args, params: masking.MaskParams, vocab: dict, max_s
 
 
 def shards_manifest(head: dict, parameters: dict, documents, inputs: list[dict], pack: packing.PackParams | None,
-                    deduplicated: dedup.DedupParams | None, written: list[dict], values: dict[str, int]) -> dict:
+                    deduplicated: dedup.DedupParams | None, written: list[dict], values: dict[str, int], *,
+                    corpus: str = transforms.CORPUS, decontaminated=None) -> dict:
     """The manifest of masked shards (mask, prepare), from what the job wrote and counted; `documents` is a count,
-    None (unknown) or COUNTED."""
+    None (unknown) or a counter's name (COUNTED); `corpus`: the namespace of its per-corpus counts;
+    `decontaminated`: (its DecontaminateParams, the eval files' entries)."""
     counts = sum_stats(written, transforms.MASK_STATS)
     n = max(1, counts["instances"])
     objective, L = head["objective"], head["max_seq_length"]
     m = {**head, "parameters": {**parameters, "num_shards": len(written)},
-         "counts": {"documents": values.get("tokenize/documents", 0) if documents == COUNTED else documents,
+         "counts": {"documents": documents_of(documents, values),
                     **counts, **objective_counts(objective, counts, L),
                     "mean_tokens_per_instance": counts["tokens"] / n,
                     "mean_masked_per_instance": counts["masked_tokens"] / n,
@@ -91,8 +114,10 @@ def shards_manifest(head: dict, parameters: dict, documents, inputs: list[dict],
         m["packing"] = packing_entry(pack, written, counts, values)
     if deduplicated:
         m["dedup"] = dedup_summary(deduplicated, values)
-    if any(k.startswith(transforms.CORPUS + "/") for k in values):   # several corpora
-        m["counts"]["corpora"] = transforms.corpus_counts(values)
+    if decontaminated:
+        m["decontamination"] = decontamination.summary(decontaminated[0], values, decontaminated[1])
+    if any(k.startswith(corpus + "/") for k in values):   # several corpora
+        m["counts"]["corpora"] = transforms.corpus_counts(values, corpus)
     return m
 
 
@@ -107,8 +132,8 @@ def packing_entry(pack: packing.PackParams, written: list[dict], counts: dict, v
 
 
 def packing_lost(values: dict[str, int]) -> list[str]:
-    """Packing must put every instance the shuffle delivered into a row."""
-    given = values.get("shuffle/shard_out", 0)
+    """Packing must put every instance the shuffles delivered into a row (a validation set's packed too)."""
+    given = values.get("shuffle/shard_out", 0) + values.get(f"shuffle/{HELD_OUT_SHARDS}_out", 0)
     packed_in, packed_out = values.get("pack/instances_in", 0), values.get("pack/instances_out", 0)
     if given == packed_in == packed_out:
         return []
@@ -143,3 +168,59 @@ def dedup_summary(params: dedup.DedupParams, values: dict[str, int]) -> dict:
             "removed_emptied": c("removed_emptied"), "clusters": c("clusters"),
             "empty_documents": c("empty_documents"), "repeated_paragraphs": c("repeated_paragraphs"),
             "paragraphs_dropped": c("paragraphs_dropped"), "report": (dedup_side_files(params) or [None])[0]}
+
+
+# ---------------------------------------------------------------------------------------------- a validation split
+
+HELD_OUT_SHARDS = "validation_shard"   # the validation set's shard shuffle (its counters apart from the training's)
+TRAINING_DOCUMENTS, HELD_OUT_DOCUMENTS = "split/training_documents", "split/validation_documents"
+
+
+def split_entry(params: split.SplitParams | dict, role: str, values: dict[str, int]) -> dict:
+    """The manifests' `split`: how the documents were split (the request, the seed), how many went each way, and
+    where the other side is: the training output names its validation directory, the validation one `..`.
+    `params`: the split this job made, or the entry of the output a job carries it from (mask, pack)."""
+    if isinstance(params, dict):
+        request = {k: params[k] for k in ("seed", "documents", "fraction", "training_documents",
+                                          "validation_documents")}
+    else:
+        request = {**params.describe(), "training_documents": values.get(TRAINING_DOCUMENTS, 0),
+                   "validation_documents": values.get(HELD_OUT_DOCUMENTS, 0)}
+    where = {"validation": heldout.SUBDIRECTORY} if role == "training" else {"training": ".."}
+    listed = heldout.NAME if role == "validation" else f"{heldout.SUBDIRECTORY}/{heldout.NAME}"
+    return {"role": role, **where, **request, "held_out_list": listed}
+
+
+def with_split(describe, params, role: str):
+    """A Publication's `describe` for one side of a split: `describe`'s manifest with its `split` entry."""
+    return functools.partial(_with_split, describe, params, role)
+
+
+def _with_split(describe, params, role: str, written: list[dict], values: dict[str, int]) -> dict:
+    return {**describe(written, values), "split": split_entry(params, role, values)}
+
+
+def documents_read(values: dict[str, int]) -> int:
+    """The documents the corpus readers gave (before --dedup)."""
+    return sum(values.get(k, 0) for k in ("wikipedia/articles", "books/documents", "text/documents"))
+
+
+def split_lost(values: dict[str, int], entering: int | None = None) -> list[str]:
+    """A split must send every document one way, and list every held-out one: training + validation = the
+    documents that reached it (`entering`: those read less those --dedup removed; None: not known apart)."""
+    training, held = values.get(TRAINING_DOCUMENTS, 0), values.get(HELD_OUT_DOCUMENTS, 0)
+    wrong = []
+    if values.get("split/listed_documents", 0) != held:
+        wrong.append(f"split: the held-out list names {values.get('split/listed_documents', 0):,} of {held:,} "
+                     "validation documents")
+    if entering is not None and training + held != entering:
+        wrong.append(f"split: {training:,} training and {held:,} validation documents of {entering:,} in")
+    return wrong
+
+
+def prepare_split_lost(values: dict[str, int]) -> list[str]:
+    """split_lost for prepare: the documents in are those read, less those --dedup removed and --decontaminate
+    dropped."""
+    removed = sum(values.get(f"dedup/{k}", 0) for k in ("removed_exact", "removed_near", "removed_emptied"))
+    removed += values.get("decontaminate/dropped", 0)
+    return split_lost(values, documents_read(values) - removed)

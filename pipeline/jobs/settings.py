@@ -2,7 +2,7 @@
 place, so `pairs`, `mask`, `prepare` and `pack` decide alike."""
 from __future__ import annotations
 
-from pipeline.algorithms import dedup, masking, packing, pairs
+from pipeline.algorithms import dedup, masking, packing, pairs, split
 from pipeline.commands import flags
 
 
@@ -13,10 +13,13 @@ def pair_params(args, vocab: dict) -> pairs.PairParams:
                             cross_documents=args.cross_documents, split_sentences=args.split_sentences)
 
 
-def mask_params(args, max_seq_length: int) -> masking.MaskParams:
+def mask_params(args, max_seq_length: int, held_out: bool = False) -> masking.MaskParams:
     """The masking flags; --max-predictions-per-seq by default what --masked-lm-prob needs at this length
-    (masking.default_max_predictions). A P given by hand that caps long instances is warned about, once."""
+    (masking.default_max_predictions). A P given by hand that caps long instances is warned about, once. `held_out`:
+    the validation set's, at --validation-masked-lm-prob when given (P by the same rule at that share)."""
     p, given = args.masked_lm_prob, args.max_predictions_per_seq
+    if held_out and getattr(args, "validation_masked_lm_prob", None) is not None:
+        p = args.validation_masked_lm_prob
     P = given or masking.default_max_predictions(max_seq_length, p)
     if given and masking.capped_share(max_seq_length, p, given) < 0.9 * p:
         flags.warn(f"--max-predictions-per-seq {given} caps the masking at max_seq_length {max_seq_length}: an "
@@ -68,3 +71,47 @@ def dedup_params(args) -> dedup.DedupParams:
                              num_perm=args.num_perm, bands=args.bands, threshold=args.near_threshold,
                              shingle_words=args.shingle_words, min_paragraph_chars=args.min_paragraph_chars,
                              max_paragraph_copies=args.max_paragraph_copies, seed=args.seed)
+
+
+def split_params(args) -> split.SplitParams | None:
+    """--validation-documents or --validation-fraction (pairs, prepare): the split, seeded by --seed; None without."""
+    if args.validation_documents is None and args.validation_fraction is None:
+        return None
+    return split.SplitParams(args.seed, args.validation_documents, args.validation_fraction)
+
+
+def held_out_share(params: split.SplitParams, documents: float) -> float:
+    """The share of an input of about `documents` documents the split holds out (for planning files and buckets)."""
+    if params.fraction is not None:
+        return params.fraction
+    return min(1.0, params.documents / max(1.0, documents))
+
+
+def split_line(title: str, params: split.SplitParams, out) -> str:
+    """The plan's line on the validation split."""
+    how = (f"{params.documents:,} documents (the smallest draws, per corpus in proportion)" if params.documents
+           else f"each document with probability {params.fraction:g}")
+    return (f"{title}: validation set: {how}, seed {params.seed}, one dupe pass, into {out.directory} "
+            f"({out.num_shards} file(s)); its documents are never seen by training")
+
+
+def decontaminate_params(args, spec: str):
+    """--against (or --decontaminate) and the Janitor's flags -> (DecontaminateParams, the eval files' manifest
+    entries); every eval file is read and checked here, before the job."""
+    from pipeline.beam import decontaminate as decontamination
+    from pipeline.jobs import sources
+    from pipeline.text import contamination
+
+    paths, names, against = sources.eval_sets(spec, args.against_fields,
+                                              "against" if hasattr(args, "against") else "decontaminate")
+    janitor = contamination.Params(args.ngram, args.window, args.min_fragment, args.max_matches)
+    return decontamination.DecontaminateParams(tuple(paths), tuple(names), tuple(args.against_fields), janitor), against
+
+
+def decontaminate_line(title: str, params, against: list[dict]) -> str:
+    """The plan's line on decontamination."""
+    j = params.janitor
+    return (f"{title}: decontaminating against {sum(a['examples'] for a in against):,} examples of "
+            f"{len(against)} eval file(s) ({', '.join(a['name'] for a in against)}): word {j.ngram}-grams, "
+            f"{j.window} characters cut either side, fragments under {j.min_fragment + 1} characters and documents "
+            f"of more than {j.max_matches} matches dropped (lm-eval's Janitor)")

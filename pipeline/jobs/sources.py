@@ -2,6 +2,7 @@
 one PCollection per corpus, the vocab's manifest entry, and what an input is expected to hold."""
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -132,3 +133,42 @@ def corpus_dupes(args) -> dict[str, int]:
     """Dupe passes of each corpus: round(--dupe-factor x its --corpus-weights weight), at least 1."""
     weights = args.corpus_weights or {}
     return {kind: max(1, round(args.dupe_factor * weights.get(kind, 1.0))) for kind, _ in args.corpora}
+
+
+def held_out_input(opened: manifest.Opened, what: str) -> tuple[str, dict] | None:
+    """The validation set an input carries (its manifests' `split`: pairs or shards made with a split) as (its
+    directories comma-joined, the split entry), or None. Inputs with and without one are refused together."""
+    splits = {d: m.get("split") for d, m in opened.manifests.items()}
+    carried = {d: s for d, s in splits.items() if s and s.get("role") == "training"}
+    if not carried:
+        return None
+    if len(carried) < len(splits) or len(carried) < len(opened.manifests) or len(opened.records) < len(opened.files):
+        raise manifest.ManifestError(f"{what}: some of its directories have a validation set and some not: give "
+                                     "them apart")
+    directories = [storage.join(d, s["validation"]) for d, s in carried.items()]
+    for d in directories:
+        if not storage.exists(storage.join(d, manifest.NAME)):
+            raise manifest.ManifestError(f"{d}: the validation set its training output names is not complete (no "
+                                         f"{manifest.NAME}): re-run the stage that made it")
+    return ",".join(directories), next(iter(carried.values()))
+
+
+def eval_sets(spec: str, fields: tuple[str, ...], flag: str = "against") -> tuple[list[str], list[str], list[dict]]:
+    """--against (or --decontaminate) FILE[,FILE...] -> (paths, their names for the report, the manifest's entry of
+    each: path, sha256, examples). Every file is read and parsed here, before the job, so one that is missing, empty
+    or not an eval set is refused in one line naming it (pipeline/formats/evalsets.py); the job reads them again."""
+    from corpora import text
+    from pipeline.formats import evalsets
+
+    paths = expand_inputs(spec, flag)
+    names = text.relative_names(paths)
+    entries = []
+    for path in paths:
+        raw = storage.read_bytes(path)
+        try:
+            found = evalsets.examples(path, raw, fields)
+        except evalsets.EvalSetError as e:
+            raise SystemExit(str(e)) from None
+        entries.append({"path": path, "name": names[path], "sha256": hashlib.sha256(raw).hexdigest(),
+                        "examples": len(found)})
+    return paths, [names[p] for p in paths], entries

@@ -1,0 +1,88 @@
+"""Decontamination of documents against eval sets: lm-evaluation-harness's Janitor (pipeline/text/contamination.py)
+applied to each document's text, its paragraphs joined by "\\n".
+
+A document with no match is left as it is (byte for byte: Janitor itself would also drop a clean text of
+min_fragment characters or fewer, which says nothing about contamination). A document with more than max_matches
+matches, or whose every fragment is min_fragment characters or shorter, is dropped; otherwise its fragments, each
+split at its "\\n"s, become its paragraphs. Each touched document gets a report line naming the eval examples it
+matched.
+
+The eval n-grams are two sorted uint64 arrays and an int32 array (20 bytes an n-gram: 20 MB a million), built once
+from every eval file and handed to each worker whole.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pipeline.formats import decontamination_report
+from pipeline.formats.documents import Document
+from pipeline.text import contamination
+from pipeline.text.contamination import Params
+
+
+@dataclass(frozen=True)
+class Example:
+    file: str     # the eval file's name, as the report gives it
+    where: str    # the example's place in it (pipeline/formats/evalsets.py)
+
+
+@dataclass(frozen=True)
+class Contaminants:
+    """Every eval n-gram: `fast` (sorted, unique) for the search, `exact` (sorted, unique) to confirm, and for each
+    exact one the first example that registered it (`refs` into `examples`)."""
+    fast: np.ndarray
+    exact: np.ndarray
+    refs: np.ndarray
+    examples: list[Example]
+    params: Params
+
+    @property
+    def ngrams(self) -> int:
+        return len(self.exact)
+
+
+def build(files: list[tuple[str, list[tuple[str, np.ndarray, np.ndarray]]]], params: Params) -> Contaminants:
+    """[(file name, [(where, its fast n-gram hashes, its exact ones) for each example])] -> Contaminants."""
+    examples, fast, exact, refs = [], [], [], []
+    for name, found in files:
+        for where, f, x in found:
+            fast.append(f)
+            exact.append(x)
+            refs.append(np.full(len(x), len(examples), np.int32))
+            examples.append(Example(name, where))
+    fast = np.unique(np.concatenate(fast or [np.zeros(0, np.uint64)]))
+    exact = np.concatenate(exact or [np.zeros(0, np.uint64)])
+    refs = np.concatenate(refs or [np.zeros(0, np.int32)])
+    order = np.lexsort((refs, exact))                       # by n-gram, then the first example to register it
+    exact, refs = exact[order], refs[order]
+    first = np.concatenate(([True], exact[1:] != exact[:-1])) if len(exact) else np.zeros(0, bool)
+    return Contaminants(fast, exact[first], refs[first], examples, params)
+
+
+def paragraphs_of(fragments: list[str]) -> list[str]:
+    """A document's paragraphs from the fragments that survive: each fragment split at its "\\n"s, stripped."""
+    return [p.strip() for fragment in fragments for p in fragment.split("\n") if p.strip()]
+
+
+def clean(doc: Document, found: Contaminants, words: contamination.WordHashes) -> tuple[Document | None, dict | None]:
+    """(the document as decontamination leaves it, None when dropped; its report entry, None when untouched)."""
+    text, p = "\n".join(doc.paragraphs), found.params
+    if not contamination.candidates(text, found.fast, p.ngram, words):
+        return doc, None
+    hits = contamination.matches(text, found.fast, found.exact, p.ngram, words)
+    if not hits:
+        return doc, None
+    kept = contamination.fragments(text, [(start, end) for start, end, _ in hits], p)
+    refs = list(dict.fromkeys(int(found.refs[k]) for _, _, k in hits))[:decontamination_report.MAX_EXAMPLES]
+    why = (f"more than {p.max_matches} matches" if len(hits) > p.max_matches else
+           "" if kept else f"no fragment longer than {p.min_fragment} characters")
+    entry = {"id": doc.id, "title": doc.title, "action": "cut" if kept else "dropped", "why": why,
+             "matches": len(hits), "characters": len(text), "characters_removed": len(text) - sum(map(len, kept)),
+             "examples": [{"file": found.examples[r].file, "example": found.examples[r].where} for r in refs]}
+    paragraphs = paragraphs_of(kept)
+    if not paragraphs:
+        entry.update(action="dropped", why=entry["why"] or "no text left")
+        return None, entry
+    return replace(doc, paragraphs=paragraphs), entry

@@ -1,0 +1,155 @@
+"""Decontamination in a job: documents -> the documents eval sets leave (pipeline/algorithms/decontaminate.py), and
+the report of every document they touched.
+
+    eval files | ReadExamples | Contaminants (one combine)    -> one Contaminants, a side input of every worker
+    documents  | Clean(side input)                           -> kept documents; .report lines
+    report lines | OneGroup | WriteReport                    -> <directory>/.incomplete/decontamination_report.jsonl.gz
+
+The eval n-grams reach the workers as a side input (20 bytes an n-gram, 20 MB a million): eval sets are small
+beside a corpus, and every worker needs all of them. The documents are never held: each is cleaned as it comes.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.algorithms import decontaminate
+from pipeline.beam import shuffle, tally
+from pipeline.beam.shards import INCOMPLETE
+from pipeline.formats import decontamination_report, evalsets, storage
+from pipeline.formats.documents import Document
+from pipeline.text import contamination
+
+REPORT = decontamination_report.NAME
+
+
+@dataclasses.dataclass(frozen=True)
+class DecontaminateParams:
+    """The eval files (paths; `names`: how the report names them), the JSON Lines fields to read, Janitor's knobs."""
+    against: tuple[str, ...]
+    names: tuple[str, ...]
+    fields: tuple[str, ...] = ()
+    janitor: contamination.Params = contamination.Params()
+
+
+def _read_examples(unit: tuple[str, str], params: DecontaminateParams, count):
+    """One eval file -> (its name, [(where, fast hashes, exact hashes)]); counts its examples, those shorter than
+    an n-gram (they register nothing, as in Janitor) and its n-grams."""
+    path, name = unit
+    words, n = contamination.WordHashes(), params.janitor.ngram
+    found = []
+    for where, text in evalsets.examples(path, storage.read_bytes(path), params.fields):
+        fast, exact = contamination.example_ngrams(text, n, words)
+        count("decontaminate", "examples")
+        if not len(exact):
+            count("decontaminate", "short_examples")
+        count("decontaminate", "example_ngrams", len(exact))
+        found.append((where, fast, exact))
+    yield name, found
+
+
+class _Build(beam.CombineFn):
+    def __init__(self, params: contamination.Params):
+        self.params = params
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, item):
+        acc.append(item)
+        return acc
+
+    def merge_accumulators(self, accs):
+        return [item for acc in accs for item in acc]
+
+    def extract_output(self, acc) -> decontaminate.Contaminants:
+        return decontaminate.build(sorted(acc, key=lambda item: item[0]), self.params)
+
+
+class Contaminants(beam.PTransform):
+    """The eval files -> one Contaminants (every n-gram of every example)."""
+
+    def __init__(self, params: DecontaminateParams):
+        super().__init__()
+        self.params = params
+
+    def expand(self, pipeline):
+        return (pipeline
+                | "ListEvalFiles" >> beam.Create(list(zip(self.params.against, self.params.names)))
+                | "ReadExamples" >> tally.FlatMap(_read_examples, self.params)
+                | "Build" >> beam.CombineGlobally(_Build(self.params.janitor)))
+
+
+class _Clean(tally.DoFn):
+    def setup(self):
+        self.words = contamination.WordHashes()
+
+    def process(self, doc: Document, found: decontaminate.Contaminants):
+        self.count("decontaminate", "documents")
+        kept, entry = decontaminate.clean(doc, found, self.words)
+        if entry is None:
+            self.count("decontaminate", "untouched")
+        else:
+            self.count("decontaminate", entry["action"])   # cut | dropped
+            self.count("decontaminate", "matches", entry["matches"])
+            self.count("decontaminate", "characters_removed", entry["characters_removed"])
+            yield beam.pvalue.TaggedOutput("report", [(doc.id, decontamination_report.encode(entry), ())])
+        if kept is not None:
+            yield kept
+
+
+class _WriteReport(tally.DoFn):
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def process(self, sliced):
+        lines = sorted(sliced[1].payloads(self.count))   # by id: each line starts {"id": ...
+        path = FileSystems.join(self.directory, INCOMPLETE, REPORT)
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            decontamination_report.write(f, lines)   # a retried bundle writes the same bytes
+        self.count("decontaminate", "report_lines", len(lines))
+        yield path
+
+
+class Decontaminate(beam.PTransform):
+    """Documents -> the documents decontamination leaves (untouched, or cut to their fragments); writes
+    `directory`/.incomplete/decontamination_report.jsonl.gz."""
+
+    def __init__(self, params: DecontaminateParams, directory: str, config: shuffle.ShuffleConfig, seed: int):
+        super().__init__()
+        self.params, self.directory, self.config, self.seed = params, directory, config, seed
+
+    def expand(self, docs):
+        found = docs.pipeline | "Contaminants" >> Contaminants(self.params)
+        cleaned = docs | "Clean" >> tally.ParDo(_Clean(), beam.pvalue.AsSingleton(found), outputs=("report",))
+        (cleaned.report
+         | "OneGroup" >> shuffle.Shuffle("decontamination_report", self.seed, shuffle.plan_ranges(1), 0, self.config)
+         | "WriteReport" >> tally.ParDo(_WriteReport(self.directory)))
+        return cleaned.main
+
+
+def lost(values: dict[str, int]) -> list[str]:
+    """The decontamination counts that must reconcile before anything is published: documents in = untouched + cut
+    + dropped, and the report has a line for each one cut or dropped."""
+    c = lambda name: values.get(f"decontaminate/{name}", 0)   # noqa: E731
+    wrong = []
+    if c("documents") != c("untouched") + c("cut") + c("dropped"):
+        wrong.append(f"decontaminate: {c('documents'):,} documents in, {c('untouched'):,} untouched, {c('cut'):,} "
+                     f"cut and {c('dropped'):,} dropped")
+    if c("report_lines") != c("cut") + c("dropped"):
+        wrong.append(f"decontaminate: the report has {c('report_lines'):,} lines for {c('cut') + c('dropped'):,} "
+                     "documents cut or dropped")
+    return wrong
+
+
+def summary(params: DecontaminateParams, values: dict[str, int], against: list[dict]) -> dict:
+    """The manifest's `decontamination` entry: the method, the eval files, what it did to the documents."""
+    c = lambda name: values.get(f"decontaminate/{name}", 0)   # noqa: E731
+    return {"method": "lm-evaluation-harness Janitor", "parameters": dataclasses.asdict(params.janitor),
+            "fields": list(params.fields), "against": against, "examples": c("examples"),
+            "short_examples": c("short_examples"), "ngrams": c("example_ngrams"), "documents_in": c("documents"),
+            "untouched": c("untouched"), "cut": c("cut"), "dropped": c("dropped"), "matches": c("matches"),
+            "characters_removed": c("characters_removed"), "report": REPORT}

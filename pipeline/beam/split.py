@@ -1,0 +1,139 @@
+"""The validation split in a job: documents -> training and validation documents, before any pairing, and the list
+of the held-out documents that ships with the validation set (pipeline/algorithms/split.py decides each one).
+
+    documents | SplitValidation(params, limits) -> .training, .validation
+    all documents | Thresholds(params)           -> limits: {corpus: largest held-out draw} (a count only)
+    validation documents | ListHeldOut(directory) -> <directory>/.incomplete/documents.jsonl.gz
+
+With a fraction each document decides alone: no step waits on another. With a count, the split needs every
+document's draw first (the N smallest): `Thresholds` is a side input, so the split must read its documents from
+the far side of a shuffle (the jobs deal them through SpreadDocuments first); its main input is then the shuffle's
+slices, and no runner holds the documents in memory while the draws are counted.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.algorithms import split
+from pipeline.beam import shuffle, tally
+from pipeline.beam.shards import INCOMPLETE
+from pipeline.beam.transforms import corpus_of
+from pipeline.formats import heldout
+from pipeline.formats.documents import Document
+
+TRAINING, VALIDATION = "training", "validation"
+
+
+class _Draws(beam.CombineFn):
+    """(corpus, draw) -> per corpus its count and the `keep` smallest draws -> the thresholds of `documents`."""
+
+    def __init__(self, documents: int):
+        self.documents = documents
+
+    def create_accumulator(self) -> split.Smallest:
+        return split.Smallest(self.documents)
+
+    def add_input(self, acc: split.Smallest, item: tuple[str, float]) -> split.Smallest:
+        acc.add(*item)
+        return acc
+
+    def merge_accumulators(self, accs) -> split.Smallest:
+        accs = iter(accs)
+        first = next(accs)
+        for acc in accs:
+            first.merge(acc)
+        return first
+
+    def extract_output(self, acc: split.Smallest) -> dict[str, float]:
+        return split.thresholds(acc, self.documents)
+
+
+class Thresholds(beam.PTransform):
+    """Every document (all corpora) -> one dict {corpus: the largest draw it holds out}, for a count."""
+
+    def __init__(self, params: split.SplitParams):
+        super().__init__()
+        self.params = params
+
+    def expand(self, docs):
+        seed = self.params.seed
+        return (docs
+                | "Draw" >> beam.Map(lambda d: (d.source or corpus_of(d.id), split.draw(seed, d.id)))
+                | "Smallest" >> beam.CombineGlobally(_Draws(self.params.documents)))
+
+
+class _Split(tally.DoFn):
+    def __init__(self, params: split.SplitParams):
+        self.params = params
+
+    def process(self, doc: Document, limits=None):
+        side = VALIDATION if split.held_out(self.params, doc.source or corpus_of(doc.id), doc.id, limits) \
+            else TRAINING
+        self.count("split", f"{side}_documents")
+        yield beam.pvalue.TaggedOutput(side, doc)
+
+
+class SplitValidation(beam.PTransform):
+    """Documents -> tagged outputs .training and .validation (counted: split/training_documents,
+    split/validation_documents). `limits`: the Thresholds of a count (a PCollection of one dict), else None."""
+
+    def __init__(self, params: split.SplitParams, limits=None):
+        super().__init__()
+        self.params, self.limits = params, limits
+
+    def expand(self, docs):
+        extra = (beam.pvalue.AsSingleton(self.limits),) if self.limits is not None else ()
+        return docs | "Split" >> tally.ParDo(_Split(self.params), *extra, outputs=(TRAINING, VALIDATION))
+
+
+class _WriteList(tally.DoFn):
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def process(self, sliced):
+        lines = sorted(sliced[1].payloads(self.count))   # by id: each line starts {"id": ...
+        path = FileSystems.join(self.directory, INCOMPLETE, heldout.NAME)
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            heldout.write(f, lines)   # a retried bundle writes the same bytes
+        self.count("split", "listed_documents", len(lines))
+        yield path
+
+
+class ListHeldOut(beam.PTransform):
+    """The validation documents -> `directory`/.incomplete/documents.jsonl.gz: id, title and the sha256 of each one's
+    text, one line each, by id (MLPerf publishes such a checksum per held-out article): one group, one worker."""
+
+    def __init__(self, directory: str, config: shuffle.ShuffleConfig, seed: int):
+        super().__init__()
+        self.directory, self.config, self.seed = directory, config, seed
+
+    def expand(self, docs):
+        return (docs
+                | "ToRecords" >> beam.Map(lambda d: [(d.id, heldout.encode(d), ())])
+                | "OneGroup" >> shuffle.Shuffle("held_out", self.seed, shuffle.plan_ranges(1), 0, self.config)
+                | "Write" >> tally.ParDo(_WriteList(self.directory)))
+
+
+def _copy_list(_, sources: list[str], directory: str) -> str:
+    path = FileSystems.join(directory, INCOMPLETE, heldout.NAME)
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for source in sources:   # gzip members one after another are one gzip file
+            with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as g:
+                f.write(g.read())
+    return path
+
+
+class CopyHeldOutList(beam.PTransform):
+    """The held-out list of a split an input carries -> `directory`/.incomplete/documents.jsonl.gz, published with
+    the validation set a job makes of it (`mask`, `pack`): the documents stay named with the data."""
+
+    def __init__(self, sources: list[str], directory: str):
+        super().__init__()
+        self.sources, self.directory = sorted(sources), directory
+
+    def expand(self, pipeline):
+        return (pipeline
+                | "One" >> beam.Create([None])
+                | "Copy" >> beam.Map(_copy_list, self.sources, self.directory))

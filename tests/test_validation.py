@@ -1,0 +1,215 @@
+"""A held-out set by document (#29): documents split by a seeded draw of their id before pairing, paired apart into
+OUTPUT/validation/ (its shards, manifest and list of documents), carried through mask and pack, verified, and read
+by the trainer. No instance, and no random-next segment, crosses the split, in every objective."""
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.algorithms import split
+from pipeline.beam import transforms
+from pipeline.commands import cli
+from pipeline.formats import documents, heldout, pair_records, tfrecord
+from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding
+
+ONE = ["--preset", "local-1"]
+BOTH = ["--input", f"wikipedia:{SAMPLES / 'enwiki-sample.xml.bz2'}", "--input", f"books:{SAMPLES / 'books'}"]
+
+
+# ---------------------------------------------------------------------------------------------- the rule, pure
+
+def test_draws_are_seeded_by_id_and_uniform():
+    ids = [f"wikipedia:enwiki:{i}" for i in range(20000)]
+    u = np.array([split.draw(7, i) for i in ids])
+    assert split.draw(7, ids[0]) == split.draw(7, ids[0]) != split.draw(8, ids[0])
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
+    assert abs((u < 0.05).mean() - 0.05) < 0.005
+
+
+def test_a_count_is_exact_and_shared_in_proportion():
+    assert split.shares(10, {"books": 3, "wikipedia": 20}) == {"books": 1, "wikipedia": 9}
+    assert split.shares(5, {"books": 3, "wikipedia": 20}) == {"books": 1, "wikipedia": 4}
+    assert sum(split.shares(7, {"a": 1, "b": 1, "c": 1}).values()) == 7
+    rng = np.random.default_rng(0)
+    whole, parts = split.Smallest(50), [split.Smallest(50) for _ in range(4)]
+    draws = [(("a", "b")[i % 2], float(u)) for i, u in enumerate(rng.random(1000))]
+    for k, (corpus, u) in enumerate(draws):
+        whole.add(corpus, u)
+        parts[k % 4].add(corpus, u)
+    for part in parts[1:]:   # merged in any grouping, the same accumulator
+        parts[0].merge(part)
+    assert parts[0].count == whole.count == {"a": 500, "b": 500}
+    limits = split.thresholds(parts[0], 50)
+    assert limits == split.thresholds(whole, 50)
+    held = [c for c, u in draws if u <= limits[c]]
+    assert len(held) == 50 and held.count("a") == 25
+    with pytest.raises(split.TooFewDocuments, match="--validation-documents 1,000: the input holds 1,000"):
+        split.thresholds(whole, 1000)
+
+
+def test_bad_requests_are_refused():
+    for kwargs in ({}, {"documents": 3, "fraction": 0.1}, {"fraction": 1.0}, {"fraction": 0.0}, {"documents": 0}):
+        with pytest.raises(ValueError):
+            split.SplitParams(1, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- pairs: nothing crosses
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """The sample's documents (Wikipedia and books, extracted) and each one's tokens, as the jobs tokenize them."""
+    root = tmp_path_factory.mktemp("split")
+    assert cli.main(["extract", *BOTH, "--output", str(root / "docs"), *ONE]) == 0
+    tokenize = transforms._Tokenize(str(UNCASED_VOCAB), True)
+    tokenize.setup()
+    tokens = {t.id: t.tokens.astype("<i4").tobytes() for f in sorted((root / "docs").glob("documents-*.jsonl.gz"))
+              for d in documents.read_file(str(f)) for t in tokenize.process(d)}
+    return root, tokens
+
+
+def segments(ids, cls_id=101, sep_id=102, least=10):
+    """The runs of tokens between [CLS]/[SEP] in a row, of at least `least` tokens (shorter ones occur anywhere)."""
+    edges = np.flatnonzero((ids == cls_id) | (ids == sep_id))
+    return [ids[a + 1:b] for a, b in zip(edges, edges[1:]) if b - a - 1 >= least]
+
+
+def holders_of(directory, tokens) -> list[set[str]]:
+    """For every long segment of every pair record in `directory`: the documents that hold it."""
+    found = []
+    for f in sorted(directory.glob("pairs-*.tfrecord")):
+        for record in tfrecord.read_file(str(f)):
+            found += [documents_holding(tokens, s) for s in segments(pair_records.decode(record).token_ids)]
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", [["--objective", "nsp"], ["--objective", "sop"],
+                                       ["--objective", "none", "--cross-documents"]], ids=["nsp", "sop", "none"])
+def test_no_instance_or_random_segment_crosses_the_split(corpus, objective, tmp_path):
+    root, tokens = corpus
+    out = tmp_path / "pairs"
+    assert cli.main(["pairs", "--input", str(root / "docs"), "--vocab", str(UNCASED_VOCAB), "--dupe-factor", "2",
+                     "--validation-fraction", "0.3", *objective, "--output", str(out), *ONE]) == 0
+    held = {line["id"] for line in heldout.read(str(out / "validation" / heldout.NAME))}
+    assert 2 <= len(held) <= 15
+    training = set(tokens) - held
+    for directory, own in ((out, training), (out / "validation", held)):
+        found = holders_of(directory, tokens)
+        assert len(found) > 100
+        assert all(h and h <= own for h in found), [h for h in found if not h <= own][:3]
+    m, v = (json.loads((d / "manifest.json").read_text()) for d in (out, out / "validation"))
+    assert m["split"]["training_documents"] + m["split"]["validation_documents"] == 23 == len(tokens)
+    assert m["counts"]["documents"] == len(training) and v["counts"]["documents"] == len(held)
+    assert v["parameters"]["dupe_factor"] == 1 and m["parameters"]["dupe_factor"] == 2
+    assert m["split"]["role"] == "training" and v["split"]["role"] == "validation"
+
+
+# ---------------------------------------------------------------------------------------------- prepare, mask, pack
+
+def prepare(tmp_path, name, *extra, workers=ONE):
+    out = tmp_path / name
+    assert cli.main(["prepare", *BOTH, "--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1", "--output", str(out),
+                     *extra, *workers]) == 0
+    return out
+
+
+def data_bytes(out) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name != "manifest.json"}
+
+
+@pytest.mark.slow
+def test_a_count_holds_out_exactly_that_many_the_same_on_any_runner(tmp_path):
+    """5 of 23 documents, shared out as 1 book and 4 articles; the same bytes on 1 and 2 workers and on both shuffle
+    back ends; the list names each held-out document with the sha256 of its text."""
+    ask = ["--validation-documents", "5", "--dedup"]
+    one = prepare(tmp_path, "one", *ask)
+    two = prepare(tmp_path, "two", *ask, workers=["--preset", "local", "--direct_num_workers=2"])
+    gbk = prepare(tmp_path, "gbk", *ask, "--shuffle", "groupbykey")
+    assert data_bytes(one) == data_bytes(two) == data_bytes(gbk)
+    listed = list(heldout.read(str(one / "validation" / heldout.NAME)))
+    assert len(listed) == 5 and [d["id"].split(":")[0] for d in listed].count("books") == 1
+    assert [d["id"] for d in listed] == sorted(d["id"] for d in listed)
+    m, v = (json.loads((d / "manifest.json").read_text()) for d in (one, one / "validation"))
+    same = ("seed", "documents", "fraction", "training_documents", "validation_documents")
+    assert {k: m["split"][k] for k in same} == {k: v["split"][k] for k in same} == {
+        "seed": 12345, "documents": 5, "fraction": None, "training_documents": 18, "validation_documents": 5}
+    assert m["split"]["training_documents"] == m["counts"]["documents"] == 18 and v["counts"]["documents"] == 5
+    assert m["dedup"]["kept"] == 23
+    assert sum(c["documents"] for c in m["counts"]["corpora"].values()) == 18
+    assert sum(c["documents"] for c in v["counts"]["corpora"].values()) == 5
+    # the sha256 is of the document's text as read
+    books = {d.id: d for f in (SAMPLES / "books").glob("*.txt") for d in _books(f)}
+    for line in listed:
+        if line["id"] in books:
+            assert line["sha256"] == heldout.text_sha256(books[line["id"]])
+    assert cli.main(["verify", str(one)]) == 0
+
+
+def _books(path):
+    from corpora import books
+    return [d for d in books.read_books(str(path)) if isinstance(d, documents.Document)]
+
+
+@pytest.mark.slow
+def test_mask_and_pack_carry_the_validation_set(tmp_path, capsys):
+    docs = tmp_path / "docs"
+    assert cli.main(["extract", *BOTH, "--output", str(docs), *ONE]) == 0
+    assert cli.main(["pairs", "--input", str(docs), "--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1",
+                     "--validation-fraction", "0.25", "--output", str(tmp_path / "pairs"), *ONE]) == 0
+    assert cli.main(["mask", "--input", str(tmp_path / "pairs"), "--masked-lm-prob", "0.3",
+                     "--validation-masked-lm-prob", "0.15", "--output", str(tmp_path / "shards"), *ONE]) == 0
+    shards, held = (json.loads((tmp_path / d / "manifest.json").read_text())
+                    for d in ("shards", "shards/validation"))
+    assert shards["parameters"]["masked_lm_prob"] == 0.3 and held["parameters"]["masked_lm_prob"] == 0.15
+    assert abs(held["counts"]["masked_share"] - 0.15) < 0.01 and abs(shards["counts"]["masked_share"] - 0.3) < 0.01
+    assert held["split"]["role"] == "validation" and shards["split"]["role"] == "training"
+    assert (tmp_path / "shards/validation" / heldout.NAME).read_bytes() == \
+        (tmp_path / "pairs/validation" / heldout.NAME).read_bytes()
+    assert cli.main(["pack", "--input", str(tmp_path / "shards"), "--output", str(tmp_path / "packed"), *ONE]) == 0
+    packed = json.loads((tmp_path / "packed/validation/manifest.json").read_text())
+    assert packed["packing"]["instances"] == held["counts"]["instances"] and packed["split"]["role"] == "validation"
+    capsys.readouterr()
+    for d in ("shards", "packed"):
+        assert cli.main(["verify", str(tmp_path / d)]) == 0
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'packed' / 'validation'}: bertprep.shards/1" in out
+    assert cli.main(["inspect", str(tmp_path / "shards"), "--examples", "0"]) == 0
+    assert "split by document (fraction 0.25, seed 12345)" in capsys.readouterr().out
+
+
+def test_split_flags_are_checked(tmp_path, capsys):
+    base = ["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB), "--output",
+            str(tmp_path / "o"), *ONE]
+    for extra, message in ((["--validation-fraction", "1.5"], "--validation-fraction: 1.5 is out of range"),
+                           (["--validation-fraction", "0"], "a fraction of the documents is in (0, 1)"),
+                           (["--validation-documents", "3", "--validation-fraction", "0.1"], "give one of them"),
+                           (["--validation-masked-lm-prob", "0.2"], "without --validation-documents")):
+        with pytest.raises(SystemExit) as e:
+            cli.main([*base, *extra])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:   # more than the corpus: known in the job, one line, nothing published
+        cli.main([*base, "--validation-documents", "3"])
+    assert "--validation-documents 3: the input holds 3 documents" in str(e.value.code)
+    assert not (tmp_path / "o" / "manifest.json").exists() and not (tmp_path / "o" / "validation").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_the_trainer_evaluates_on_the_validation_set_whole(tmp_path, capsys):
+    from model import train
+
+    out = tmp_path / "shards"
+    assert cli.main(["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB),
+                     "--max-seq-length", "64", "--dupe-factor", "1", "--validation-documents", "1", "--output",
+                     str(out), *ONE]) == 0
+    held = json.loads((out / "validation" / "manifest.json").read_text())["counts"]["instances"]
+    capsys.readouterr()
+    result = train.train(train.parse_args(["--data", str(out), "--model", "tiny", "--output", str(tmp_path / "run"),
+                                           "--steps", "2", "--batch-size", "8", "--eval-every", "2",
+                                           "--num-workers", "0", "--log-every", "1"]))
+    printed = capsys.readouterr()
+    assert f"evaluation: the validation set {out / 'validation'} (documents held out before pairing" in printed.out
+    assert "warning" not in printed.err
+    evals = [r for r in result["history"] if r["split"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 2] and all(r["instances"] == held for r in evals)   # all of it
