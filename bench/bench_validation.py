@@ -1,6 +1,7 @@
 """A held-out set you can trust (issue 29's figures), in one run:
 
-    .venv/bin/python bench/bench_validation.py [--repeats 2] [--skip-cpu] [--out bench/out/validation]
+    .venv/bin/python bench/bench_validation.py [--repeats 2] [--skip-cpu | --only-cpu] [--copies 1]
+                                               [--out bench/out/validation]
 
 1. leakage: the shared Wikipedia sample and the 17 shared books, extracted once and paired (`bertprep pairs`, L=128,
    dupe 5, 8 files, seed 12345) twice: (a) as today, the last pair file held out (`train --eval-every` without
@@ -10,8 +11,8 @@
    boilerplate, repeated formulae), the floor any split by document has.
 2. CPU: `bertprep prepare books` on the shared books (L=128, dupe 5, --preset local-1) with and without
    `--decontaminate` against an eval file of 10,000 examples (sentences of the UD PUD gold text and of the
-   Wikipedia sample, and 100 passages of the books, so that some books are cut); --repeats runs of each in turn, the
-   least CPU of each compared.
+   Wikipedia sample, and 20 runs of 16 words from 10 of the books, so that those are cut); --repeats runs of each
+   in turn, the least CPU of each compared.
 3. Janitor: `bertprep decontaminate` of every extracted document against that eval file, each document's result
    compared with lm-evaluation-harness's own `Janitor.clean_python` on its text.
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.bench_prepare import google_format  # noqa: E402
 from bench.common import REPO, SHARED, measure, table  # noqa: E402
 
 BERTPREP = str(Path(sys.executable).parent / "bertprep")
@@ -62,9 +64,13 @@ def instances(files) -> list[np.ndarray]:
 
 def shared_share(train_files, held_files) -> tuple[int, int]:
     """(held-out instances, those sharing a run of RUN WordPieces with a training instance)."""
-    seen = np.unique(np.concatenate([windows(ids) for ids in instances(train_files)]))
+    seen = np.unique(np.concatenate([windows(ids) for ids in instances(train_files)]))   # sorted
     held = instances(held_files)
-    hits = sum(bool(np.isin(windows(ids), seen).any()) for ids in held)
+    hits = 0
+    for ids in held:
+        h = windows(ids)
+        at = np.minimum(np.searchsorted(seen, h), len(seen) - 1)
+        hits += bool(len(h) and (seen[at] == h).any())
     return len(held), hits
 
 
@@ -94,11 +100,11 @@ def leakage(out: Path) -> None:
 
 
 def eval_file(out: Path) -> Path:
-    """10,000 examples: PUD gold sentences and Wikipedia sample paragraphs' sentences, and 100 book passages."""
+    """10,000 examples: PUD gold sentences and Wikipedia sample paragraphs' sentences, and 20 book passages."""
     from corpora import books, wikipedia
     from pipeline.formats.documents import Document
 
-    path = out / "eval-10000.txt"
+    path = out / "eval-10000-v2.txt"
     if path.exists():
         return path
     rng = random.Random(29)
@@ -108,22 +114,25 @@ def eval_file(out: Path) -> Path:
             for p in wikipedia.read_pages(r) if isinstance(p, wikipedia.Page)
             for d in wikipedia.page_to_document(p) if isinstance(d, Document)]
     lines += [s.strip() + "." for d in wiki for para in d.paragraphs for s in para.split(". ") if len(s) > 40]
-    passages = []
-    for book in sorted((SHARED / "books").glob("*.txt")):
+    passages = []   # 20 runs of 16 words (4 13-grams each): the books they come from are cut, not dropped
+    for book in sorted((SHARED / "books").glob("*.txt"))[::2][:10]:
         paragraphs = [p for d in books.read_books(str(book)) if isinstance(d, Document) for p in d.paragraphs
                       if len(p.split()) > 40]
-        passages += [" ".join(p.split()[:60]) for p in rng.sample(paragraphs, min(6, len(paragraphs)))]
+        passages += [" ".join(p.split()[10:26]) for p in rng.sample(paragraphs, 2)]
     rng.shuffle(lines)
-    examples = lines[:10_000 - 100] + passages[:100]
+    examples = lines[:10_000 - len(passages)] + passages
     path.write_text("\n".join(examples) + "\n", encoding="utf-8")
     return path
 
 
-def cpu(out: Path, repeats: int) -> None:
-    print("2. CPU of `prepare books` (L=128, dupe 5, --preset local-1) with --decontaminate, 10,000 examples\n")
+def cpu(out: Path, repeats: int, copies: int) -> None:
+    what = "the books" if copies == 1 else f"{copies} copies of the books (google's format, new ids each)"
+    print(f"2. CPU of `prepare` on {what} (L=128, dupe 5, --preset local-1) with --decontaminate, 10,000 examples\n")
     against = eval_file(out)
-    base = [BERTPREP, "prepare", "books", "--input", str(SHARED / "books"), "--vocab", VOCAB, "--dupe-factor", "5",
-            "--preset", "local-1", "--overwrite"]
+    corpus = (["books", "--input", str(SHARED / "books")] if copies == 1 else
+              ["text", "--input", str(google_format(out / f"google-{copies}", copies) / "books-*.txt")])
+    base = [BERTPREP, "prepare", *corpus, "--vocab", VOCAB, "--dupe-factor", "5", "--preset", "local-1",
+            "--overwrite"]
     runs = {"prepare": [], "prepare --decontaminate": []}
     for _ in range(repeats):
         runs["prepare"].append(measure([*base, "--output", str(out / "plain")], cwd=str(REPO)))
@@ -135,7 +144,8 @@ def cpu(out: Path, repeats: int) -> None:
     print(table(["run", "CPU s (least)", "wall s", "CPU vs prepare"], rows))
     d = json.loads((out / "clean" / "manifest.json").read_text())["decontamination"]
     print(f"\n  {d['examples']:,} examples ({d['short_examples']:,} shorter than 13 words), {d['ngrams']:,} n-grams; "
-          f"{d['documents_in']} books: {d['untouched']} untouched, {d['cut']} cut, {d['dropped']} dropped\n")
+          f"{d['documents_in']:,} documents: {d['untouched']:,} untouched, {d['cut']:,} cut, {d['dropped']:,} "
+          "dropped\n")
 
 
 def janitor(out: Path) -> None:
@@ -178,13 +188,18 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "validation"))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-cpu", action="store_true")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="part 2 on this many copies of the books (the job's fixed costs weigh less on more input)")
+    ap.add_argument("--only-cpu", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    leakage(out)
+    if not args.only_cpu:
+        leakage(out)
     if not args.skip_cpu:
-        cpu(out, args.repeats)
-    janitor(out)
+        cpu(out, args.repeats, args.copies)
+    if not args.only_cpu:
+        janitor(out)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ ONE = ["--preset", "local-1"]
 
 
 def contaminants(examples: list[str], params=contamination.Params()) -> decontaminate.Contaminants:
-    words = contamination.WordHashes()
-    found = [(f"line {i}", *contamination.example_ngrams(e, params.ngram, words)) for i, e in enumerate(examples)]
+    found = [(f"line {i}", fast, exact)
+             for i, (fast, exact) in enumerate(contamination.example_ngrams(examples, params.ngram))]
     return decontaminate.build([("eval.txt", found)], params)
 
 
@@ -41,11 +41,14 @@ def janitor(examples: list[str], params=contamination.Params()) -> Janitor:
 
 def ours(text: str, found: decontaminate.Contaminants) -> list[str] | None:
     """What decontamination keeps of a text: its fragments, or None for a text without a match (left whole)."""
-    words, p = contamination.WordHashes(), found.params
-    if not contamination.candidates(text, found.fast, p.ngram, words):
-        return None
-    hits = contamination.matches(text, found.fast, found.exact, p.ngram, words)
+    p = found.params
+    hits = contamination.matches(text, found.fast, found.exact, p.ngram, found.bits if seed_bits() else None)
     return contamination.fragments(text, [(s, e) for s, e, _ in hits], p) if hits else None
+
+
+def seed_bits() -> bool:
+    """Half the checks with the bitmap that rules n-grams out first, half without: the same matches either way."""
+    return random.random() < 0.5
 
 
 def agree(text: str, found, jan) -> bool:
@@ -84,7 +87,7 @@ def test_every_sample_document_as_the_janitor_leaves_it(sample_docs):
         for d in sample_docs:
             text = "\n".join(d.paragraphs)
             assert agree(text, found, jan), d.id
-            kept, entry = decontaminate.clean(d, found, contamination.WordHashes())
+            kept, entry = decontaminate.clean(d, found)
             kinds["untouched" if entry is None else entry["action"]] += 1
             if entry is None:
                 assert kept is d   # byte for byte
@@ -92,13 +95,14 @@ def test_every_sample_document_as_the_janitor_leaves_it(sample_docs):
             assert all(kinds.values()), kinds   # the check sees every case
 
 
-WORDS = ["the", "The", "cat", "CAT,", "sat", "(on)", "a", "mat.", "--", "?!", "Ünïcode", "naïve", "x-y", "'", "é",
-         "dog", "ran", "far", "away", "!!", "end", "Start", "q", "z"]
+WORDS = ["the", "The", "cat", "CAT,", "sat", "(on)", "a", "mat.", "--", "?!", "Ünïcode", "NAÏVE", "x-y", "'", "é",
+         "dog", "ran", "far", "away", "!!", "end", "Start", "q", "z", "日本語", "a\u200bb"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(WORDS), min_size=0, max_size=400), st.lists(st.integers(0, 399), max_size=6),
-       st.sampled_from([" ", "\n", "  ", "\t", "\u00a0", " \n "]), st.integers(0, 2**32))
+       st.sampled_from([" ", "\n", "  ", "\t", "\u00a0", " \n ", "\x1c", "\u2003", "\u2028", "\x85"]),
+       st.integers(0, 2**32))
 def test_random_texts_as_the_janitor_leaves_them(words, starts, space, seed):
     """Texts of few words (so n-grams recur), punctuation-only words, non-ASCII letters, any whitespace; contaminants
     are runs of the text itself, so matches overlap and crowd."""
@@ -110,11 +114,17 @@ def test_random_texts_as_the_janitor_leaves_them(words, starts, space, seed):
     assert agree(text, contaminants(examples, params), janitor(examples, params))
 
 
+def test_the_unicode_spaces_are_those_python_splits_on():
+    import sys
+    assert {c for c in range(128, sys.maxunicode + 1) if chr(c).isspace()} == set(contamination.UNICODE_SPACES)
+
+
 def test_the_index_costs_20_bytes_an_ngram():
     examples = [" ".join(f"w{i * 50 + j}" for j in range(50)) for i in range(200)]
     found = contaminants(examples)
     assert found.ngrams == len(found.fast) == 200 * (50 - 13 + 1)
     assert found.fast.nbytes + found.exact.nbytes + found.refs.nbytes == 20 * found.ngrams
+    assert found.bits.nbytes == (1 << 20) // 8   # and the bitmap: at least 2^20 bits, packed
 
 
 # ---------------------------------------------------------------------------------------------- eval files

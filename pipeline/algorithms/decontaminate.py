@@ -7,8 +7,8 @@ matches, or whose every fragment is min_fragment characters or shorter, is dropp
 split at its "\\n"s, become its paragraphs. Each touched document gets a report line naming the eval examples it
 matched.
 
-The eval n-grams are two sorted uint64 arrays and an int32 array (20 bytes an n-gram: 20 MB a million), built once
-from every eval file and handed to each worker whole.
+The eval n-grams are two sorted uint64 arrays, an int32 array and a bitmap of 4 to 8 bytes an n-gram (24 to 28
+bytes an n-gram: 24-28 MB a million), built once from every eval file and handed to each worker whole.
 """
 from __future__ import annotations
 
@@ -23,20 +23,16 @@ from pipeline.text.contamination import Params
 
 
 @dataclass(frozen=True)
-class Example:
-    file: str     # the eval file's name, as the report gives it
-    where: str    # the example's place in it (pipeline/formats/evalsets.py)
-
-
-@dataclass(frozen=True)
 class Contaminants:
     """Every eval n-gram: `fast` (sorted, unique) for the search, `exact` (sorted, unique) to confirm, and for each
-    exact one the first example that registered it (`refs` into `examples`)."""
+    exact one the first example that registered it (`refs` into `examples`: (the eval file's name, the example's
+    place in it), plain tuples, which a worker unpickles fast)."""
     fast: np.ndarray
     exact: np.ndarray
     refs: np.ndarray
-    examples: list[Example]
+    examples: tuple[tuple[str, str], ...]
     params: Params
+    bits: np.ndarray   # contamination.bitmap of `fast`
 
     @property
     def ngrams(self) -> int:
@@ -51,14 +47,14 @@ def build(files: list[tuple[str, list[tuple[str, np.ndarray, np.ndarray]]]], par
             fast.append(f)
             exact.append(x)
             refs.append(np.full(len(x), len(examples), np.int32))
-            examples.append(Example(name, where))
+            examples.append((name, where))
     fast = np.unique(np.concatenate(fast or [np.zeros(0, np.uint64)]))
     exact = np.concatenate(exact or [np.zeros(0, np.uint64)])
     refs = np.concatenate(refs or [np.zeros(0, np.int32)])
     order = np.lexsort((refs, exact))                       # by n-gram, then the first example to register it
     exact, refs = exact[order], refs[order]
     first = np.concatenate(([True], exact[1:] != exact[:-1])) if len(exact) else np.zeros(0, bool)
-    return Contaminants(fast, exact[first], refs[first], examples, params)
+    return Contaminants(fast, exact[first], refs[first], tuple(examples), params, contamination.bitmap(fast))
 
 
 def paragraphs_of(fragments: list[str]) -> list[str]:
@@ -66,12 +62,10 @@ def paragraphs_of(fragments: list[str]) -> list[str]:
     return [p.strip() for fragment in fragments for p in fragment.split("\n") if p.strip()]
 
 
-def clean(doc: Document, found: Contaminants, words: contamination.WordHashes) -> tuple[Document | None, dict | None]:
+def clean(doc: Document, found: Contaminants) -> tuple[Document | None, dict | None]:
     """(the document as decontamination leaves it, None when dropped; its report entry, None when untouched)."""
     text, p = "\n".join(doc.paragraphs), found.params
-    if not contamination.candidates(text, found.fast, p.ngram, words):
-        return doc, None
-    hits = contamination.matches(text, found.fast, found.exact, p.ngram, words)
+    hits = contamination.matches(text, found.fast, found.exact, p.ngram, found.bits)
     if not hits:
         return doc, None
     kept = contamination.fragments(text, [(start, end) for start, end, _ in hits], p)
@@ -80,7 +74,7 @@ def clean(doc: Document, found: Contaminants, words: contamination.WordHashes) -
            "" if kept else f"no fragment longer than {p.min_fragment} characters")
     entry = {"id": doc.id, "title": doc.title, "action": "cut" if kept else "dropped", "why": why,
              "matches": len(hits), "characters": len(text), "characters_removed": len(text) - sum(map(len, kept)),
-             "examples": [{"file": found.examples[r].file, "example": found.examples[r].where} for r in refs]}
+             "examples": [{"file": found.examples[r][0], "example": found.examples[r][1]} for r in refs]}
     paragraphs = paragraphs_of(kept)
     if not paragraphs:
         entry.update(action="dropped", why=entry["why"] or "no text left")

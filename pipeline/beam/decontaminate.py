@@ -1,11 +1,11 @@
 """Decontamination in a job: documents -> the documents eval sets leave (pipeline/algorithms/decontaminate.py), and
 the report of every document they touched.
 
-    eval files | ReadExamples | Contaminants (one combine)    -> one Contaminants, a side input of every worker
+    eval files | ReadExamples (one worker)                   -> one Contaminants, a side input of every worker
     documents  | Clean(side input)                           -> kept documents; .report lines
     report lines | OneGroup | WriteReport                    -> <directory>/.incomplete/decontamination_report.jsonl.gz
 
-The eval n-grams reach the workers as a side input (20 bytes an n-gram, 20 MB a million): eval sets are small
+The eval n-grams reach the workers as a side input (24-28 bytes an n-gram, 24-28 MB a million): eval sets are small
 beside a corpus, and every worker needs all of them. The documents are never held: each is cleaned as it comes.
 """
 from __future__ import annotations
@@ -35,38 +35,18 @@ class DecontaminateParams:
     janitor: contamination.Params = contamination.Params()
 
 
-def _read_examples(unit: tuple[str, str], params: DecontaminateParams, count):
-    """One eval file -> (its name, [(where, fast hashes, exact hashes)]); counts its examples, those shorter than
-    an n-gram (they register nothing, as in Janitor) and its n-grams."""
-    path, name = unit
-    words, n = contamination.WordHashes(), params.janitor.ngram
-    found = []
-    for where, text in evalsets.examples(path, storage.read_bytes(path), params.fields):
-        fast, exact = contamination.example_ngrams(text, n, words)
-        count("decontaminate", "examples")
-        if not len(exact):
-            count("decontaminate", "short_examples")
-        count("decontaminate", "example_ngrams", len(exact))
-        found.append((where, fast, exact))
-    yield name, found
-
-
-class _Build(beam.CombineFn):
-    def __init__(self, params: contamination.Params):
-        self.params = params
-
-    def create_accumulator(self):
-        return []
-
-    def add_input(self, acc, item):
-        acc.append(item)
-        return acc
-
-    def merge_accumulators(self, accs):
-        return [item for acc in accs for item in acc]
-
-    def extract_output(self, acc) -> decontaminate.Contaminants:
-        return decontaminate.build(sorted(acc, key=lambda item: item[0]), self.params)
+def _contaminants(_, params: DecontaminateParams, count):
+    """Every eval file -> one Contaminants (read in one worker: eval sets are small beside a corpus); counts the
+    examples, those shorter than an n-gram (they register nothing, as in Janitor) and the n-grams."""
+    files = []
+    for path, name in zip(params.against, params.names):
+        examples = evalsets.examples(path, storage.read_bytes(path), params.fields)
+        ngrams = contamination.example_ngrams([text for _, text in examples], params.janitor.ngram)
+        count("decontaminate", "examples", len(examples))
+        count("decontaminate", "short_examples", sum(not len(exact) for _, exact in ngrams))
+        count("decontaminate", "example_ngrams", sum(len(exact) for _, exact in ngrams))
+        files.append((name, [(where, fast, exact) for (where, _), (fast, exact) in zip(examples, ngrams)]))
+    yield decontaminate.build(files, params.janitor)
 
 
 class Contaminants(beam.PTransform):
@@ -78,18 +58,14 @@ class Contaminants(beam.PTransform):
 
     def expand(self, pipeline):
         return (pipeline
-                | "ListEvalFiles" >> beam.Create(list(zip(self.params.against, self.params.names)))
-                | "ReadExamples" >> tally.FlatMap(_read_examples, self.params)
-                | "Build" >> beam.CombineGlobally(_Build(self.params.janitor)))
+                | "Start" >> beam.Create([None])
+                | "ReadExamples" >> tally.FlatMap(_contaminants, self.params))
 
 
 class _Clean(tally.DoFn):
-    def setup(self):
-        self.words = contamination.WordHashes()
-
     def process(self, doc: Document, found: decontaminate.Contaminants):
         self.count("decontaminate", "documents")
-        kept, entry = decontaminate.clean(doc, found, self.words)
+        kept, entry = decontaminate.clean(doc, found)
         if entry is None:
             self.count("decontaminate", "untouched")
         else:
