@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from pipeline.algorithms import masking
-from pipeline.formats import example_proto, manifest, pair_records, schema, storage, tfrecord
+from pipeline.formats import example_proto, heldout, manifest, pair_records, schema, tfrecord
 
 MANIFEST, SHARDS_FORMAT = manifest.NAME, manifest.SHARDS
 
@@ -108,9 +108,7 @@ def validation_of(opened: manifest.Opened) -> str | None:
     """The validation set beside one training output (its manifest's `split`), where the data is one output."""
     if len(opened.manifests) != 1:
         return None
-    directory, m = next(iter(opened.manifests.items()))
-    split = m.get("split") or {}
-    return storage.join(directory, split["validation"]) if split.get("role") == "training" else None
+    return heldout.validation_directory(*next(iter(opened.manifests.items())))
 
 
 def describe(shape: schema.Shape) -> str:

@@ -341,6 +341,18 @@ def _run_rank(rank, world, port, argv):
     os._exit(code)  # no pytest teardown in the child
 
 
+def join_ranks(ranks, timeout: float) -> list[int | None]:
+    """The exit codes of spawned ranks, each waited for at most `timeout` s; a rank still running (a hang) is killed,
+    so that it never keeps pytest waiting at exit, and its code is None."""
+    for p in ranks:
+        p.join(timeout=timeout)
+    codes = [p.exitcode for p in ranks]
+    for p in ranks:
+        if p.is_alive():
+            p.kill()
+    return codes
+
+
 def test_ddp_two_ranks_resume_bitwise(tmp_path, tiny_json):
     """2 CPU ranks (gloo) as torchrun would start them: disjoint data, per-rank states, exact resume.
 
@@ -367,13 +379,7 @@ def test_ddp_two_ranks_resume_bitwise(tmp_path, tiny_json):
         ranks = [ctx.Process(target=_run_rank, args=(r, 2, port, argv)) for r in range(2)]
         for p in ranks:
             p.start()
-        for p in ranks:
-            p.join(timeout=300)
-        codes = [p.exitcode for p in ranks]
-        for p in ranks:   # a stuck rank must not keep pytest waiting for it at exit
-            if p.is_alive():
-                p.kill()
-        assert codes == [0, 0]
+        assert join_ranks(ranks, 300) == [0, 0]
         return [json.loads(line) for line in open(output / "log.jsonl")]
 
     full = run_ddp(tmp_path / "full")

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from model import data, train
-from tests.test_train import L, TINY, _run_rank, args_for, train_losses, write_pairs, write_shards
+from tests.test_train import (L, TINY, _run_rank, args_for, join_ranks, train_losses, write_pairs,
+                              write_shards)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STOPPED = re.compile(r"bertprep train: interrupted by (SIG\w+) at step (\d+): saved (\S+); resume with the same "
@@ -109,21 +110,12 @@ def test_ddp_sigterm_to_one_rank_stops_both_at_one_step(tmp_path, tiny_json, cap
             p.start()
         return ranks
 
-    def finish(ranks):
-        for p in ranks:
-            p.join(timeout=120)
-        codes = [p.exitcode for p in ranks]
-        for p in ranks:   # a stuck rank must not keep pytest waiting for it at exit
-            if p.is_alive():
-                p.kill()
-        return codes
-
     ranks = start(tmp_path / "cut")
     try:
         wait_for_step(tmp_path / "cut", 3, lambda: all(p.is_alive() for p in ranks))
         os.kill(ranks[1].pid, signal.SIGTERM)
     finally:
-        codes = finish(ranks)
+        codes = join_ranks(ranks, 120)
     assert codes == [143, 143]
     checkpoints = os.listdir(tmp_path / "cut" / "checkpoints")
     assert len(checkpoints) == 1
@@ -135,8 +127,8 @@ def test_ddp_sigterm_to_one_rank_stops_both_at_one_step(tmp_path, tiny_json, cap
     assert f"bertprep train: interrupted by SIGTERM at step {step}: saved" in err   # rank 0's line, once
     assert err.count("bertprep train: interrupted") == 1
 
-    assert finish(start(tmp_path / "cut", "--resume", "--stop-after", "3")) == [0, 0]
-    assert finish(start(tmp_path / "full", "--stop-after", str(step + 3))) == [0, 0]
+    assert join_ranks(start(tmp_path / "cut", "--resume", "--stop-after", "3"), 120) == [0, 0]
+    assert join_ranks(start(tmp_path / "full", "--stop-after", str(step + 3)), 120) == [0, 0]
     assert [(r["step"], r["loss"]) for r in logged(tmp_path / "cut")] == \
         [(r["step"], r["loss"]) for r in logged(tmp_path / "full")]
 

@@ -542,6 +542,18 @@ def _corpora(parser: flags.Parser, args: argparse.Namespace) -> None:
                      "pool cannot keep apart")
 
 
+def _needs_switch(parser: flags.Parser, args: argparse.Namespace, switch: str, names: tuple[str, ...],
+                  defaults: dict) -> None:
+    """prepare's flags of a pass it runs only with --`switch` (dedup, decontaminate): refused without it, else their
+    defaults (the parser leaves them None, so that a flag given can be told from one left out)."""
+    given = [f"--{k.replace('_', '-')}" for k in (*names, *defaults) if getattr(args, k) not in (None, False, ())]
+    if given and not getattr(args, switch):
+        parser.error(f"{given[0]} without --{switch}")
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+
+
 def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
     """What one flag's type cannot check: flags that must agree with each other."""
     if hasattr(args, "corpus") and isinstance(args.input, list):
@@ -574,25 +586,14 @@ def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
     if getattr(args, "max_seq_length", None) is not None and args.max_seq_length < 5 and hasattr(args, "dupe_factor"):
         parser.error(f"--max-seq-length {args.max_seq_length}: [CLS] A [SEP] B [SEP] needs at least 5")
     if hasattr(args, "dedup"):   # prepare: the dedup flags need --dedup
-        given = [f"--{k.replace('_', '-')}" for k in ("no_exact", "no_near", "no_paragraphs", *DEDUP_DEFAULTS)
-                 if getattr(args, k) not in (None, False)]
-        if given and not args.dedup:
-            parser.error(f"{given[0]} without --dedup")
-        for k, v in DEDUP_DEFAULTS.items():
-            if getattr(args, k) is None:
-                setattr(args, k, v)
+        _needs_switch(parser, args, "dedup", ("no_exact", "no_near", "no_paragraphs"), DEDUP_DEFAULTS)
     if hasattr(args, "bands") and args.num_perm % args.bands:
         parser.error(f"--bands {args.bands} does not divide --num-perm {args.num_perm}: every band needs the same "
                      "number of rows")
     if hasattr(args, "no_exact") and args.no_exact and args.no_near and args.no_paragraphs:
         parser.error("--no-exact, --no-near and --no-paragraphs: every pass is off, nothing to do")
     if hasattr(args, "decontaminate"):   # prepare: the Janitor's flags need --decontaminate
-        given = [f"--{k.replace('_', '-')}" for k in ("against_fields", *JANITOR) if getattr(args, k) not in (None, ())]
-        if given and not args.decontaminate:
-            parser.error(f"{given[0]} without --decontaminate")
-        for k, v in JANITOR.items():
-            if getattr(args, k) is None:
-                setattr(args, k, v)
+        _needs_switch(parser, args, "decontaminate", ("against_fields",), JANITOR)
     if hasattr(args, "validation_fraction"):   # pairs, prepare
         if args.validation_documents is not None and args.validation_fraction is not None:
             parser.error("--validation-documents and --validation-fraction: give one of them")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from pipeline.formats import gzip_lines
+from pipeline.formats import gzip_lines, storage
 from pipeline.formats.documents import Document
 
 SUBDIRECTORY = "validation"
@@ -30,3 +30,9 @@ def encode(doc: Document) -> bytes:
 
 
 write, read = gzip_lines.write, gzip_lines.read   # one line a document, by id
+
+
+def validation_directory(directory: str, manifest: dict) -> str | None:
+    """The validation set beside a training output (its manifest's `split`), or None."""
+    split = manifest.get("split") or {}
+    return storage.join(directory, split["validation"]) if split.get("role") == "training" else None

@@ -11,7 +11,7 @@ import apache_beam as beam
 from pipeline.algorithms import masking
 from pipeline.beam import sizing, transforms
 from pipeline.commands import flags
-from pipeline.formats import manifest, storage
+from pipeline.formats import heldout, manifest, storage
 from pipeline.text import tokenization
 
 
@@ -138,19 +138,18 @@ def corpus_dupes(args) -> dict[str, int]:
 def held_out_input(opened: manifest.Opened, what: str) -> tuple[str, dict] | None:
     """The validation set an input carries (its manifests' `split`: pairs or shards made with a split) as (its
     directories comma-joined, the split entry), or None. Inputs with and without one are refused together."""
-    splits = {d: m.get("split") for d, m in opened.manifests.items()}
-    carried = {d: s for d, s in splits.items() if s and s.get("role") == "training"}
-    if not carried:
+    carried = {d: heldout.validation_directory(d, m) for d, m in opened.manifests.items()}
+    if not any(carried.values()):
         return None
-    if len(carried) < len(splits) or len(carried) < len(opened.manifests) or len(opened.records) < len(opened.files):
+    if not all(carried.values()) or len(opened.records) < len(opened.files):   # or files without a manifest
         raise manifest.ManifestError(f"{what}: some of its directories have a validation set and some not: give "
                                      "them apart")
-    directories = [storage.join(d, s["validation"]) for d, s in carried.items()]
+    directories = list(carried.values())
     for d in directories:
         if not storage.exists(storage.join(d, manifest.NAME)):
             raise manifest.ManifestError(f"{d}: the validation set its training output names is not complete (no "
                                          f"{manifest.NAME}): re-run the stage that made it")
-    return ",".join(directories), next(iter(carried.values()))
+    return ",".join(directories), next(iter(opened.manifests.values()))["split"]
 
 
 def eval_sets(spec: str, fields: tuple[str, ...], flag: str = "against") -> tuple[list[str], list[str], list[dict]]:

@@ -96,16 +96,20 @@ class Words:
 
 
 _POWERS: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # base k -> its powers and inverse powers, grown as needed
+_POWERS_KEPT = 1 << 24   # positions kept between documents (128 MiB an array); a longer document makes its own
 
 
 def _powers(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    if k not in _POWERS or len(_POWERS[k][0]) < n:
-        size = max(n, 1 << 20, 2 * len(_POWERS.get(k, ((),))[0]))
-        base = _BASES[k][0]
-        with np.errstate(over="ignore"):
-            _POWERS[k] = tuple(np.cumprod(np.concatenate(([np.uint64(1)], np.full(size - 1, np.uint64(b), np.uint64))))
-                               for b in (base, pow(base, -1, 1 << 64)))
-    return _POWERS[k]
+    if k in _POWERS and len(_POWERS[k][0]) >= n:
+        return _POWERS[k]
+    size = min(max(n, 1 << 20, 2 * len(_POWERS.get(k, ((),))[0])), max(n, _POWERS_KEPT))
+    base = _BASES[k][0]
+    with np.errstate(over="ignore"):
+        made = tuple(np.cumprod(np.concatenate(([np.uint64(1)], np.full(size - 1, np.uint64(b), np.uint64))))
+                     for b in (base, pow(base, -1, 1 << 64)))
+    if size <= _POWERS_KEPT:
+        _POWERS[k] = made
+    return made
 
 
 def ngram_hashes(words: Words, n: int, k: int) -> np.ndarray:
