@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BOOKS = REPO.parent / "shared" / "corpora" / "books"
 
 
-def _consume(events) -> tuple[int, int]:
+def documents_and_paragraphs(events) -> tuple[int, int]:
+    """(documents, paragraphs) of a reader's events."""
     docs = paragraphs = 0
     for e in events:
         if isinstance(e, Document):
@@ -57,7 +58,7 @@ def main() -> None:
                 out.write(Path(p).read_bytes())
 
         def books(**kw):
-            return lambda: tuple(map(sum, zip(*(_consume(read_books(p, **kw)) for p in paths))))
+            return lambda: tuple(map(sum, zip(*(documents_and_paragraphs(read_books(p, **kw)) for p in paths))))
 
         def pure():
             return len(texts), sum(len(book_paragraphs(t)[1]) for t in texts)
@@ -66,10 +67,10 @@ def main() -> None:
             ("read_books, 1 file each, default 1 MB documents", size, books()),
             ("read_books, max_document_bytes=100_000", size, books(max_document_bytes=100_000)),
             ("read_books, one .tar.gz of them (gunzip included)", size,
-             lambda: _consume(read_books(archive))),
+             lambda: documents_and_paragraphs(read_books(archive))),
             ("book_paragraphs on text in memory (no I/O, no decoding)", size, pure),
             ("read_text_documents, google format", os.path.getsize(google),
-             lambda: _consume(read_text_documents(google))),
+             lambda: documents_and_paragraphs(read_text_documents(google))),
         ]
         print(f"{len(paths)} books, {size / 1e6:.1f} MB, from {args.books}; best of {args.repeat} runs")
         print(f"{'reader':<58} {'MB':>6} {'CPU s':>7} {'MB/core-s':>10} {'docs':>6} {'paragraphs':>11}")

@@ -138,7 +138,7 @@ TABLE = [
     (["prepare", "--input", f"books:{BOOKS}", "--vocab", VOCAB, "--output", "{m}/o4", "--objectiv", "sop"], 2,
      ["unknown flag --objectiv; did you mean --objective?"]),
     (["prepare", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4"], 2,
-     ["--input", "name its kind (wikipedia|books|text:GLOB)"]),
+     ["--input", "name its kind (wikipedia|books|text|jsonl|parquet:GLOB)"]),
     (["prepare", "wikipedia", "--input", BOOKS, "--vocab", VOCAB, "--output", "{m}/o4"], 1,
      ["a directory given as wikipedia", "--input books:"]),
     (["prepare", "--input", f"wikipedia:{BOOKS}/*.txt", "--vocab", VOCAB, "--output", "{m}/o4"], 1,

@@ -3,6 +3,7 @@ pure functions in corpora/, pipeline/text/, pipeline/algorithms/ and pipeline/fo
 pairing, masking, encoding).
 
     ExtractWikipedia | ExtractBooks | ExtractText    files       -> Document
+    ExtractRecords                                   JSON Lines or Parquet files -> Document
     ReadDocuments                                    doc shards  -> Document
     SpreadDocuments                                  Document    -> Document, dealt over the workers (run files)
     Tokenize                                         Document    -> TokenizedDocument
@@ -162,6 +163,32 @@ class ExtractText(beam.PTransform):
                 | "ListFiles" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
                 | "ReadText" >> tally.ParDo(_Counted("text", _read_named, reader=text.read_text_documents)))
+
+
+class ExtractRecords(beam.PTransform):
+    """JSON Lines or Parquet files (`kind` "jsonl" or "parquet": C4, Dolma, FineWeb) -> a Document a record, one
+    read unit a file (its line numbers and row indexes name documents, and its ids are kept unique)."""
+
+    def __init__(self, kind: str, files: list[str], text_field: str, id_field: str, strict: bool = False,
+                 skip_bad_files: bool = False):
+        from corpora import text
+
+        super().__init__()
+        self.kind = kind
+        self.kwargs = {"text_field": text_field, "id_field": id_field, "strict": strict,
+                       "skip_bad_files": skip_bad_files}
+        names = text.relative_names(sorted(files))   # ids unique whatever the layout
+        self.reads = [(f, names[f]) for f in sorted(files)]   # read units: one per file
+
+    def expand(self, pipeline):
+        from corpora import web
+
+        reader = {"jsonl": web.read_jsonl, "parquet": web.read_parquet}[self.kind]
+        return (pipeline
+                | "ListFiles" >> beam.Create(self.reads)
+                | "SpreadFiles" >> beam.Reshuffle()
+                | f"Read{self.kind.capitalize()}" >> tally.ParDo(_Counted(self.kind, _read_named, reader=reader,
+                                                                          **self.kwargs)))
 
 
 class ReadDocuments(beam.PTransform):

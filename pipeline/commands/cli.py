@@ -18,6 +18,7 @@ import signal
 import sys
 from typing import Callable
 
+from corpora import KINDS, RECORD_KINDS
 from pipeline.algorithms import packing, pairs
 from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
@@ -73,16 +74,19 @@ def _names(value: str) -> tuple[str, ...]:
     return names
 
 
-CORPORA = ("wikipedia", "books", "text")
+CORPORA = KINDS
+RECORD_CORPORA = RECORD_KINDS   # one document a record: their fields are named by the flags below
+RECORD_FIELDS = {"text_field": "text", "id_field": "id"}   # --text-field, --id-field when a record corpus is read
 
 
 def _add_corpus(p: flags.Parser) -> None:
     p.add_argument("corpus", nargs="?", choices=CORPORA, default=None,
                    help="the kind of every --input; leave it out to name a kind in each --input (KIND:GLOB)")
     p.add_argument("--input", action="append", required=True, metavar="[KIND:]GLOB[,GLOB...]",
-                   help="corpus files (books: also directories). Several corpora in one job: leave the kind out "
-                        "and give one --input per kind, e.g. --input wikipedia:enwiki-*-multistream.xml.bz2 "
-                        "--input books:books/ (BERT's corpus)")
+                   help="corpus files (books: also directories; jsonl: JSON Lines, plain, .gz or .zst, as C4 and "
+                        "Dolma ship them; parquet: as FineWeb and Wikipedia on the Hugging Face Hub ship them). "
+                        "Several corpora in one job: leave the kind out and give one --input per kind, e.g. --input "
+                        "wikipedia:enwiki-*-multistream.xml.bz2 --input books:books/ (BERT's corpus)")
     p.add_argument("--wiki-index", default=None, type=readable_file,
                    help="wikipedia: the multistream index (default: found beside the dump when present)")
     p.add_argument("--keep-disambiguation", action="store_true", help="wikipedia: keep disambiguation pages")
@@ -93,6 +97,18 @@ def _add_corpus(p: flags.Parser) -> None:
                    help="books: split books larger than this into documents of at most this size")
     p.add_argument("--skip-bad-files", action="store_true",
                    help="count and skip corrupt input files instead of failing the job")
+    p.add_argument("--text-field", default=None, metavar="NAME",
+                   help=f"jsonl, parquet: the field (column) of a record's text (default "
+                        f"{RECORD_FIELDS['text_field']}). Blank lines in it separate paragraphs; each paragraph's "
+                        "sentences are split as books' are")
+    p.add_argument("--id-field", default=None, metavar="NAME",
+                   help=f"jsonl, parquet: the field (column) of a record's id (default {RECORD_FIELDS['id_field']}): "
+                        "document ids are KIND:FILE:ID, or KIND:FILE:N where a record has none (N: the line number "
+                        "from 1, the row index from 0); an id repeated in a file gets #N (counted)")
+    p.add_argument("--strict", action="store_true",
+                   help="jsonl, parquet: fail on the first malformed record, naming file and line; without it each "
+                        "is skipped and counted by reason (jsonl/not_json, jsonl/no_text_field, "
+                        "jsonl/text_not_a_string, parquet/null_text, ...)")
 
 
 def _add_pairs(p: flags.Parser) -> None:
@@ -558,6 +574,14 @@ def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
     """What one flag's type cannot check: flags that must agree with each other."""
     if hasattr(args, "corpus") and isinstance(args.input, list):
         _corpora(parser, args)
+    if hasattr(args, "text_field"):   # extract, prepare: the record fields' flags need a record corpus
+        given = [f"--{k.replace('_', '-')}" for k in (*RECORD_FIELDS, "strict")
+                 if getattr(args, k) not in (None, False)]
+        if given and not any(kind in RECORD_CORPORA for kind, _ in args.corpora):
+            parser.error(f"{given[0]} without a {' or '.join(RECORD_CORPORA)} input (it reads their records)")
+        for k, v in RECORD_FIELDS.items():
+            if getattr(args, k) is None:
+                setattr(args, k, v)
     if hasattr(args, "mask_token_prob") and args.mask_token_prob + args.random_token_prob > 1:
         parser.error(f"--mask-token-prob {args.mask_token_prob} + --random-token-prob {args.random_token_prob} "
                      "exceeds 1 (the rest of the chosen tokens are kept)")

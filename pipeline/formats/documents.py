@@ -22,7 +22,7 @@ class Document:
     # unique across a job's inputs and stable across runs: "wikipedia:enwiki-sample:12" (dump, page id),
     # "books:carroll-alice.txt#0", "text:a.txt:3"
     id: str
-    source: str             # "wikipedia" | "books" | "text"
+    source: str             # "wikipedia" | "books" | "text" | "jsonl" | "parquet": the corpus kind
     title: str
     paragraphs: list[str] = field(default_factory=list)
     presplit: bool = False  # True: each paragraph is one sentence (google's input format)

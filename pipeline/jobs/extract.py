@@ -11,7 +11,7 @@ import apache_beam as beam
 from pipeline.beam import shards, sizing
 from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.formats import manifest
-from pipeline.jobs import launch, outputs, sources
+from pipeline.jobs import launch, outputs, settings, sources
 
 
 def run(args, options) -> dict:
@@ -30,7 +30,8 @@ def run(args, options) -> dict:
             "parameters": {"corpus": kinds, "corpora": [{"kind": kind, "input": spec} for kind, spec in args.corpora],
                            "skip_disambiguation": not args.keep_disambiguation,
                            "disambiguation_templates": list(args.disambiguation_templates),
-                           "max_document_bytes": args.max_document_bytes, "num_shards": out.num_shards}}
+                           "max_document_bytes": args.max_document_bytes, "num_shards": out.num_shards,
+                           **settings.record_parameters(args)}}
     job = Publication(out, functools.partial(outputs.documents_manifest, head, [{"path": f} for f in files], None),
                       why_empty=outputs.why_empty)
     p = beam.Pipeline(options=options)

@@ -20,7 +20,8 @@ def why_empty(values: dict[str, int]) -> str:
                 "non-empty segments)")
     if empty:
         return f"none of its {empty:,} documents has any text left after tokenization"
-    read = {k: v for k, v in values.items() if k.split("/")[0] in ("wikipedia", "books", "text") and v}
+    read = {k: v for k, v in values.items()
+            if k.split("/")[0] in ("wikipedia", "books", "text", "jsonl", "parquet") and v}
     return f"it holds no documents ({', '.join(f'{k} {v:,}' for k, v in read.items()) or 'nothing read'})"
 
 
@@ -202,7 +203,8 @@ def _with_split(describe, params, role: str, written: list[dict], values: dict[s
 
 def documents_read(values: dict[str, int]) -> int:
     """The documents the corpus readers gave (before --dedup)."""
-    return sum(values.get(k, 0) for k in ("wikipedia/articles", "books/documents", "text/documents"))
+    return sum(values.get(k, 0) for k in ("wikipedia/articles", "books/documents", "text/documents",
+                                          "jsonl/documents", "parquet/documents"))
 
 
 def split_lost(values: dict[str, int], entering: int | None = None) -> list[str]:

@@ -161,7 +161,8 @@ def publication(args, inputs, out: Output, vocab: dict, params: masking.MaskPara
     several = len(inputs) > 1
     corpora = [{"kind": kind, "input": spec, "weight": (args.corpus_weights or {}).get(kind, 1.0),
                 "dupe_factor": dupes[kind]} for kind, spec in args.corpora]
-    parameters = {"corpus": "+".join(kind for kind, _, _ in inputs), **settings.pair_parameters(args),
+    parameters = {"corpus": "+".join(kind for kind, _, _ in inputs), **settings.record_parameters(args),
+                  **settings.pair_parameters(args),
                   **({"corpora": corpora, "mix_corpora": args.mix_corpora} if several else {}),
                   **settings.mask_parameters(params)}
     checks = (((outputs.packing_lost,) if pack else ())
@@ -188,7 +189,8 @@ def validation(args, inputs, vocab: dict, split, tokens_of: dict, share: float) 
     out = Output(storage.join(args.output, heldout.SUBDIRECTORY), "shard", sizing.file_count(estimate), ".tfrecord",
                  estimate, args.input)
     head = outputs.shards_head("prepare", args, params, vocab, args.max_seq_length, args.objective)
-    parameters = {"corpus": "+".join(kind for kind, _, _ in inputs), **settings.pair_parameters(args),
+    parameters = {"corpus": "+".join(kind for kind, _, _ in inputs), **settings.record_parameters(args),
+                  **settings.pair_parameters(args),
                   "dupe_factor": 1, **settings.mask_parameters(params)}
     held_pack = settings.pack_params(args, args.max_seq_length, params.max_predictions_per_seq, params.masked_lm_prob)
     describe = functools.partial(outputs.shards_manifest, head, parameters, outputs.HELD_OUT_DOCUMENTS,

@@ -2,8 +2,16 @@
 place, so `pairs`, `mask`, `prepare` and `pack` decide alike."""
 from __future__ import annotations
 
+import corpora
 from pipeline.algorithms import dedup, masking, packing, pairs, split
 from pipeline.commands import flags
+
+
+def record_parameters(args) -> dict:
+    """The flags that read jsonl and parquet corpora, for the manifest: {} when no input is one."""
+    if not any(kind in corpora.RECORD_KINDS for kind, _ in getattr(args, "corpora", ())):
+        return {}
+    return {"text_field": args.text_field, "id_field": args.id_field, "strict": args.strict}
 
 
 def pair_params(args, vocab: dict) -> pairs.PairParams:

@@ -8,6 +8,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from corpora import RECORD_KINDS
 from pipeline.algorithms import masking
 from pipeline.beam import sizing, transforms
 from pipeline.commands import flags
@@ -37,18 +38,25 @@ def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
             "lowercase": lowercase, "ids": masking.VocabIds.from_vocab(vocab).to_json()}
 
 
-_DUMP_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
+# What a file's name says it is, for the kinds a name tells: (kind, what it is in words, suffixes)
+_NAMED_KINDS = (("wikipedia", "a MediaWiki XML dump", (".xml", ".xml.bz2", ".xml.gz")),
+                ("parquet", "a Parquet file", (".parquet",)),
+                ("jsonl", "a JSON Lines file", (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".jsonl.bz2",
+                                                ".jsonl.xz")))
 
 
-def check_kind(kind: str, files: list[str]) -> None:
-    """Refuses, before the job, a file given as a corpus it is not: a MediaWiki dump as books or text (by its name),
-    or as wikipedia anything that does not start as bz2 or XML does (a 4-byte read per dump)."""
-    from corpora import wikipedia
+def check_kind(kind: str, files: list[str], text_field: str | None = None) -> None:
+    """Refuses, before the job, a file given as a corpus it is not: a MediaWiki dump, a Parquet or JSON Lines file
+    given as another kind (by its name); as wikipedia anything that does not start as bz2 or XML does (a 4-byte
+    read per dump); as parquet a file without a `text_field` text column (its footer read); as jsonl a local file
+    whose first lines hold no JSON record with `text_field` (corpora/web.py: check_jsonl, check_parquet).
+    `text_field` (--text-field) is needed for those two kinds only."""
+    from corpora import web, wikipedia
 
     for f in files:
-        if kind != "wikipedia" and f.lower().endswith(_DUMP_SUFFIXES):
-            raise manifest.ManifestError(f"{f}: a MediaWiki XML dump given as {kind} (give it as --input "
-                                         "wikipedia:...)")
+        for named, what, suffixes in _NAMED_KINDS:
+            if kind != named and f.lower().endswith(suffixes):
+                raise manifest.ManifestError(f"{f}: {what} given as {kind} (give it as --input {named}:...)")
         if kind == "wikipedia":
             if storage.is_dir(f):
                 raise manifest.ManifestError(f"{f}: a directory given as wikipedia (a dump is one .xml or .xml.bz2 "
@@ -57,6 +65,16 @@ def check_kind(kind: str, files: list[str]) -> None:
             if head is not None:
                 raise manifest.ManifestError(f"{f}: not a MediaWiki XML dump (it starts {head!r}), given as "
                                              "wikipedia (books go as --input books:...)")
+        if kind in RECORD_KINDS:
+            if storage.is_dir(f):
+                raise manifest.ManifestError(f"{f}: a directory given as {kind}: give its files as a glob (e.g. "
+                                             f"{f.rstrip('/')}/*.{'parquet' if kind == 'parquet' else 'jsonl.gz'})")
+            if kind == "parquet":
+                problem = web.check_parquet(f, text_field)
+            else:   # the first lines of a local file (a remote one is only counted, by the job)
+                problem = web.check_jsonl(f, text_field) if storage.is_local(f) else None
+            if problem:
+                raise manifest.ManifestError(problem)
 
 
 def corpus_inputs(args) -> list[tuple[str, list[str], dict[str, int]]]:
@@ -65,7 +83,7 @@ def corpus_inputs(args) -> list[tuple[str, list[str], dict[str, int]]]:
     found = []
     for kind, spec in args.corpora:
         files = expand_inputs(spec)
-        check_kind(kind, files)
+        check_kind(kind, files, args.text_field)
         found.append((kind, files, sizing.local_sizes(files)))
     return found
 
@@ -118,6 +136,9 @@ def corpus_reader(kind: str, files: list[str], args) -> beam.PTransform:
     if kind == "books":
         return transforms.ExtractBooks(files, max_document_bytes=args.max_document_bytes,
                                        skip_bad_files=args.skip_bad_files)
+    if kind in RECORD_KINDS:
+        return transforms.ExtractRecords(kind, files, text_field=args.text_field, id_field=args.id_field,
+                                         strict=args.strict, skip_bad_files=args.skip_bad_files)
     return transforms.ExtractText(files)
 
 
