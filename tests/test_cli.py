@@ -362,7 +362,23 @@ def test_beam_flags_are_accepted_as_beam_spells_them():
             "--flink_master", "--sdk_container_image", "--dry_run"} <= names
     _, args = cli.parse(["mask", "--input", "x", "--output", "y", "--direct_num_workers", "2",
                          "--direct_running_mode=in_memory", "--runner=FnApiRunner"])
-    assert args.beam_args == ["--direct_num_workers", "2", "--direct_running_mode=in_memory", "--runner=FnApiRunner"]
+    assert args.beam_args == ["--direct_num_workers=2", "--direct_running_mode=in_memory", "--runner=FnApiRunner"]
+
+
+def test_beam_flags_with_a_space_before_their_value_in_the_multi_corpus_form():
+    """`--project P` as Beam's docs write it: P is the flag's value, never the positional corpus kind, and the
+    result is that of `--project=P`; a flag of ours keeps its own meaning."""
+    common = ["prepare", "--input", f"wikipedia:{SAMPLES / 'enwiki-sample.xml.bz2'}", "--input",
+              f"books:{SAMPLES / 'books'}", "--vocab", str(UNCASED_VOCAB), "--output", "out"]
+    spaced = ["--project", "P", "--runner", "DataflowRunner", "--region", "europe-west4", "--temp_location",
+              "gs://b/tmp", "--dry_run", "True", "--save_main_session", "--experiments", "a", "--experiments", "b"]
+    _, args = cli.parse(common + spaced)
+    assert [k for k, _ in args.corpora] == ["wikipedia", "books"] and args.corpus is None
+    _, joined = cli.parse(common + ["--project=P", "--runner=DataflowRunner", "--region=europe-west4",
+                                    "--temp_location=gs://b/tmp", "--dry_run=True", "--save_main_session",
+                                    "--experiments=a", "--experiments=b"])
+    assert args.beam_args == joined.beam_args
+    assert args.vocab == joined.vocab and args.output == "out"
 
 
 def test_a_stray_value_or_a_typo_is_refused(capsys):

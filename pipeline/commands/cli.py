@@ -474,14 +474,20 @@ def build_parser(command: str) -> flags.Parser:
 
 def beam_flag_names() -> set[str]:
     """Every flag Beam's PipelineOptions defines, in all its option classes (the runners' included)."""
+    return set(beam_flags())
+
+
+def beam_flags() -> dict[str, bool]:
+    """Every flag Beam's PipelineOptions defines -> whether it takes a value (`--project P`; not `--dry_run`)."""
     from apache_beam.options import pipeline_options as po
 
     class Recorder(po._BeamArgumentParser):   # Beam's own parser class: its options use its extra methods
-        names: set[str] = set()
+        names: dict[str, bool] = {}
 
         def add_argument(self, *names, **kwargs):
-            Recorder.names.update(n for n in names if n.startswith("-"))
-            return super().add_argument(*names, **kwargs)
+            action = super().add_argument(*names, **kwargs)
+            Recorder.names.update((n, action.nargs != 0) for n in names if n.startswith("-"))
+            return action
 
     recorder, todo, seen = Recorder(allow_abbrev=False), [po.PipelineOptions], set()
     while todo:
@@ -507,12 +513,13 @@ def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
               + f" (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         raise SystemExit(2)
     parser = build_parser(command)
-    beam = beam_flag_names() if command in BEAM_COMMANDS else set()
+    takes_value = beam_flags() if command in BEAM_COMMANDS else {}
+    beam = set(takes_value)
     for token in argv[1:]:   # first: an unknown flag's value would otherwise be taken for the optional corpus kind
         name = token.split("=", 1)[0]
         if name.startswith("--") and name not in parser.flag_names | beam | {"--help"}:
             parser.unknown(token, beam)
-    args, extra = parser.parse_known_args(argv[1:])
+    args, extra = parser.parse_known_args(_beam_values_joined(argv[1:], takes_value, parser.flag_names))
     args.command, args.beam_args = command, []
     if extra and command in BEAM_COMMANDS:
         for i, token in enumerate(extra):
@@ -528,6 +535,23 @@ def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
         parser.unknown(extra[0])
     _check(parser, args)
     return command, args
+
+
+def _beam_values_joined(argv: list[str], takes_value: dict[str, bool], own: set[str]) -> list[str]:
+    """Beam's flags as Beam's docs write them, `--project P` as well as `--project=P`: each Beam flag that takes a
+    value is joined to the value after it, so that the value is never taken for a positional argument (the corpus
+    kind of `prepare`) or for a flag of ours. A flag of ours with the same name is ours."""
+    out, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        if (takes_value.get(token) and token not in own and i + 1 < len(argv)
+                and not argv[i + 1].startswith("--")):
+            out.append(f"{token}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
 
 
 def _corpora(parser: flags.Parser, args: argparse.Namespace) -> None:
