@@ -116,8 +116,9 @@ class ListHeldOut(beam.PTransform):
                 | "Write" >> tally.ParDo(_WriteList(self.directory)))
 
 
-def _copy_list(_, sources: list[str], directory: str) -> str:
+def _copy_list(_, sources: list[str], directory: str, count) -> str:
     path = FileSystems.join(directory, INCOMPLETE, heldout.NAME)
+    count("split", "held_out_lists_copied", 1)   # a tally: the job's Publish waits for it (pipeline/beam/tally.py)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         for source in sources:   # gzip members one after another are one gzip file
             with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as g:
@@ -127,7 +128,8 @@ def _copy_list(_, sources: list[str], directory: str) -> str:
 
 class CopyHeldOutList(beam.PTransform):
     """The held-out list of a split an input carries -> `directory`/.incomplete/documents.jsonl.gz, published with
-    the validation set a job makes of it (`mask`, `pack`): the documents stay named with the data."""
+    the validation set a job makes of it (`mask`, `pack`, `convert`): the documents stay named with the data. Its
+    step counts, so the job's Publish, which waits for every count, runs only once the list is in place."""
 
     def __init__(self, sources: list[str], directory: str):
         super().__init__()
@@ -136,4 +138,4 @@ class CopyHeldOutList(beam.PTransform):
     def expand(self, pipeline):
         return (pipeline
                 | "One" >> beam.Create([None])
-                | "Copy" >> beam.Map(_copy_list, self.sources, self.directory))
+                | "Copy" >> tally.Map(_copy_list, self.sources, self.directory))
