@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml Makefile
 	# lm-eval's Janitor is the reference the decontamination tests compare with; its own dependencies (datasets,
 	# evaluate, a newer cloudpickle and dill) are not ours, and the Janitor needs none of them
 	$(PY) -m pip install -q --no-deps lm-eval==0.4.13
+	# MosaicML streaming's StreamingDataset is the reader that proves `convert --format mds`; it pins numpy<2.2 and
+	# transformers<5 and pulls torchvision with a CUDA torch, none of which it needs to read MDS shards
+	$(PY) -m pip install -q --no-deps mosaicml-streaming==0.13.0
 	touch $(STAMP)
 
 demo: $(STAMP)

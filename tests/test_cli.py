@@ -186,6 +186,12 @@ TABLE = [
     (["pack", "--input", "{m}/shards_none", "--output", "{m}/o5"], 1,
      ["{m}/shards_none holds full-sentence rows (objective none)"]),
     (["pack", "--input", "{m}/pairs", "--output", "{m}/o5"], 1, ["{m}/pairs holds pair records, not masked-LM shards"]),
+    # convert
+    (["convert", "--input", "{m}/docs", "--format", "mds", "--output", "{m}/o9"], 1,
+     ["{m}/docs holds documents, not masked-LM shards or pair records"]),
+    (["convert", "--input", "{m}/google", "--format", "parquet", "--output", "{m}/o9"], 1,
+     ["pass --max-seq-length, --max-predictions-per-seq and --vocab"]),
+    (["convert", "--input", "{m}/shards", "--format", "csv", "--output", "{m}/o9"], 2, ["--format", "'csv'"]),
     (["pack", "--input", "{m}/docs", "--output", "{m}/o5"], 1, ["{m}/docs holds documents, not masked-LM shards"]),
     (["pack", "--input", "{m}/shards", "--output", "{m}/o5", "--max-sequences-per-pack", "0"], 2,
      ["--max-sequences-per-pack", "must be 1 to 8"]),

@@ -309,6 +309,26 @@ def test_dataflow_shuffle_is_one_pass_and_a_24000_range_plan_stays_small(sample_
     assert any("/KeyBySlice" in name for name in steps) and any("/HashRecords/" in name for name in steps)
 
 
+@pytest.mark.slow
+def test_space_separated_beam_flags_and_convert_on_dataflow(sample_inputs, dataflow_jobs, tmp_path, capsys):
+    """The multi-corpus prepare with Beam's flags written `--flag VALUE`, and convert, both as Dataflow dry runs."""
+    argv = ["prepare", "--input", f"wikipedia:{SAMPLES / 'enwiki-sample.xml.bz2'}", "--input",
+            f"books:{SAMPLES / 'books'}", *VOCAB, "--output", str(tmp_path / "out"), "--preset", "dataflow",
+            "--gcs-bucket", BUCKET, "--project", "bertprep-test", "--region", "us-central1", "--runner",
+            "DataflowRunner", "--dry_run", "True"]
+    assert cli.main(argv) == 0
+    proto = dataflow_jobs.pop().proto_pipeline
+    assert {"ReadWikipedia", "ReadBooks", "WriteShards", "Publish"} <= _labels(proto)
+    assert not (tmp_path / "out").exists()
+    for fmt in ("parquet", "mds"):
+        capsys.readouterr()
+        proto = _dry_run(dataflow_jobs, ["convert", "--input", f"{sample_inputs}/shards", "--format", fmt],
+                         tmp_path / fmt)
+        assert {"ConvertFiles", "Publish"} <= _labels(proto)
+        assert "workflow.tar.gz" in _staged(proto)
+        assert "convert: shuffle: none" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------------------------- an honest dry run
 
 def test_dry_run_leaves_no_staging_files_and_warns_of_local_paths(dataflow_jobs, sample_inputs, tmp_path, capsys):

@@ -53,12 +53,15 @@ Counts = dict[str, int]
 class Publication:
     """How a job's output is published: `describe(file entries, counts) -> manifest`; `checks`: more counts that
     must reconcile (functions of the counts returning what does not); `side_files`: files the job writes beside
-    its shards under .incomplete/ (a report); `why_empty(counts)`: why a job wrote no record."""
+    its shards under .incomplete/ (a report); `why_empty(counts)`: why a job wrote no record; `finish(manifest,
+    written)`: {name: bytes} of files made from the whole output once its files are in place, written before the
+    manifest (an MDS index.json, a dataset card)."""
     out: Output
     describe: Callable[[list[dict], Counts], dict]
     checks: tuple[Callable[[Counts], list[str]], ...] = ()
     side_files: tuple[str, ...] = ()
     why_empty: Callable[[Counts], str] | None = None
+    finish: Callable[[dict, list[dict]], dict[str, bytes]] | None = None
 
 
 def files_and_counts(files: list[dict], counts: Counts) -> dict:
@@ -88,6 +91,8 @@ def publish_all(jobs: list[Publication], written: list[list[dict]], counts: Coun
         entries = shards.publish(out.directory, files, job.side_files)
         _check_sizes(out, files, job.side_files)
         m = job.describe(entries, counts)
+        for name, data in (job.finish(m, files) if job.finish else {}).items():
+            storage.write_bytes(storage.join(out.directory, name), data)   # the same bytes if published twice
         manifest.write(out.directory, m)
         logging.info("published %d file(s) and %s in %s", len(entries), manifest.NAME, out.directory)
         published.append(m)
@@ -118,7 +123,7 @@ def checked(job: Publication, written: list[dict], counts: Counts) -> list[dict]
 def _check_sizes(out: Output, written: list[dict], side_files: tuple[str, ...]) -> None:
     """Each published shard has the bytes its writer wrote, and each side file is there: one listing."""
     found = {os.path.basename(path): n for path, n in storage.sizes(storage.join(out.directory, "*")).items()}
-    for w in written:
+    for w in shards.files_of(written):
         if found.get(w["file"]) != w["bytes"]:
             raise RuntimeError(f"{storage.join(out.directory, w['file'])}: {found.get(w['file'], 'no')} bytes "
                                f"published, {w['bytes']:,} written")

@@ -139,7 +139,8 @@ class WriteShards(beam.PTransform):
 
 # What bertprep writes into an output directory: data files, the manifest, and .incomplete/ while it runs
 _OURS = re.compile(r"(validation/)?(manifest\.json|[a-z]+-\d{5}-of-\d{5}\.[a-z.]+|dedup_report\.jsonl\.gz|"
-                   r"decontamination_report\.jsonl\.gz|documents\.jsonl\.gz|\.incomplete/.+)")
+                   r"decontamination_report\.jsonl\.gz|documents\.jsonl\.gz|shard\.\d{5}-\d{3}\.mds|index\.json|"
+                   r"README\.md|\.incomplete/.+)")
 
 
 def prepare_output(directory: str, overwrite: bool, create: bool = True) -> None:
@@ -194,7 +195,7 @@ def publish(directory: str, written: list[dict], side_files: Sequence[str] = ())
     Safe to run again (a runner may run the publishing bundle twice, or again after a failure): a file already
     moved is left where it is. A file in neither place fails, naming it. One listing of each place, whatever the
     number of files (an object store is asked once, not once per shard)."""
-    names = [w["file"] for w in written] + list(side_files)
+    names = [part["file"] for part in files_of(written)] + list(side_files)
     waiting = {os.path.basename(p) for p in storage.files_under(FileSystems.join(directory, INCOMPLETE))}
     moving = [name for name in names if name in waiting]
     if len(moving) < len(names):
@@ -207,4 +208,10 @@ def publish(directory: str, written: list[dict], side_files: Sequence[str] = ())
         FileSystems.rename([FileSystems.join(directory, INCOMPLETE, name) for name in moving],
                            [FileSystems.join(directory, name) for name in moving])
     remove_incomplete(directory)
-    return [{k: v for k, v in w.items() if k not in ("shard", "bytes")} for w in written]
+    return [{k: v for k, v in part.items() if k not in ("shard", "bytes")} for part in files_of(written)]
+
+
+def files_of(written: list[dict]) -> list[dict]:
+    """The files of writers' stats, in order: a writer's own {"file", "records", "bytes", ...}, or its "parts" where
+    it wrote several files (or none) for one shard (`bertprep convert`'s MDS shards)."""
+    return [part for w in written for part in (w["parts"] if "parts" in w else [w])]

@@ -24,13 +24,14 @@ from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
                                      vocab_file)
 
-BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare", "pack", "dedup", "decontaminate")
+BEAM_COMMANDS = ("extract", "pairs", "mask", "prepare", "pack", "dedup", "decontaminate", "convert")
 GOOGLE_DUPE_FACTOR = 10   # create_pretraining_data.py's default
 
 
 # ---------------------------------------------------------------------------------------------- flag groups
 
-def _add_output(p: flags.Parser) -> None:
+def _add_output(p: flags.Parser, shuffles: bool = True) -> None:
+    """--output and how the job runs; `shuffles`: the flags of the shuffle, for the jobs that have one."""
     p.add_argument("--output", required=True, help="output directory (local path or gs://...)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output set in --output")
     p.add_argument("--preset", default="local", help="Beam option preset from beam_options/ (local, local-1, "
@@ -45,6 +46,9 @@ def _add_output(p: flags.Parser) -> None:
                         "publishes its output itself, manifest.json last, so a Dataflow job needs nothing of this "
                         "process once submitted; --no-wait is refused where the job runs in this process (the "
                         "local runner, LOOPBACK workers)")
+    p.add_argument("-v", "--verbose", action="store_true", help="Beam's and bertprep's INFO logging; tracebacks")
+    if not shuffles:
+        return
     p.add_argument("--shuffle", choices=("auto", "files", "groupbykey"), default="auto",
                    help="how records are regrouped (into buckets, output files): 'files' = sorted run files on this "
                         "machine's disk, memory flat whatever the input; 'groupbykey' = the runner's GroupByKey "
@@ -58,7 +62,6 @@ def _add_output(p: flags.Parser) -> None:
     p.add_argument("--runs-dir", default=None,
                    help="files shuffle: local directory for run files (default: OUTPUT/.incomplete/runs for a "
                         "local output, else the system's temporary directory); removed when the job ends")
-    p.add_argument("-v", "--verbose", action="store_true", help="Beam's and bertprep's INFO logging; tracebacks")
 
 
 def _add_allow_incomplete(p: flags.Parser, what: str) -> None:
@@ -337,6 +340,17 @@ def add_prepare(p: flags.Parser) -> None:
     _add_output(p)
 
 
+def _add_google_shards(p: flags.Parser, vocab_use: str) -> None:
+    """What shards made by google's tool (no manifest) were made with; `vocab_use`: what the command does with it."""
+    p.add_argument("--max-seq-length", type=positive_int, default=None,
+                   help="shards without a manifest (google's): their max_seq_length")
+    p.add_argument("--max-predictions-per-seq", type=positive_int, default=None,
+                   help="shards without a manifest: their max_predictions_per_seq")
+    p.add_argument("--vocab", default=None, type=vocab_file,
+                   help=f"shards without a manifest: their vocab.txt ({vocab_use}); with a manifest, optional: "
+                        "refuse unless the shards were made with it")
+
+
 def add_pack(p: flags.Parser) -> None:
     p.add_argument("--input", required=True,
                    help="masked-LM shards in google's layout: a `mask`/`prepare` output directory, or google-made "
@@ -344,13 +358,7 @@ def add_pack(p: flags.Parser) -> None:
     p.add_argument("--max-sequences-per-pack", type=sequences_per_pack, default=packing.DEFAULT_SEQUENCES_PER_PACK,
                    help=f"instances a row may hold, 1..{packing.MAX_SEQUENCES_PER_PACK}: more packs tighter "
                         f"(bench/bench_packing.py prints the efficiency of each)")
-    p.add_argument("--max-seq-length", type=positive_int, default=None,
-                   help="shards without a manifest (google's): their max_seq_length")
-    p.add_argument("--max-predictions-per-seq", type=positive_int, default=None,
-                   help="shards without a manifest: their max_predictions_per_seq")
-    p.add_argument("--vocab", default=None, type=vocab_file,
-                   help="shards without a manifest: their vocab.txt (recorded for the trainer and verify); with "
-                        "a manifest, optional: refuse unless the shards were made with it")
+    _add_google_shards(p, "recorded for the trainer and verify")
     p.add_argument("--masked-lm-prob", type=probability, default=0.15,
                    help="shards without a manifest: the masked_lm_prob they were masked with, which sizes a row's "
                         "masked slots (a row that would need more is split, and counted)")
@@ -359,6 +367,31 @@ def add_pack(p: flags.Parser) -> None:
                    help="TFRecord shards (0: from the input's size, ~128 MiB each). Each file is packed on its own, "
                         "in one worker's memory: fewer, bigger files pack a little tighter")
     _add_output(p)
+
+
+def mds_shard_mb(text: str) -> float:
+    return flags._number(float, text, lambda v: 0 < v < 4096, "MiB of an MDS shard, in (0, 4096)")
+
+
+def add_convert(p: flags.Parser) -> None:
+    p.add_argument("--input", required=True,
+                   help="masked-LM shards (a `mask`/`prepare`/`pack` output: google's layout or packed, any "
+                        "objective; or google-made shards as a glob, with --max-seq-length, "
+                        "--max-predictions-per-seq and --vocab), or pair records (a `pairs` output: unmasked rows "
+                        "for trainers that mask as they load). A validation set beside them is converted too")
+    p.add_argument("--format", required=True, choices=("parquet", "mds"),
+                   help="parquet: Hugging Face datasets/transformers (input_ids, token_type_ids, attention_mask, "
+                        "labels, next_sentence_label; train-*.parquet, one file per input file); mds: MosaicML "
+                        "streaming / ModernBERT (index.json and shard.*.mds, rows cut to their real tokens, with "
+                        "len). docs: README, 'Training with another trainer'")
+    p.add_argument("--hf-dataset-card", action="store_true",
+                   help="parquet: also write README.md, a dataset card (splits, features, counts, the bertprep "
+                        "parameters) so that the directory can be pushed to a hub as it is")
+    p.add_argument("--mds-shard-mb", type=mds_shard_mb, default=None,
+                   help="mds: MiB a shard holds at most (default 64, streaming's own default); an input file "
+                        "makes one shard or more")
+    _add_google_shards(p, "its size picks input_ids' type, its [CLS] and [SEP] the special tokens")
+    _add_output(p, shuffles=False)
 
 
 def add_dedup(p: flags.Parser) -> None:
@@ -428,6 +461,8 @@ COMMANDS: dict[str, tuple[str, Callable | str, str]] = {
                 "pipeline.commands.run:main"),
     "pack": ("masked shards -> packed shards: the same instances, several a row, no padding between them",
              add_pack, "pipeline.commands.run:main"),
+    "convert": ("masked shards or pair records -> Parquet (Hugging Face) or MDS (MosaicML streaming, ModernBERT)",
+                add_convert, "pipeline.commands.run:main"),
     "dedup": ("documents -> documents without exact or near duplicates and repeated paragraphs", add_dedup,
               "pipeline.commands.run:main"),
     "decontaminate": ("documents -> documents without the n-grams of eval sets (lm-eval's Janitor), with a report",
@@ -648,6 +683,13 @@ def _check(parser: flags.Parser, args: argparse.Namespace) -> None:
         if getattr(args, "validation_masked_lm_prob", None) is not None and args.validation_documents is None \
                 and args.validation_fraction is None:
             parser.error("--validation-masked-lm-prob without --validation-documents or --validation-fraction")
+    if hasattr(args, "hf_dataset_card"):   # convert: each format's own flags
+        if args.hf_dataset_card and args.format != "parquet":
+            parser.error(f"--hf-dataset-card with --format {args.format}: the card describes Parquet files")
+        if args.mds_shard_mb is not None and args.format != "mds":
+            parser.error(f"--mds-shard-mb with --format {args.format}")
+        if args.mds_shard_mb is None:
+            args.mds_shard_mb = 64.0
     if hasattr(args, "pack"):
         if args.max_sequences_per_pack is not None and not args.pack:
             parser.error("--max-sequences-per-pack without --pack")

@@ -95,7 +95,8 @@ def inspect_split(directory: str, m: dict) -> None:
         print(f"  the other side: {e}")
         return
     print(f"  the {'validation' if split['role'] == 'training' else 'training'} side, {other}: "
-          f"{om['counts'].get('instances', 0):,} instances of {om['counts'].get('documents')} documents"
+          + (f"{om['counts']['rows']:,} rows" if "rows" in om["counts"] and "instances" not in om["counts"]
+             else f"{om['counts'].get('instances', 0):,} instances of {om['counts'].get('documents')} documents")
           + (f", masked at {om['parameters']['masked_lm_prob']:g}" if "masked_lm_prob" in om.get("parameters", {})
              else "") + f"; documents listed in {split['held_out_list']}")
 
@@ -237,6 +238,50 @@ def inspect_records(paths: list[str], m: dict, examples: int, vocab: list[str] |
     _print_stats(m, stats, vocab)
 
 
+def inspect_converted(paths: list[str], m: dict, examples: int, vocab: list[str] | None) -> None:
+    """A `convert` output: its columns, and its rows read back through our readers of its format (every row, so
+    the figures are measured): rows, real tokens, masked share, the second label's share, examples."""
+    from pipeline.commands import verify
+    from pipeline.formats import columns
+
+    kind, objective = m["source"]["kind"], manifest.objective(m)
+    print(f"  {kind} rows from {m['source']['path']} ({m['source']['format']}); columns: "
+          + ", ".join(f"{name} {dtype}" for name, dtype in m["columns"].items()))
+    rows = tokens = masked = labelled = positive = 0
+    lengths, shown = [], []
+    for path in paths:
+        for batch in verify.converted_batches(path, m):
+            n = columns.real_lengths(kind, batch)
+            rows += len(n)
+            tokens += int(n.sum())
+            lengths.append(n)
+            if "labels" in batch:
+                masked += int((batch["labels"] != columns.IGNORE).sum())
+            label = batch.get("next_sentence_label")
+            if label is not None:
+                values = label.values if isinstance(label, columns.Ragged) else np.asarray(label)
+                labelled += len(values)
+                positive += int(values.sum())
+            for i in range(min(examples - len(shown), len(n))):
+                ids = batch["input_ids"]
+                row = ids.row(i) if isinstance(ids, columns.Ragged) else ids[i, :n[i]]
+                at = np.flatnonzero(batch["labels"][i] != columns.IGNORE) if "labels" in batch else []
+                shown.append((row, [(int(p), int(batch["labels"][i][p])) for p in at]))
+    print(f"\n  rows {rows:,}  (manifest: {m['counts'].get('rows')})" +
+          ("" if m["counts"].get("rows") == rows else "  <-- DIFFERS") + f"   real tokens {tokens:,}")
+    if "labels" in m["columns"]:
+        print(f"  masked {masked:,} = {100 * masked / max(1, tokens):.2f}% of real tokens (labels != -100)")
+    if labelled:
+        what = {"nsp": "B random", "sop": "swapped"}.get(objective, "1")
+        print(f"  next_sentence_label: {labelled:,} labels, {what} {positive / labelled:.3f}")
+    if lengths:
+        print("  real length histogram:\n" + _histogram(np.concatenate(lengths), int(m["max_seq_length"])))
+    for row, labels in shown:
+        print(f"\n  {_decode(vocab, row.tolist())}")
+        if labels:
+            print("    masked: " + ", ".join(f"{p}={_decode(vocab, [l])}" for p, l in labels))
+
+
 def _stand_in_manifest(opened: manifest.Opened, vocab_path: str | None) -> dict:
     """For --allow-incomplete: the data files present, the shard shape from the first record, no counts."""
     fmt, found = opened.format, opened.files
@@ -254,8 +299,11 @@ def _stand_in_manifest(opened: manifest.Opened, vocab_path: str | None) -> dict:
 
 
 def main(args) -> int:
-    opened = manifest.open_output(args.directory, (manifest.DOCUMENTS, manifest.PAIRS, manifest.SHARDS),
-                                  args.allow_incomplete, what="DIR")
+    opened = manifest.open_output(args.directory, (manifest.DOCUMENTS, manifest.PAIRS, manifest.SHARDS,
+                                                   manifest.PARQUET, manifest.MDS), args.allow_incomplete, what="DIR")
+    if opened.manifest is None and opened.format in (manifest.PARQUET, manifest.MDS):
+        raise SystemExit(f"{args.directory}: {manifest.KIND[opened.format]} without {manifest.NAME}: its columns and "
+                         "source are not known (re-run `bertprep convert` with --overwrite)")
     m = opened.manifest or _stand_in_manifest(opened, args.vocab)
     print(f"{args.directory}: {m['format']} written by `{m.get('stage')}` ({m.get('created_by')}), "
           f"{len(opened.files)} file(s)")
@@ -267,7 +315,10 @@ def main(args) -> int:
             vocab = tokenization.read_vocab(path) if path else None
         except (OSError, IOError):
             print(f"  (vocab {path} not readable: showing ids)")
-        inspect_records(opened.files, m, args.examples, vocab)
+        if m["format"] in (manifest.PARQUET, manifest.MDS):
+            inspect_converted(opened.files, m, args.examples, vocab)
+        else:
+            inspect_records(opened.files, m, args.examples, vocab)
     else:
         inspect_documents(opened.files, m, args.examples)
     inspect_corpora(m)

@@ -1,4 +1,5 @@
-"""The handler of the Beam commands (`bertprep extract | pairs | mask | prepare | pack | dedup`): Beam's options from
+"""The handler of the Beam commands (`bertprep extract | pairs | mask | prepare | pack | dedup | decontaminate |
+convert`): Beam's options from
 the preset and the Beam flags, the checks a runner needs before any work (what Dataflow's workers can read, whether
 this machine reaches the object store the paths name), then the stage's job (pipeline/jobs/, one module a stage)."""
 from __future__ import annotations
@@ -9,7 +10,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline.commands import flags
 from pipeline.formats import manifest, storage
-from pipeline.jobs import decontaminate, dedup, extract, launch, mask, pack, pairs, prepare
+from pipeline.jobs import convert, decontaminate, dedup, extract, launch, mask, pack, pairs, prepare
 
 
 def _worker_paths(args) -> list[tuple[str, str]]:
@@ -21,7 +22,7 @@ def _worker_paths(args) -> list[tuple[str, str]]:
 
 
 STAGES = {"extract": extract.run, "pairs": pairs.run, "mask": mask.run, "prepare": prepare.run, "pack": pack.run,
-          "dedup": dedup.run, "decontaminate": decontaminate.run}
+          "dedup": dedup.run, "decontaminate": decontaminate.run, "convert": convert.run}
 
 
 def main(args) -> int:
@@ -46,7 +47,7 @@ def main(args) -> int:
                          "which must live until the job ends")
     if options.is_dry_run(opts) and args.overwrite:
         raise SystemExit("--overwrite with --dry_run would delete the old output for a job that never runs")
-    if options.is_dataflow(opts) and args.shuffle == "files":
+    if options.is_dataflow(opts) and getattr(args, "shuffle", None) == "files":
         raise SystemExit("--shuffle files keeps run files on this machine's disk, which Dataflow's workers cannot "
                          "reach: use --shuffle groupbykey (the default on Dataflow)")
     if options.is_dataflow(opts):

@@ -31,8 +31,8 @@ import sys
 import numpy as np
 
 from pipeline.algorithms import packing
-from pipeline.formats import (decontamination_report, dedup_report, documents, heldout, manifest, pair_records, schema,
-                              storage, tfrecord)
+from pipeline.formats import (columns, decontamination_report, dedup_report, documents, heldout, manifest, mds,
+                              pair_records, parquet, schema, storage, tfrecord)
 
 MAX_REPORTED = 20
 
@@ -388,10 +388,119 @@ def _check_dedup_report(directory: str, m: dict, problems: Problems) -> None:
                                       f"{removed} removed")
 
 
+def converted_shape(m: dict) -> schema.Shape:
+    """The record shape of the shards a `convert` output was made from (pairs: L alone)."""
+    source = m["source"]
+    packing = source.get("packing")
+    if packing:
+        return schema.Shape(int(m["max_seq_length"]), int(packing["max_predictions_per_row"]),
+                            int(packing["max_sequences_per_pack"]))
+    return schema.Shape(int(m["max_seq_length"]), int(source.get("max_predictions_per_seq", 0)))
+
+
+def converted_batches(path: str, m: dict):
+    """The rows of one file of a `convert` output, as batches of columns (pipeline/formats/columns.py): Parquet
+    through pyarrow, MDS through our reader (pipeline/formats/mds.py), rows padded back to L."""
+    kind, objective = m["source"]["kind"], manifest.objective(m)
+    if m["format"] == manifest.PARQUET:
+        source = path if storage.is_local(path) else pa_buffer(path)   # pyarrow reads a local path itself
+        found = parquet.file_schema(source)
+        want = list(m["columns"])
+        if found.names != want:
+            raise ValueError(f"columns {found.names}, the manifest lists {want}")
+        for field in found:
+            value = field.type if not hasattr(field.type, "value_type") else field.type.value_type
+            if str(value) != m["columns"][field.name]:
+                raise ValueError(f"column {field.name} holds {value}, the manifest says {m['columns'][field.name]}")
+        yield from parquet.read(source, kind)
+        return
+    config, samples = mds.read_shard(storage.read_bytes(path))
+    want = m["columns"]
+    if dict(zip(config["column_names"], config["column_encodings"])) != want:
+        raise ValueError(f"columns {config['column_names']}, the manifest lists {list(want)}")
+    rows = list(samples)
+    for i in range(0, len(rows), BATCH):
+        yield columns.from_rows(rows[i:i + BATCH], kind, objective, int(m["max_seq_length"]))
+
+
+def pa_buffer(path: str):
+    import pyarrow as pa
+
+    return pa.BufferReader(storage.read_bytes(path))
+
+
+def verify_converted(directory: str, opened: manifest.Opened, problems: Problems) -> int:
+    """Every row of a `convert` output, taken back to the records it was made from and checked as they are (the
+    same invariants); row counts against the manifest, and MDS's index.json against the shards. Returns rows."""
+    m, files = opened.manifest, opened.files
+    kind, objective = m["source"]["kind"], manifest.objective(m)
+    shape = converted_shape(m)
+    vocab = m.get("vocab", {})
+    ids = vocab.get("ids", {})
+    size, cls_id, sep_id = vocab.get("size", 1 << 31), ids.get("cls_id", 101), ids.get("sep_id", 102)
+    total, tally = 0, {}
+    for path in files:
+        name, n = os.path.basename(path), 0
+        try:
+            for batch in converted_batches(path, m):
+                if kind == columns.PAIRS:
+                    found = [(i, check_pair(pair, shape.max_seq_length, cls_id, sep_id, objective))
+                             for i, pair in enumerate(columns.to_pairs(batch, objective))]
+                    found = [(i, message) for i, message in found if message]
+                else:
+                    arrays = columns.to_shards(batch, shape, objective)
+                    layout = schema.PackedBatch if shape.packed else schema.Batch
+                    records = schema.encode_batch(layout(**arrays))
+                    found = (_check_packed_records(records, shape, int(m["source"]["max_predictions_per_seq"]),
+                                                   size, cls_id, sep_id, tally) if shape.packed
+                             else _check_shard_batch(records, shape, size, cls_id, sep_id, objective))
+                for i, message in found:
+                    problems.add(f"{name}: row {n + i}", message)
+                n += len(batch["input_ids"])
+        except (OSError, ValueError, KeyError, EOFError) as e:
+            problems.add(name, str(e))
+        if opened.records.get(path) != n:
+            problems.add(name, f"{n} rows read, manifest says {opened.records.get(path)}")
+        total += n
+    if len(opened.manifests) == 1 and len(files) == len(m["files"]) and m["counts"].get("rows") != total:
+        problems.add("manifest.json", f"{total} rows in all, manifest counts {m['counts'].get('rows')}")
+    if m["format"] == manifest.MDS:
+        _check_mds_index(directory, m, problems)
+    return total
+
+
+def _check_mds_index(directory: str, m: dict, problems: Problems) -> None:
+    """index.json names the manifest's shards, in order, with their samples and bytes."""
+    import json
+
+    try:
+        index = json.loads(storage.read_bytes(storage.join(directory, mds.INDEX)))
+        entries = index["shards"]
+    except (OSError, ValueError, KeyError) as e:
+        problems.add(mds.INDEX, f"unreadable ({e})")
+        return
+    names = [e["raw_data"]["basename"] for e in entries]
+    if names != [f["file"] for f in m["files"]]:
+        problems.add(mds.INDEX, "does not list the manifest's shards in order")
+        return
+    sizes = storage.sizes(storage.join(directory, "*.mds"))
+    for e, f in zip(entries, m["files"]):
+        if e["samples"] != f["records"]:
+            problems.add(mds.INDEX, f"{f['file']}: {e['samples']} samples, the manifest says {f['records']}")
+        if sizes.get(storage.join(directory, f["file"])) != e["raw_data"]["bytes"]:
+            problems.add(mds.INDEX, f"{f['file']}: {e['raw_data']['bytes']} bytes listed, "
+                                    f"{sizes.get(storage.join(directory, f['file']))} on disk")
+
+
 def verify_output(directory: str, opened: manifest.Opened, problems: Problems) -> None:
     """Every record of one bertprep output (a manifest's files), its counts against its manifest, files it does not
     list, its dedup report and the list of a validation set's documents."""
     m, files = opened.manifest, opened.files
+    if m["format"] in (manifest.PARQUET, manifest.MDS):
+        rows = verify_converted(directory, opened, problems)
+        _check_unlisted(opened, problems)
+        print(f"{directory}: {m['format']} ({m['source']['kind']} rows), {len(files)} file(s), {rows:,} rows")
+        return
     kind = {manifest.SHARDS: "shards", manifest.PAIRS: "pairs", manifest.DOCUMENTS: "documents"}[m["format"]]
     vocab = m.get("vocab", {})
     ids = vocab.get("ids", {})
@@ -412,20 +521,29 @@ def verify_output(directory: str, opened: manifest.Opened, problems: Problems) -
     if shape.packed and whole and m["packing"].get("instances") != tally.get("instances", 0):
         problems.add("manifest.json", f"{tally.get('instances', 0)} instances in the rows, its packing entry "
                                       f"counts {m['packing'].get('instances')}")
+    _check_unlisted(opened, problems)
     for d, dm in opened.manifests.items():
-        listed = {e["file"] for e in dm["files"]}
-        for path in storage.match(storage.join(d, "*")):
-            name = os.path.basename(path)
-            side = ((dm.get("dedup") or {}).get("report"), (dm.get("decontamination") or {}).get("report"),
-                    heldout.NAME if (dm.get("split") or {}).get("role") == "validation" else None)
-            if name not in listed and name not in (manifest.NAME, *side) and (
-                    fnmatch.fnmatch(name, "*.tfrecord") or fnmatch.fnmatch(name, "*.jsonl.gz")):
-                problems.add(name, "data file not listed in manifest.json (stale output from another run?)")
         _check_dedup_report(d, dm, problems)
         _check_decontamination_report(d, dm, problems)
         _check_held_out_list(d, dm, problems)
     packed = f" (packed rows holding {tally.get('instances', 0):,} instances)" if shape.packed else ""
     print(f"{directory}: {m['format']}, {len(files)} file(s), {sum(counts):,} records{packed}")
+
+
+_DATA_FILES = ("*.tfrecord", "*.jsonl.gz", "*.parquet", "*.mds")
+
+
+def _check_unlisted(opened: manifest.Opened, problems: Problems) -> None:
+    """No data file in an output's directory that its manifest does not list (another run's leftover)."""
+    for d, dm in opened.manifests.items():
+        listed = {e["file"] for e in dm["files"]}
+        side = ((dm.get("dedup") or {}).get("report"), (dm.get("decontamination") or {}).get("report"),
+                heldout.NAME if (dm.get("split") or {}).get("role") == "validation" else None)
+        for path in storage.match(storage.join(d, "*")):
+            name = os.path.basename(path)
+            if name not in listed and name not in (manifest.NAME, *side) and \
+                    any(fnmatch.fnmatch(name, pattern) for pattern in _DATA_FILES):
+                problems.add(name, "data file not listed in manifest.json (stale output from another run?)")
 
 
 def _check_decontamination_report(directory: str, m: dict, problems: Problems) -> None:
@@ -465,7 +583,8 @@ def main(args) -> int:
     spec = directory
     if google and storage.is_dir(directory) and not storage.exists(manifest.path_in(directory)):
         spec = storage.join(directory, args.pattern)
-    formats = (manifest.SHARDS,) if google else (manifest.DOCUMENTS, manifest.PAIRS, manifest.SHARDS)
+    formats = (manifest.SHARDS,) if google else (manifest.DOCUMENTS, manifest.PAIRS, manifest.SHARDS,
+                                                 manifest.PARQUET, manifest.MDS)
     opened = manifest.open_output(spec, formats, foreign=google,
                                   what="DIR", advice="for shards made by google's tool pass --max-seq-length and "
                                                      "--max-predictions-per-seq")

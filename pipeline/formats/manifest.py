@@ -2,8 +2,11 @@
 
 Its presence marks the directory complete (data files are published before it). Keys:
 
-    format                   "bertprep.documents/1" | "bertprep.pairs/1" | "bertprep.shards/1"
-    stage                    the command that wrote it: extract | pairs | mask | prepare | pack
+    format                   "bertprep.documents/1" | "bertprep.pairs/1" | "bertprep.shards/1" |
+                             "bertprep.parquet/1" | "bertprep.mds/1" (`convert`'s exports: their `columns` and
+                             `source`, the input's kind, path, stage, parameters and counts)
+    stage                    the command that wrote it: extract | pairs | mask | prepare | pack | dedup |
+                             decontaminate | convert
     created_by               "bertprep <version>"
     generator                what made the bytes: 3 = as 2, with Wikipedia documents' ids naming their dump
                              (`wikipedia:<dump>:<page id>`, unique across dumps; ids seed every draw, so a
@@ -47,6 +50,7 @@ from pipeline.formats import schema, storage
 
 NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
+PARQUET, MDS = "bertprep.parquet/1", "bertprep.mds/1"   # `bertprep convert`'s exports for other trainers
 VERSION = "0.1.0"
 GENERATOR = 3   # see `generator` above: bump it whenever the same input, flags and seed give other bytes
 
@@ -123,9 +127,11 @@ def data_files(directory: str, manifest: dict[str, Any]) -> list[str]:
 
 # The data files of each format, as the stages name them. Shards made elsewhere (google's) may have any name.
 INCOMPLETE_DIR = ".incomplete"   # where a running stage writes (pipeline/beam/shards.py); never read
-PATTERNS = {DOCUMENTS: "documents-*.jsonl.gz", PAIRS: "pairs-*.tfrecord", SHARDS: "shard-*.tfrecord"}
-KIND = {DOCUMENTS: "documents", PAIRS: "pair records", SHARDS: "masked-LM shards"}
-EXTENSION = {DOCUMENTS: ".jsonl.gz", PAIRS: ".tfrecord", SHARDS: ".tfrecord"}
+PATTERNS = {DOCUMENTS: "documents-*.jsonl.gz", PAIRS: "pairs-*.tfrecord", SHARDS: "shard-*.tfrecord",
+            PARQUET: "*-?????-of-?????.parquet", MDS: "shard.*.mds"}
+KIND = {DOCUMENTS: "documents", PAIRS: "pair records", SHARDS: "masked-LM shards", PARQUET: "Parquet rows",
+        MDS: "MDS shards"}
+EXTENSION = {DOCUMENTS: ".jsonl.gz", PAIRS: ".tfrecord", SHARDS: ".tfrecord", PARQUET: ".parquet", MDS: ".mds"}
 # What must agree for files of several directories to be read as one input
 _SAME = (("objective", objective),
          ("vocab", lambda m: (m.get("vocab") or {}).get("sha256")),

@@ -83,6 +83,11 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+def write_bytes(path: str, data: bytes) -> None:
+    with _filesystems().create(path) as f:
+        f.write(data)
+
+
 def files_under(directory: str) -> list[str]:
     """Every file (object) under `directory`, at any depth, hidden ones included, sorted."""
     if is_local(directory):

@@ -82,23 +82,27 @@ def shuffle_config(args, options) -> ShuffleConfig:
     return ShuffleConfig("files", os.path.abspath(runs_dir), max(1, int(args.sort_buffer_mb * MiB)))
 
 
-def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig, out: Output, basis: str,
+def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig | None, out: Output, basis: str,
                notes: tuple[str, ...] = ()) -> list[str]:
     """What the job will do, printed before it runs (and all a Dataflow dry run does)."""
-    where = (f" (run files in {shuffle.runs_dir}, {shuffle.run_bytes / MiB:g} MiB sort buffer)"
-             if shuffle.backend == "files" else "")
+    if shuffle is None:   # a job that maps each input file to its output (convert)
+        how = "none (each input file converted on its own, in order)"
+    else:
+        how = shuffle.backend + (f" (run files in {shuffle.runs_dir}, {shuffle.run_bytes / MiB:g} MiB sort buffer)"
+                                 if shuffle.backend == "files" else "")
     stages = " | ".join(t.full_label for t in p.transforms_stack[0].parts)
     each = out.estimated_bytes / out.num_shards / MiB
-    return [f"{title}: shuffle: {shuffle.backend}{where}",
+    return [f"{title}: shuffle: {how}",
             f"{title}: {out.num_shards} {out.prefix} file(s) of ~{each:,.1f} MiB each "
             f"(estimated from {basis}) in {out.directory}",
             *notes,
             f"{title}: stages: {stages}"]
 
 
-def temporary_runs_dir(shuffle: ShuffleConfig) -> str | None:
+def temporary_runs_dir(shuffle: ShuffleConfig | None) -> str | None:
     """The job's own run-file directory when it lives outside the output (removed when the job ends)."""
-    if shuffle.backend == "files" and os.path.basename(shuffle.runs_dir).startswith(TEMPORARY_RUNS):
+    if shuffle is not None and shuffle.backend == "files" and \
+            os.path.basename(shuffle.runs_dir).startswith(TEMPORARY_RUNS):
         return shuffle.runs_dir
     return None
 
@@ -129,7 +133,7 @@ def waits(args, options) -> bool:
     return (not is_dataflow(options)) if args.wait is None else args.wait
 
 
-def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConfig, basis: str,
+def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConfig | None, basis: str,
             args, notes: tuple[str, ...] = ()) -> dict | None:
     """Prints the plan and runs the pipeline, whose last step publishes its output; returns the manifest it wrote,
     or None for a job left to run on its own (see `waits`). A local run is guarded (pipeline/beam/local.py): Ctrl-C
@@ -141,7 +145,7 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
     """
     out = job.out
     wait = waits(args, p.options) or is_dry_run(p.options)
-    if not wait and shuffle.backend == "files":
+    if not wait and shuffle is not None and shuffle.backend == "files":
         raise SystemExit("--no-wait with --shuffle files: the run files live on this machine, which the job needs "
                          "until it ends (use --shuffle groupbykey, or wait)")
     for line in plan_lines(title, p, shuffle, out, basis, notes):
