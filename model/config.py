@@ -17,12 +17,22 @@ class BertConfig:
     max_position_embeddings: int = 512    # learned positions; must be >= the shards' max_seq_length
     type_vocab_size: int = 2              # segment A / segment B
     dropout: float = 0.1                  # google uses 0.1 both after attention probs and on hidden states
+    # On attention probabilities: None is `dropout` (google's), so configs from before the field read as they were.
+    # 0 (ModernBERT's, MosaicBERT's) lets packed rows run varlen FlashAttention, which has no dropout (model/bert.py).
+    attention_dropout: float | None = None
     layer_norm_eps: float = 1e-12         # google's value (torch's default 1e-5 changes results)
     initializer_range: float = 0.02       # std of the truncated normal every weight starts from
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
+        if self.attention_dropout is not None and not 0.0 <= self.attention_dropout < 1.0:
+            raise ValueError(f"attention_dropout {self.attention_dropout} is not in [0, 1)")
+
+    @property
+    def attention_probs_dropout(self) -> float:
+        """The dropout applied to attention probabilities: attention_dropout, or dropout where that is None."""
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2) + "\n"

@@ -66,7 +66,7 @@ def hf_config(config: BertConfig, objective: str = "nsp") -> dict:
         "intermediate_size": config.intermediate_size,
         "hidden_act": "gelu",
         "hidden_dropout_prob": config.dropout,
-        "attention_probs_dropout_prob": config.dropout,
+        "attention_probs_dropout_prob": config.attention_probs_dropout,
         "max_position_embeddings": config.max_position_embeddings,
         "type_vocab_size": config.type_vocab_size,
         "initializer_range": config.initializer_range,

@@ -46,11 +46,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from model import config as config_lib
-from model import data
-from model.bert import MLM_LOSS_EPS, Bert, packed_attention_for
+from model import data, optim
+from model.bert import MLM_LOSS_EPS, PACKED_ATTENTIONS, Bert, packed_attention_for, unavailable
 from pipeline.algorithms import masking
-from pipeline.commands.flags import (device_name, nonnegative_float, nonnegative_int, positive_float, positive_int,
-                                     probability)
+from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
+                                     positive_float, positive_int, probability)
 from pipeline.formats import schema
 from pipeline.formats.tfrecord import CorruptRecordError
 
@@ -79,7 +79,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="records in each worker's shuffle buffer")
     g = p.add_argument_group("model")
     g.add_argument("--model", default="mini", help="tiny|mini|base|large or a config JSON")
-    g.add_argument("--compile", action="store_true", help="torch.compile the model")
+    g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the model (default: on CUDA, where it fuses the elementwise work between the "
+                        "matmuls; --no-compile for eager). Shapes are fixed by the shards, so it compiles once")
+    g.add_argument("--attention-dropout", type=dropout_probability, default=None, metavar="P",
+                   help="dropout on attention probabilities, 0 <= P < 1 (default: the --model config's; the presets "
+                        "keep google's 0.1), recorded in config.json. 0, as ModernBERT and MosaicBERT train, lets "
+                        "packed rows on CUDA run varlen FlashAttention over each row's instances, which has no "
+                        "dropout; with P > 0 they run SDPA's memory-efficient kernel with a block mask")
+    g.add_argument("--attention", choices=("auto", *PACKED_ATTENTIONS), default="auto",
+                   help="packed rows' attention: auto is varlen where it can run (CUDA with FlashAttention, attention "
+                        "dropout 0), else flex_attention (CUDA with Triton, attention dropout 0), else sdpa; one asked "
+                        "for where it cannot run falls back to sdpa with a warning. Unpacked rows run sdpa with a "
+                        "padding mask")
     g = p.add_argument_group("optimisation")
     g.add_argument("--steps", type=positive_int, default=10_000,
                    help="optimizer steps; the schedule decays to 0 here (on --resume with another --steps the decay "
@@ -140,6 +152,8 @@ def train(args: argparse.Namespace) -> dict:
             config = config_lib.BertConfig.from_json(checkpoint["config"])
         else:
             config = config_lib.from_name_or_json(args.model)
+            if args.attention_dropout is not None:  # recorded in config.json and every checkpoint
+                config = dataclasses.replace(config, attention_dropout=args.attention_dropout)
         preset = checkpoint is None and args.model in config_lib.PRESETS  # a preset takes the data's vocab
         config, shards = open_data(args, config, preset)
         if checkpoint:
@@ -165,7 +179,10 @@ def train(args: argparse.Namespace) -> dict:
             os.makedirs(os.path.join(args.output, "checkpoints"), exist_ok=True)
             with open(os.path.join(args.output, "config.json"), "w") as f:
                 f.write(config.to_json())
-            attention = f"{model.packed_attention}, one block per instance" if shards.shape.packed else "sdpa"
+            attention = PACKED_ATTENTIONS[model.packed_attention]
+            if not shards.shape.packed:  # google's rows: SDPA with a padding mask, whatever --attention says
+                attention = "sdpa" + (f" (--attention {args.attention} is for packed rows)"
+                                      if args.attention != "auto" else "")
             print(f"model: {model.num_params() / 1e6:.2f}M parameters ({args.model}); data: "
                   f"{len(shards.train_files)} train / {len(shards.eval_files)} eval file(s) of "
                   f"{data.describe(shards.shape)}, objective {shards.objective}; attention: {attention}; "
@@ -350,15 +367,15 @@ def build_model(args: argparse.Namespace, config: config_lib.BertConfig, ranks: 
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same init on every rank (DDP also broadcasts it)
     model = Bert(config, sentence_head).to(ranks.device)
-    model.packed_attention = packed_attention_for(config, ranks.device_type)
-    decay = [p for p in model.parameters() if p.dim() >= 2]      # matrices and embedding tables
-    no_decay = [p for p in model.parameters() if p.dim() < 2]    # LayerNorm weights and all biases
-    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if args.optimizer == "lamb":
-        optimizer = Lamb(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-6)
-    else:  # google's AdamWeightDecayOptimizer has no bias correction; torch's AdamW (and HF's) has.
-        optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-6,
-                                      fused=ranks.device_type == "cuda")
+    try:
+        model.packed_attention = packed_attention_for(config, ranks.device, args.attention)
+    except ValueError as e:  # varlen or flex_attention asked for with attention dropout: nothing can run that
+        raise RunError(f"--attention {args.attention}: {e}: pass --attention-dropout 0, or --attention sdpa") from None
+    if args.attention not in ("auto", model.packed_attention) and ranks.master:
+        print(f"warning: --attention {args.attention}: {unavailable(args.attention, config, ranks.device)}; packed "
+              f"rows run {model.packed_attention} instead", file=sys.stderr)
+    # multi-tensor updates (model/optim.py): no Python loop over the ~200 tensors of BERT-base
+    optimizer = optim.make(args.optimizer, optim.param_groups(model, args.weight_decay), args.lr, ranks.device_type)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, args.steps))
     torch.manual_seed(args.seed + ranks.rank)  # dropout masks differ across ranks
     return model, optimizer, scheduler
@@ -393,6 +410,10 @@ def check_resumable(checkpoint: dict, args: argparse.Namespace, ranks: Ranks, sh
                "as the run you resume" if "eval_every" in before and held_out[0] != held_out[1]
                else "resume on the same --data")
         differ.append(f"training files: {saved['files']} in the checkpoint, {len(shards.train_files)} now ({why})")
+    then = config_lib.BertConfig.from_json(checkpoint["config"]).attention_probs_dropout
+    if args.attention_dropout is not None and args.attention_dropout != then:  # unset: the checkpoint's config's
+        differ.append(f"--attention-dropout: {then} in the checkpoint's config, {args.attention_dropout} now (another "
+                      "value is another run: start a new one)")
     if differ:
         raise RunError(f"cannot resume {args.output} where it stopped: " + "; ".join(differ))
 
@@ -710,40 +731,6 @@ class RunLog:
     def close(self) -> None:
         if self.writer:
             self.writer.close()
-
-
-class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning", Algorithm 2).
-
-    Adam's bias-corrected update plus decoupled weight decay, rescaled per tensor by the trust ratio
-    ||w|| / ||update|| so that every layer moves by about lr times its own norm, whatever its gradient scale.
-    """
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1
-                m, v, t = state["exp_avg"], state["exp_avg_sq"], state["step"]
-                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-                update = (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(p, alpha=group["weight_decay"])
-                w_norm, u_norm = p.norm(), update.norm()
-                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                p.sub_(update * (group["lr"] * trust))
 
 
 # ---- checkpoints --------------------------------------------------------------------------------------------------

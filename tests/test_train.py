@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from model import export_hf, plot, train
+from model import export_hf, optim, plot, train
 from model.bert import Bert
 from model.config import BertConfig
 from pipeline.formats import schema, tfrecord
@@ -313,7 +313,7 @@ def test_existing_run_needs_resume_or_overwrite(tmp_path, tiny_json, capsys):
 def test_lamb_moves_each_tensor_by_lr_times_its_norm():
     torch.manual_seed(0)
     big, small = torch.nn.Parameter(torch.randn(8, 8) * 3), torch.nn.Parameter(torch.randn(5) * 0.01)
-    opt = train.Lamb([big, small], lr=0.1, weight_decay=0.0)
+    opt = optim.Lamb([big, small], lr=0.1, weight_decay=0.0)
     before = [big.detach().clone(), small.detach().clone()]
     big.grad, small.grad = torch.randn(8, 8) * 1e3, torch.randn(5) * 1e-3  # wildly different gradient scales
     opt.step()

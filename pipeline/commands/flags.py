@@ -67,6 +67,11 @@ def probability(text: str) -> float:
     return _number(float, text, lambda v: 0.0 <= v <= 1.0, "a probability is between 0 and 1")
 
 
+def dropout_probability(text: str) -> float:
+    """A dropout probability: in [0, 1) (1 would drop everything)."""
+    return _number(float, text, lambda v: 0.0 <= v < 1.0, "a dropout probability is at least 0 and below 1")
+
+
 def positive_int(text: str) -> int:
     return _number(int, text, lambda v: v >= 1, "must be at least 1")
 

@@ -1,0 +1,219 @@
+"""Packed rows' attention choices, on CPU.
+
+The varlen path cannot run its CUDA kernel here, so its own parts are checked around it: the Segments (cu_seq
+offsets read off input_mask) against hand-counted ones; the whole path, with bert.varlen_reference (one SDPA per
+sequence) in the kernel's place, against SDPA's block-diagonal mask on real packed rows, forward and backward within
+1e-5; the call it makes, against torch's own varlen_attn on meta tensors. Then which attention runs where, the
+attention dropout setting, and the trainer's flags.
+"""
+import dataclasses
+import inspect
+import json
+
+import pytest
+import torch
+
+from model import bert, train
+from model.config import BertConfig
+from tests import packed_rows
+from tests.test_model import ODD, packed_model, tensors
+
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
+
+
+def test_segments_are_each_rows_instances_then_its_padding():
+    input_mask = torch.tensor([[1, 1, 1, 2, 2, 0, 0],
+                               [1, 1, 2, 2, 2, 3, 3],     # full: its padding sequence is empty
+                               [1, 1, 1, 1, 0, 0, 0]])    # one instance: two empty slots
+    cu_seq, longest = bert.varlen_segments(input_mask, slots=3)
+    assert cu_seq.dtype == torch.int32 and longest == 7
+    #                  row 0: 1  2  3  pad   row 1: 1   2   3  pad   row 2: 1   2   3  pad
+    assert cu_seq.tolist() == [0, 3, 5, 5, 7, 9, 12, 14, 14, 18, 18, 18, 21]
+    # every sequence is one instance's positions (or one row's padding) in the flattened (B*T) batch
+    flat, rows = input_mask.flatten(), torch.arange(21) // 7
+    for s, (a, b) in enumerate(zip(cu_seq[:-1].tolist(), cu_seq[1:].tolist())):
+        row, slot = divmod(s, 4)
+        value = slot + 1 if slot < 3 else 0
+        assert torch.equal(torch.arange(a, b), torch.nonzero((rows == row) & (flat == value)).flatten())
+
+
+def packed_batch(n=60, k=4):
+    arrays, vocab_size = packed_rows.instances()
+    _, rows, _ = packed_rows.pack({name: values[:n] for name, values in arrays.items()}, k=k)
+    assert (rows["input_mask"] == 0).any(axis=1).sum() >= 2 and (rows["input_mask"] > 1).any()  # padding, packing
+    return tensors(rows), vocab_size
+
+
+def run(model, batch, attention):
+    """(outputs, the last block's output at every position, every gradient) with `attention` on packed rows."""
+    model.zero_grad()
+    model.packed_attention = attention
+    seen = {}
+    hook = model.blocks[-1].register_forward_hook(lambda module, args, out: seen.update(hidden=out))
+    try:
+        out = model(**batch)
+    finally:
+        hook.remove()
+    out["loss"].backward()
+    return out, seen["hidden"], {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def test_varlen_path_equals_the_block_mask_forward_and_backward(monkeypatch):
+    """The CPU runs the varlen path with varlen_reference where CUDA calls the kernel: the same Segments, the same
+    (B*T, nh, hs) views of q/k/v and the same way back to (B, T, H). Every position (padding too, which attends to
+    padding either way), the losses and every gradient agree with SDPA's (B, 1, T, T) mask within 1e-5."""
+    batch, vocab_size = packed_batch()
+    model = packed_model(vocab_size)
+    calls = []
+    reference = bert.varlen_reference
+    monkeypatch.setattr(bert, "varlen_reference", lambda *a: calls.append(a) or reference(*a))
+    mask_out, mask_hidden, mask_grads = run(model, batch, "sdpa")
+    var_out, var_hidden, var_grads = run(model, batch, "varlen")
+    assert len(calls) == model.config.num_layers   # the varlen path ran, once a layer
+    torch.testing.assert_close(var_hidden, mask_hidden, rtol=1e-5, atol=1e-5)
+    for name in ("mlm_logits", "nsp_logits", "mlm_loss", "nsp_loss", "loss"):
+        torch.testing.assert_close(var_out[name], mask_out[name], rtol=1e-5, atol=1e-5, msg=name)
+    assert var_grads.keys() == mask_grads.keys()
+    for name, grad in mask_grads.items():
+        torch.testing.assert_close(var_grads[name], grad, rtol=1e-5, atol=1e-5, msg=name)
+
+    # what it would catch: padding taken as the first sequence of a row, or a row as one sequence
+    segments = bert.varlen_segments
+
+    def padding_first(input_mask, slots):
+        cu_seq, longest = segments(input_mask, slots)
+        B, T = input_mask.shape
+        lengths = (cu_seq[1:] - cu_seq[:-1]).view(B, slots + 1)
+        lengths = torch.cat([lengths[:, -1:], lengths[:, :-1]], 1)
+        return bert.Segments(torch.nn.functional.pad(lengths.flatten().cumsum(0), (1, 0)).int(), longest)
+
+    def whole_rows(input_mask, slots):
+        B, T = input_mask.shape
+        return bert.Segments((torch.arange(B + 1) * T).int(), T)
+
+    for wrong in (padding_first, whole_rows):
+        monkeypatch.setattr(bert, "varlen_segments", wrong)
+        with torch.no_grad():
+            assert abs(model(**batch)["loss"] - mask_out["loss"]) > 1e-3, wrong.__name__
+
+
+@pytest.mark.skipif(bert.varlen_attn is None, reason="this torch has no torch.nn.attention.varlen")
+def test_the_kernel_call_fits_torch_varlen_attn(monkeypatch):
+    """What the varlen path hands the kernel, on CPU: bound to varlen_attn's signature, then run through torch's
+    own varlen_attn on meta tensors of the same shapes, dtypes and strides (its shape function, no kernel)."""
+    batch, vocab_size = packed_batch(n=20)
+    model = packed_model(vocab_size).eval()
+    model.packed_attention = "varlen"
+    B, T = batch["input_ids"].shape
+    nh, hs = model.config.num_heads, model.config.hidden_size // model.config.num_heads
+    reference = bert.varlen_reference
+
+    def checked(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k):
+        inspect.signature(bert.varlen_attn).bind(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k)
+        assert q.shape == k.shape == v.shape == (B * T, nh, hs) and q.stride(-1) == 1   # flash: contiguous rows
+        assert cu_seq_q.dtype == torch.int32 and cu_seq_q.is_contiguous() and (max_q, max_k) == (T, T)
+        assert int(cu_seq_q[-1]) == B * T and bool((cu_seq_q[1:] - cu_seq_q[:-1]).max() <= max_q)
+        meta = [torch.empty_strided(t.shape, t.stride(), dtype=torch.bfloat16, device="meta") for t in (q, k, v)]
+        out = bert.varlen_attn(*meta, cu_seq_q.to("meta"), cu_seq_k.to("meta"), max_q, max_k)
+        assert out.shape == q.shape
+        return reference(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k)
+
+    monkeypatch.setattr(bert, "varlen_reference", checked)
+    with torch.no_grad():
+        model(**batch)
+
+
+def test_which_attention_runs_where(monkeypatch):
+    no_dropout = dataclasses.replace(ODD, dropout=0.0)
+    # CPU: SDPA unless asked; varlen asked for falls back to SDPA, and says why
+    assert bert.packed_attention_for(no_dropout, "cpu") == "sdpa"
+    assert bert.packed_attention_for(no_dropout, "cpu", "varlen") == "sdpa"
+    assert "cpu" in bert.unavailable("varlen", no_dropout, "cpu")
+    assert bert.packed_attention_for(no_dropout, "cpu", "sdpa") == "sdpa"
+    # attention dropout (google's 0.1): SDPA everywhere, and asking for a kernel without dropout is refused
+    assert bert.packed_attention_for(ODD, "cuda") == "sdpa"
+    for kind in ("varlen", "flex_attention"):
+        with pytest.raises(ValueError, match=f"{kind} has no attention dropout and the model's is 0.1"):
+            bert.packed_attention_for(ODD, "cpu", kind)
+    # attention_dropout is what counts, not the hidden states' dropout
+    assert bert.packed_attention_for(dataclasses.replace(ODD, attention_dropout=0.0), "cpu", "varlen") == "sdpa"
+    # on CUDA, auto takes varlen where it can run, then flex_attention
+    monkeypatch.setattr(bert, "unavailable", lambda kind, config, device: "")
+    assert bert.packed_attention_for(no_dropout, "cuda:1") == "varlen"
+    monkeypatch.setattr(bert, "unavailable", lambda kind, config, device: "no" if kind == "varlen" else "")
+    assert bert.packed_attention_for(no_dropout, "cuda") == ("flex_attention" if bert.flex_attention else "sdpa")
+
+
+def test_a_kernel_without_dropout_refuses_to_train_with_it():
+    batch, vocab_size = packed_batch(n=20)
+    model = packed_model(vocab_size)
+    model.config = dataclasses.replace(model.config, attention_dropout=0.1)
+    model.packed_attention = "varlen"
+    with pytest.raises(ValueError, match="varlen has no attention dropout"):
+        model(**batch)
+    with torch.no_grad():   # evaluation has no dropout: varlen runs
+        model.eval()(**batch)
+
+
+def test_attention_dropout_config():
+    before = json.loads(BertConfig().to_json())
+    del before["attention_dropout"]   # a config.json (or checkpoint) from before the field: google's 0.1 for both
+    config = BertConfig.from_json(json.dumps(before))
+    assert config == BertConfig() and config.attention_dropout is None and config.attention_probs_dropout == 0.1
+    zero = dataclasses.replace(ODD, attention_dropout=0.0)
+    assert BertConfig.from_json(zero.to_json()) == zero and zero.attention_probs_dropout == 0.0
+    assert bert.Bert(zero).blocks[0].attn.dropout == 0.0 and bert.Bert(ODD).blocks[0].attn.dropout == 0.1
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"attention_dropout .* is not in \[0, 1\)"):
+            dataclasses.replace(ODD, attention_dropout=bad)
+
+
+# ---- the trainer's flags ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def packed_shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("attention")
+    arrays, vocab = packed_rows.instances()
+    config = root / "tiny.json"
+    config.write_text(BertConfig(vocab_size=vocab, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37,
+                                 max_position_embeddings=packed_rows.L).to_json())
+    return packed_rows.write(root / "packed", arrays, vocab, k=4, files=2), str(config)
+
+
+def train_args(data, output, model, *extra):
+    return train.parse_args(["--data", data, "--model", model, "--output", str(output), "--batch-size", "4",
+                             "--steps", "2", "--log-every", "1", "--checkpoint-every", "0", "--num-workers", "0",
+                             "--device", "cpu", *extra])
+
+
+@pytest.mark.parametrize("value", ["1", "1.5", "-0.1", "x"])
+def test_attention_dropout_flag_refuses_values_outside_0_1(value, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(["--data", "d", "--output", "o", "--attention-dropout", value])
+    assert e.value.code == 2
+    assert "argument --attention-dropout:" in capsys.readouterr().err
+
+
+def test_trainer_records_attention_dropout_and_names_the_attention(tmp_path, packed_shards, capsys):
+    data, config = packed_shards
+    train.train(train_args(data, tmp_path / "run", config, "--attention-dropout", "0", "--attention", "varlen"))
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"warning: --attention varlen: {bert.unavailable('varlen', ODD, 'cpu')}; "
+                                         "packed rows run sdpa instead"]
+    assert "attention: sdpa, one block per instance;" in captured.out.splitlines()[0]
+    assert BertConfig.from_json((tmp_path / "run" / "config.json").read_text()).attention_dropout == 0.0
+    # a resume keeps the checkpoint's value: another one is refused in one line, the same one (or none) goes on
+    more = ["--steps", "3", "--resume"]
+    with pytest.raises(train.RunError, match=r"--attention-dropout: 0.0 in the checkpoint's config, 0.1 now"):
+        train.train(train_args(data, tmp_path / "run", config, *more, "--attention-dropout", "0.1"))
+    assert train.train(train_args(data, tmp_path / "run", config, *more))["step"] == 3
+
+
+def test_trainer_refuses_varlen_with_attention_dropout(tmp_path, packed_shards, capsys):
+    data, config = packed_shards
+    argv = ["--data", data, "--model", config, "--output", str(tmp_path / "run"), "--attention", "varlen",
+            "--device", "cpu", "--num-workers", "0", "--batch-size", "4", "--steps", "1"]
+    assert train.main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "bertprep train: error: --attention varlen: varlen has no attention dropout and the model's is 0.1: pass "
+        "--attention-dropout 0, or --attention sdpa"]
