@@ -279,6 +279,7 @@ class ShardDataset(IterableDataset):
         self.seed, self.shuffle, self.shuffle_buffer, self.drop_last = seed, shuffle, shuffle_buffer, drop_last
         self.rank, self.world_size = _dist_rank_world()  # read here: workers have no process group
         self.epoch, self.skip, self.worker_offset = 0, [], 0
+        self.contiguous = False   # the trainer's Loader sets it: batches as one buffer (to_buffer)
 
     def set_position(self, epoch: int, skip: list[int], worker_offset: int) -> None:
         self.epoch, self.skip, self.worker_offset = epoch, list(skip), worker_offset
@@ -311,9 +312,35 @@ class ShardDataset(IterableDataset):
             yield self._tensors(batch, worker, index)
 
     def _tensors(self, batch, worker, index):
-        out = {name: torch.from_numpy(values) for name, values in self.decode(batch, self.epoch).items()}
+        arrays = self.decode(batch, self.epoch)
+        if self.contiguous:   # one tensor crosses from the worker (and is pinned), not one per field
+            buffer, layout = to_buffer(arrays)
+            return {"buffer": buffer, "layout": layout, "worker": worker, "index": index}
+        out = {name: torch.from_numpy(values) for name, values in arrays.items()}
         out["worker"], out["index"] = worker, index
         return out
+
+
+def to_buffer(arrays: dict[str, np.ndarray]) -> tuple[torch.Tensor, tuple]:
+    """A batch's arrays as one int32 buffer, float fields bit-cast (ids, masks and positions all fit in 31 bits), and
+    its layout ((name, shape, float?), ...) for `from_buffer`."""
+    layout, parts = [], []
+    for name, values in arrays.items():
+        floating = values.dtype.kind == "f"
+        parts.append((values.astype(np.float32).view(np.int32) if floating else values.astype(np.int32)).ravel())
+        layout.append((name, values.shape, floating))
+    return torch.from_numpy(np.concatenate(parts)), tuple(layout)
+
+
+def from_buffer(buffer: torch.Tensor, layout: tuple) -> dict[str, torch.Tensor]:
+    """The fields of a `to_buffer` batch as views of it: int32 tensors, float32 where the field is a float."""
+    out, at = {}, 0
+    for name, shape, floating in layout:
+        n = int(np.prod(shape))
+        view = buffer[at:at + n].view(shape)
+        out[name] = view.view(torch.float32) if floating else view
+        at += n
+    return out
 
 
 def ignore_stop_signals(worker_id: int = 0) -> None:
@@ -354,6 +381,7 @@ class Loader:
 
     def __init__(self, dataset: ShardDataset, num_workers: int = 0, pin_memory: bool = False):
         self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
+        dataset.contiguous = True   # a worker hands over one buffer a batch; its fields are views of it here
         self.readers = max(1, num_workers)
         self.epoch, self.taken, self.next_worker = 0, [0] * self.readers, 0
 
@@ -386,7 +414,7 @@ class Loader:
                     worker, index = batch.pop("worker"), batch.pop("index")
                     self.taken[worker] = index + 1
                     self.next_worker = (worker + 1) % self.readers
-                    yield batch
+                    yield from_buffer(batch["buffer"], batch["layout"])
             if not produced and not any(self.taken):
                 raise ShardSpecError(f"no full batch of {self.dataset.batch_size} in one epoch of "
                                  f"{len(self.dataset.files)} file(s) on this rank's readers: "

@@ -17,16 +17,21 @@ stretches the decay to the new --steps: its first step runs at the lr that sched
 The shards' manifest says the objective: nsp (google's), sop (ALBERT's sentence order: the same two-way head,
 logged as sop_loss and sop_accuracy) or none (RoBERTa's full-sentence rows: masked LM only, no sentence head).
 
+Several ranks (torchrun) share one --output: rank 0 decides what to do with it and tells the others, writes the log
+and, in the background, the checkpoints; a rank that dies or hangs ends the others within --dist-timeout-min. A
+step's loss is its global batch's, however the batch is split over ranks and micro-steps.
+
 Reads top to bottom: the flags; `train`, which sets up (ranks and device, the run directory, data, model and
-optimizer, a resumed state) and hands a `Session` to `train_loop`; `Stop`, the signals it checks at every step
-boundary; the loop's parts (one optimizer step, the named
-statistics it logs, evaluation, checkpoints); LAMB; small helpers; the command's `run` and `main`.
+optimizer (model/optim.py), a resumed state) and hands a `Session` to `train_loop`; `Stop`, the signals it checks at
+every step boundary; the loop's parts (one optimizer step, the named statistics it logs, evaluation, checkpoints and
+their writer); small helpers; the command's `run` and `main`.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
+import datetime
 import glob
 import json
 import math
@@ -123,6 +128,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exit (with a checkpoint) after this many steps of this invocation, e.g. to fit a job's "
                         "time limit; the schedule still spans --steps")
     g.add_argument("--device", default=None, type=device_name, help="cpu | cuda | cuda:N (default: cuda if available)")
+    g.add_argument("--dist-timeout-min", type=positive_float, default=DIST_TIMEOUT_MIN,
+                   help="several ranks: minutes a rank waits in a collective before the run fails (a rank that died "
+                        "or hangs ends every other within it, exit 1). Checkpoints are written in the background, "
+                        f"so no rank waits for a save; the default {DIST_TIMEOUT_MIN:g} covers the slowest step, "
+                        "evaluation and the copy of a checkpoint's state off the device")
+
+
+DIST_TIMEOUT_MIN = 30.0   # see --dist-timeout-min
+# DDP's all-reduce buckets, in MiB: BERT-base's 440 MB of fp32 gradients make ~18 buckets, the first of which (the
+# top layers and the MLM head, whose gradients come first) starts its all-reduce after about a twentieth of the
+# backward pass; bigger buckets start later and overlap less, smaller ones pay NCCL's per-call latency more often.
+# PyTorch's default, kept: not yet measured on a GPU here (bench/bench_gpu.py is where to).
+DDP_BUCKET_MB = 25
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -140,7 +158,7 @@ class RunError(ValueError):
 def train(args: argparse.Namespace) -> dict:
     """Runs (or resumes) training; returns {"history": logged dicts, "step", "run_dir", "checkpoint", "interrupted":
     the signal that stopped it early with a checkpoint (0: none), "steps_run": by this call, "master": rank 0}."""
-    ranks = setup_ranks(args.device)
+    ranks = setup_ranks(args.device, args.dist_timeout_min)
     with Stop(ranks) as stop:  # SIGINT and SIGTERM from here on: stop at a step boundary, with a checkpoint
         if args.batch_size % (ranks.world * args.grad_accum):
             raise RunError(f"--batch-size {args.batch_size} is not divisible by world size {ranks.world} x "
@@ -170,9 +188,11 @@ def train(args: argparse.Namespace) -> dict:
             step = restore(checkpoint, model, optimizer, scheduler, loader, ranks.rank)
             continue_schedule(checkpoint, args, optimizer, scheduler, step, warmup, ranks.master)
         del checkpoint  # its copies of the states are loaded: free them
-        step_model = torch.compile(model) if args.compile else model
-        if ranks.ddp:
-            step_model = DDP(step_model, device_ids=[ranks.local_rank] if ranks.device_type == "cuda" else None)
+        compiled = args.compile if args.compile is not None else ranks.device_type == "cuda"
+        step_model = torch.compile(model) if compiled else model
+        if ranks.ddp:  # gradients live in the all-reduce buckets (no copy in, none out); see DDP_BUCKET_MB
+            step_model = DDP(step_model, device_ids=[ranks.local_rank] if ranks.device_type == "cuda" else None,
+                             gradient_as_bucket_view=True, bucket_cap_mb=DDP_BUCKET_MB)
 
         log = RunLog(args.output, args.steps, ranks.master)
         if ranks.master:
@@ -194,9 +214,12 @@ def train(args: argparse.Namespace) -> dict:
                 print(f"evaluation: {shards.held_out}" + (f", every {args.eval_every} steps" if args.eval_every
                                                           else " (with --eval-every N)"))
         session = Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup,
-                          loader, log, stop)
+                          loader, log, stop, CheckpointWriter())
         first_step = step
-        step, last_checkpoint, stopped = train_loop(session, step, resume_path)
+        try:
+            step, last_checkpoint, stopped = train_loop(session, step, resume_path)
+        finally:
+            session.writer.wait()  # the last checkpoint is on disk before the run ends, however it ends
         if args.eval_every and shards.eval_files and step == args.steps > first_step:
             log(evaluate(session, step))
         log.close()
@@ -231,13 +254,16 @@ class Ranks:
         return contextlib.nullcontext()
 
 
-def setup_ranks(device: str | None) -> Ranks:
-    """Joins torchrun's process group when WORLD_SIZE > 1 (NCCL on GPUs, gloo on CPUs); else one process."""
+def setup_ranks(device: str | None, timeout_min: float = DIST_TIMEOUT_MIN) -> Ranks:
+    """Joins torchrun's process group when WORLD_SIZE > 1 (NCCL on GPUs, gloo on CPUs); else one process. A
+    collective that waits `timeout_min` minutes fails the rank (NCCL's watchdog, gloo's own timeout), and a rank
+    that dies breaks its peers' connections: no rank waits forever for another."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         local_rank = int(os.environ["LOCAL_RANK"])
         use_cuda = torch.cuda.is_available() and device != "cpu"
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-        control = dist.new_group(backend="gloo") if use_cuda else dist.group.WORLD
+        timeout = datetime.timedelta(minutes=timeout_min)
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", timeout=timeout)
+        control = dist.new_group(backend="gloo", timeout=timeout) if use_cuda else dist.group.WORLD
         ranks = Ranks(dist.get_rank(), dist.get_world_size(), local_rank,
                       f"cuda:{local_rank}" if use_cuda else "cpu", ddp=True, control=control)
         if use_cuda:
@@ -252,23 +278,62 @@ def setup_ranks(device: str | None) -> Ranks:
 
 def start_run_dir(args: argparse.Namespace, ranks: Ranks) -> str | None:
     """Readies --output: refuses an old run unless --resume or --overwrite (which clears it); returns the
-    checkpoint to resume from, if any."""
+    checkpoint to resume from, if any.
+
+    Rank 0 alone looks at --output and decides (refuse, clear, resume from which checkpoint), then tells the others,
+    so every rank takes the same path through the same collectives, however late it looks. First every rank checks
+    that it sees the file rank 0 writes there: only rank 0 writes checkpoints, so an --output that is not one shared
+    directory would resume the ranks from different steps (they would drift apart, or hang); it stops every rank."""
+    _check_shared(args.output, ranks)
+    decision = _run_dir_decision(args) if ranks.master else None
+    if ranks.ddp:
+        message = [decision]
+        dist.broadcast_object_list(message, src=0, group=ranks.control)
+        decision = message[0]
+    if "refuse" in decision:
+        raise RunError(decision["refuse"])
+    if args.resume and decision["resume"] is None and ranks.master:
+        print(f"--resume: no checkpoint in {args.output} yet, starting from step 0")
+    return decision["resume"]
+
+
+def _run_dir_decision(args: argparse.Namespace) -> dict:
+    """Rank 0's look at --output: {"refuse": why} or {"resume": the checkpoint or None}, an old run cleared first
+    where --overwrite says so."""
     previous = [os.path.join(args.output, name) for name in ("log.jsonl", "tb", "checkpoints", "config.json")
                 if os.path.exists(os.path.join(args.output, name))
                 and not (name == "checkpoints" and not os.listdir(os.path.join(args.output, name)))]
     if previous and not args.resume:
         if not args.overwrite:
-            raise RunError(f"{args.output} already holds a run: pass --resume to continue it or --overwrite to "
-                           "start over")
-        if ranks.master:
-            for path in previous:
-                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-        if ranks.ddp:
-            dist.barrier()
-    resume_path = latest_checkpoint(args.output) if args.resume else None
-    if args.resume and resume_path is None and ranks.master:
-        print(f"--resume: no checkpoint in {args.output} yet, starting from step 0")
-    return resume_path
+            return {"refuse": f"{args.output} already holds a run: pass --resume to continue it or --overwrite to "
+                              "start over"}
+        for path in previous:
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    return {"resume": latest_checkpoint(args.output) if args.resume else None}
+
+
+def _check_shared(output: str, ranks: Ranks) -> None:
+    """Several ranks: rank 0 writes a file into --output and every rank looks for it; where one does not see it,
+    every rank stops with the same line naming them."""
+    if not ranks.ddp:
+        return
+    name = f".shared-{os.getpid()}-{time.time_ns()}" if ranks.master else None
+    if ranks.master:
+        os.makedirs(output, exist_ok=True)
+        with open(os.path.join(output, name), "w"):
+            pass
+    message = [name]
+    dist.broadcast_object_list(message, src=0, group=ranks.control)
+    seen = [None] * ranks.world   # each rank looks in its own --output, the path it was given
+    dist.all_gather_object(seen, os.path.exists(os.path.join(output, message[0])), group=ranks.control)
+    if ranks.master:
+        os.remove(os.path.join(output, name))
+    blind = [r for r, ok in enumerate(seen) if not ok]
+    if blind:
+        raise RunError(f"--output {output} is not shared: rank(s) {', '.join(map(str, blind))} of {ranks.world} "
+                       "cannot see the files rank 0 writes there. Only rank 0 writes the run's log and checkpoints, "
+                       "and every rank resumes from them: give every rank the same directory on a shared file "
+                       "system")
 
 
 @dataclass
@@ -473,6 +538,7 @@ class Session:
     loader: data.Loader
     log: RunLog
     stop: Stop
+    writer: CheckpointWriter
 
 
 def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tuple[int, str | None, int]:
@@ -573,16 +639,23 @@ class Stop:
 
 def train_step(session: Session, batches, sums: Sums) -> tuple[float, torch.Tensor]:
     """One optimizer step: forward/backward over --grad-accum micro-batches, clip, step. Returns (the lr it used,
-    the gradient norm before clipping); adds each micro-batch's statistics to `sums`."""
+    the gradient norm before clipping); adds each micro-batch's statistics to `sums`.
+
+    The step's loss is that of its whole batch however it is split: the masked LM's summed over every prediction of
+    every micro-batch on every rank over their number, the sentence task's likewise over instances (`step_totals`),
+    so 2 ranks x b rows make the update 1 rank x 2b rows make. One micro-batch on one rank is that already."""
     session.step_model.train()
-    for micro in range(session.args.grad_accum):
-        batch = {k: v.to(session.ranks.device, non_blocking=True) for k, v in next(batches).items()}
+    accum, ranks = session.args.grad_accum, session.ranks
+    micro_batches = [{k: v.to(ranks.device, non_blocking=True) for k, v in next(batches).items()}
+                     for _ in range(accum)]
+    totals = step_totals(micro_batches, ranks) if accum > 1 or ranks.ddp else None
+    for micro, batch in enumerate(micro_batches):
         # DDP all-reduces gradients only on the last micro-step of an optimizer step.
-        defer_sync = session.ranks.ddp and micro < session.args.grad_accum - 1
+        defer_sync = ranks.ddp and micro < accum - 1
         with session.step_model.no_sync() if defer_sync else contextlib.nullcontext():
-            with session.ranks.autocast():
+            with ranks.autocast():
                 out = session.step_model(**batch)
-            (out["loss"] / session.args.grad_accum).backward()
+            (out["loss"] if totals is None else share_of_step_loss(out, batch, totals, ranks.world)).backward()
         sums.add(batch_stats(out, batch, session.shards.task))
     grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), session.args.clip_norm)
     lr = session.optimizer.param_groups[0]["lr"]
@@ -590,6 +663,32 @@ def train_step(session: Session, batches, sums: Sums) -> tuple[float, torch.Tens
     session.scheduler.step()
     session.optimizer.zero_grad(set_to_none=True)
     return lr, grad_norm
+
+
+def instances_of(batch: dict) -> torch.Tensor:
+    """The instances a batch's sentence task scores: its rows, or a packed batch's slots holding one."""
+    if "next_sentence_weights" in batch:
+        return batch["next_sentence_weights"].float().sum()
+    return batch["masked_lm_weights"].new_full((), float(len(batch["masked_lm_weights"])))
+
+
+def step_totals(micro_batches: list[dict], ranks: Ranks) -> torch.Tensor:
+    """(2,) the step's predictions and instances over every micro-batch and rank: one all-reduce on the device."""
+    totals = torch.stack([sum(b["masked_lm_weights"].float().sum() for b in micro_batches),
+                          sum(instances_of(b) for b in micro_batches)])
+    if ranks.ddp:
+        dist.all_reduce(totals)
+    return totals
+
+
+def share_of_step_loss(out: dict, batch: dict, totals: torch.Tensor, world: int) -> torch.Tensor:
+    """A micro-batch's part of the step's loss: its sums of per-prediction (and per-instance) losses over the step's
+    totals, times the world size, which DDP's gradient average divides out again."""
+    predictions = batch["masked_lm_weights"].float().sum()
+    loss = out["mlm_loss"] * (predictions + MLM_LOSS_EPS) / (totals[0] + MLM_LOSS_EPS)  # mlm_loss: sum / (n + eps)
+    if "nsp_loss" in out:
+        loss = loss + out["nsp_loss"] * instances_of(batch).clamp_min(1.0) / totals[1].clamp_min(1.0)
+    return loss * world
 
 
 def lr_multiplier(step: int, warmup: int, total: int) -> float:
@@ -620,7 +719,7 @@ def batch_stats(out: dict, batch: dict, task: str | None) -> dict[str, torch.Ten
     stats = {"loss": out["loss"], "mlm_loss": out["mlm_loss"],
              "mlm_correct": ((out["mlm_logits"].argmax(-1) == batch["masked_lm_ids"]).float() * w).sum(),
              "mlm_weight": w.sum(),  # real predictions
-             "sequences": torch.tensor(float(len(w)), device=w.device),
+             "sequences": w.new_full((), float(len(w))),  # a fill on the device: no copy from the host
              "instances": instance.sum(),
              "real_tokens": (batch["input_mask"] != 0).sum()}
     if task:
@@ -764,14 +863,13 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(session: Session, step: int) -> str:
-    """Writes checkpoints/step-N.pt atomically (temp file, then os.replace) and keeps the last --keep-checkpoints.
-
-    Each rank's RNG states and data position are gathered into it, so every rank resumes exactly.
-    """
+    """Saves checkpoints/step-N.pt: each rank's RNG states and data position gathered into it (so every rank
+    resumes exactly), the states copied off the device, then written by rank 0 in the background
+    (`CheckpointWriter`): no rank waits for the file, and training goes on while it is written."""
     own = {"rng": rng_state(), "loader": session.loader.state_dict()}
     ranks = [None] * session.ranks.world if session.ranks.ddp else [own]
     if session.ranks.ddp:
-        dist.all_gather_object(ranks, own)
+        dist.all_gather_object(ranks, own, group=session.ranks.control)
     path = checkpoint_path(session.args.output, step)
     if session.ranks.master:
         checkpoint = {"step": step, "model": session.model.state_dict(), "optimizer": session.optimizer.state_dict(),
@@ -779,18 +877,55 @@ def save_checkpoint(session: Session, step: int) -> str:
                       "args": vars(session.args), "objective": session.shards.objective,
                       "vocab": session.shards.vocab, "max_seq_length": session.shards.shape.max_seq_length,
                       "warmup": session.warmup}
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        for old in sorted(glob.glob(os.path.join(session.args.output, "checkpoints", "step-*.pt")))[
-                :-session.args.keep_checkpoints]:
-            os.remove(old)
-    if session.ranks.ddp:
-        dist.barrier()
+        session.writer.write(_copied(checkpoint), path, session.args.keep_checkpoints)
     return path
+
+
+def _copied(state):
+    """A state with every tensor copied to host memory: a snapshot the next optimizer step cannot change."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {k: _copied(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_copied(v) for v in state)
+    return state
+
+
+class CheckpointWriter:
+    """Rank 0's checkpoint files, written one at a time in a background thread: atomically (a temp file, fsync, then
+    os.replace, so a reader or a resume never sees half a file) and the last --keep-checkpoints kept. `wait` joins
+    the write under way and raises its error, if any; the next write and the end of the run wait for the last."""
+
+    def __init__(self):
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def write(self, checkpoint: dict, path: str, keep: int) -> None:
+        self.wait()
+        self.thread = threading.Thread(target=self._write, args=(checkpoint, path, keep), name="checkpoint")
+        self.thread.start()
+
+    def _write(self, checkpoint: dict, path: str, keep: int) -> None:
+        try:
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            for old in sorted(glob.glob(os.path.join(os.path.dirname(path), "step-*.pt")))[:-keep]:
+                os.remove(old)
+        except BaseException as e:  # raised where the run waits for it
+            self.error = e
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise RunError(f"writing a checkpoint failed: {error}")
 
 
 # ---- small helpers ------------------------------------------------------------------------------------------------
@@ -826,6 +961,15 @@ def run(args: argparse.Namespace) -> int:
     stopped by SIGINT or SIGTERM is one line saying where its checkpoint is, exit 128 + the signal (130, 143)."""
     try:
         result = train(args)
+    except RuntimeError as e:
+        if not collective_failed(e):
+            raise
+        # another rank died, raised or timed out: this one stops too, in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"bertprep train: error: rank {os.environ.get('RANK', '?')}: a collective with the other ranks "
+              f"failed ({first[:300]}): another rank stopped, or waited more than --dist-timeout-min "
+              f"{args.dist_timeout_min:g}", file=sys.stderr)
+        return 1
     except (RunError, data.ShardSpecError, data.BadRecordError, CorruptRecordError) as e:
         message = str(e).strip()
         if "Original Traceback" in message:  # raised in a DataLoader worker: its last line is the error itself
@@ -837,6 +981,16 @@ def run(args: argparse.Namespace) -> int:
             print(interrupted(args, result), file=sys.stderr)
         return 128 + result["interrupted"]
     return 0
+
+
+def collective_failed(error: RuntimeError) -> bool:
+    """Whether an error is a collective that failed in a run of several ranks: torch's own DistError, or what gloo and
+    NCCL raise as a plain RuntimeError (a peer's connection reset or closed, a timeout, an aborted communicator)."""
+    if isinstance(error, dist.DistError):
+        return True
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and any(
+        mark in str(error) for mark in ("gloo", "NCCL", "Connection reset", "Connection closed", "timed out",
+                                        "ProcessGroup"))
 
 
 def interrupted(args: argparse.Namespace, result: dict) -> str:

@@ -304,3 +304,23 @@ def test_loader_resumes_with_the_very_next_batch(tmp_path, num_workers):
     wrong = data.Loader(data.ShardDataset(files, schema.Shape(L, P), 3), num_workers=3)
     with pytest.raises(data.ShardSpecError, match="same world size, --num-workers"):
         wrong.load_state_dict(state)
+
+
+def test_the_loader_hands_over_one_buffer_a_batch(tmp_path):
+    """A DataLoader worker sends one tensor a batch (the fields' int32 values end to end, floats bit-cast), not one
+    per field; the fields the trainer gets are views of it, with the values a field-by-field batch holds."""
+    from tests.test_train import write_shards
+
+    shards = data.open_shards(write_shards(tmp_path / "shards", [9, 8]))
+    plain = data.ShardDataset(shards.files, shards.shape, 4, shuffle=False)
+    want = next(iter(plain))
+    loader = data.Loader(data.ShardDataset(shards.files, shards.shape, 4, shuffle=False), num_workers=1)
+    batches = iter(loader)
+    got = next(batches)
+    batches.close()
+    assert set(got) == set(want) - {"worker", "index"}
+    base = {t.untyped_storage().data_ptr() for t in got.values()}
+    assert len(base) == 1   # one storage
+    for name, value in got.items():
+        assert torch.equal(value.to(want[name].dtype), want[name]), name
+    assert got["masked_lm_weights"].dtype == torch.float32 and got["input_ids"].dtype == torch.int32
