@@ -321,3 +321,13 @@ def test_a_shuffle_that_loses_a_record_publishes_nothing(clean, tmp_path, monkey
     assert "shuffle did not deliver every record (buckets: " in str(e.value.code)
     assert "nothing was published" in str(e.value.code) and not (out / "manifest.json").exists()
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_a_signal_after_publishing_says_the_output_is_complete(tmp_path):
+    """A Ctrl-C that lands after the job's last step wrote manifest.json must not call the output unpublished."""
+    from pipeline.beam import local
+
+    assert "holds no published output" in local._left(str(tmp_path))
+    (tmp_path / "manifest.json").write_text("{}")
+    assert "is published complete" in local._left(str(tmp_path))
+    assert "holds no published output" in local._left("gs://bucket/out")   # never listed from the signal watcher

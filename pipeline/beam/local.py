@@ -96,6 +96,15 @@ def filtered_stderr() -> Iterator[int]:
             os.close(console)
 
 
+def _left(directory: str) -> str:
+    """What an interrupted job left in its output: nothing published, or, where the signal came after the job's last
+    step wrote the manifest (the commit marker), a complete output."""
+    local = directory.removeprefix("file://")
+    if "://" not in local and os.path.exists(os.path.join(local, "manifest.json")):
+        return f"the job had finished: {directory} is published complete (its manifest.json was written)"
+    return f"{directory} holds no published output (only .incomplete/): re-run with --overwrite"
+
+
 @contextlib.contextmanager
 def stop_on_interrupt(title: str, directory: str, temporary: str | None = None, console: int = 2):
     """Ctrl-C (SIGINT) or SIGTERM ends a local run at once, whatever its threads are doing: Beam's local runner
@@ -103,8 +112,9 @@ def stop_on_interrupt(title: str, directory: str, temporary: str | None = None, 
 
     The signal's number reaches a watcher thread through signal.set_wakeup_fd (written by the C-level handler,
     even while the main thread is blocked); the watcher kills the worker processes, removes the job's own
-    temporary run files (`temporary`) and exits 130. Nothing has been published by then: the output holds only
-    .incomplete/, which the next --overwrite removes. Its message goes straight to `console`."""
+    temporary run files (`temporary`) and exits 130. Unless the job's last step had written the manifest already (a
+    signal in the last moment: the message says so), nothing has been published: the output holds only .incomplete/,
+    which the next --overwrite removes. Its message goes straight to `console`."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -120,8 +130,7 @@ def stop_on_interrupt(title: str, directory: str, temporary: str | None = None, 
             if finished.is_set() or not data:
                 return
             if data[0] in (signal.SIGINT, signal.SIGTERM):
-                os.write(console, f"\n{title}: interrupted: worker processes stopped; {directory} holds no "
-                                  "published output (only .incomplete/): re-run with --overwrite\n".encode())
+                os.write(console, f"\n{title}: interrupted: worker processes stopped; {_left(directory)}\n".encode())
                 for pid in descendants(os.getpid()):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
