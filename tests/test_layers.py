@@ -1,7 +1,8 @@
 """The tree shows the layers and every import points down them (STYLE.md habit 16).
 
-    commands/, jobs/,   the commands a user runs, the Beam jobs behind them (one module a stage)
-    model/              and the trainer's
+    commands/           the commands a user runs: the only layer that reads flags
+    model/              the trainer
+    jobs/               the Beam jobs (one module a stage), each run from a typed plan
     beam/               Beam plumbing
     algorithms/         pairs, masking: pure
     corpora/            raw corpus files -> documents
@@ -20,7 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # bottom to top; one rank may hold several packages (peers, which may import each other)
 LAYERS = [("pipeline.formats",), ("pipeline.text",), ("corpora",), ("pipeline.algorithms",), ("pipeline.beam",),
-          ("pipeline.commands", "pipeline.jobs", "model"), ("pipeline",)]
+          ("pipeline.jobs",), ("model",), ("pipeline.commands",), ("pipeline",)]
 RANK = {package: rank for rank, names in enumerate(LAYERS) for package in names}
 LAZY = re.compile(r"^((?:pipeline|corpora|model)(?:\.\w+)+):\w+$")   # "pipeline.commands.run:main"
 
@@ -90,6 +91,10 @@ def test_every_pipeline_module_lives_in_a_layer():
      "1: corpora.books (corpora) imports pipeline.commands.run (pipeline.commands)"),
     ("pipeline.beam.transforms", 'TABLE = {"x": "model.train:run"}\n',
      "1: pipeline.beam.transforms (pipeline.beam) imports model.train (model)"),
+    ("model.train", "from pipeline.commands.flags import positive_int\n",
+     "1: model.train (model) imports pipeline.commands.flags.positive_int (pipeline.commands)"),
+    ("pipeline.jobs.prepare", "from pipeline.commands import flags\n",
+     "1: pipeline.jobs.prepare (pipeline.jobs) imports pipeline.commands.flags (pipeline.commands)"),
 ])
 def test_the_check_finds_an_upward_import(module, source, expected):
     assert upward_imports(module, source) == [expected]
@@ -99,5 +104,19 @@ def test_the_check_allows_down_and_sideways():
     source = ("from pipeline.formats import documents\nfrom corpora import text\nimport numpy\n"
               "def f():\n    from pipeline.beam import shards\n")
     assert upward_imports("pipeline.beam.transforms", source) == []
-    assert upward_imports("model.train", "from pipeline.commands.flags import positive_int\n") == []
+    assert upward_imports("pipeline.commands.run", "from pipeline.jobs import prepare\n") == []
     assert upward_imports("pipeline.commands.cli", '"model.train:run"\n') == []
+
+
+def test_only_the_command_layer_reads_flags():
+    """The jobs run from typed plans and the trainer from its config: neither imports argparse or the commands."""
+    found = []
+    for name, path in modules().items():
+        if layer(name) not in ("pipeline.jobs", "model"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{name}:{node.lineno} imports {n}" for n in names
+                      if n == "argparse" or n.startswith("pipeline.commands")]
+    assert not found, "\n".join(found)

@@ -1,14 +1,17 @@
 """The `bertprep` commands: what a user runs, and the only layer that reads flags.
 
 cli          the command table and the strict parser: one line for every mistake
-flags        the parser and flag value types (shared with model/train.py)
-run          the Beam commands' handler: Beam options, a runner's checks, then the stage's job (pipeline/jobs/)
+flags        the parser and flag value types
+groups       the Beam commands' flag groups: each its flags, their checks together, the typed value they build
+plans        each Beam command as its job and its groups; the job's typed Plan built from the flags
+run          the Beam commands' handler: Beam options, a runner's checks, the plan, then the stage's job
 verify       `bertprep verify`: every record and invariant of an output directory
 inspection   `bertprep inspect`: counts, statistics and examples
 vocab        `bertprep vocab`: a WordPiece vocab learned from documents
 demo         `bertprep demo`: the whole product on the bundled sample
 
-The top layer, with its peers jobs/ and model/: may import every layer below. A new stage is a module of
-pipeline/jobs/ (its job, one chain of labelled transforms), a row of cli.COMMANDS and of run.STAGES; its invariants
-go into verify and its statistics into inspection.
+The top layer: may import every layer below (the jobs, the trainer). A new stage is a module of pipeline/jobs/ (its
+Plan and its job, one chain of labelled transforms), an entry of plans.COMMANDS (its flag groups, named for the
+Plan's fields), a row of cli.COMMANDS and of run.STAGES; its invariants go into verify and its statistics into
+inspection.
 """

@@ -8,7 +8,7 @@ import sys
 
 from apache_beam.options.pipeline_options import StandardOptions
 
-from pipeline.commands import flags
+from pipeline.commands import flags, plans
 from pipeline.formats import manifest, storage
 from pipeline.jobs import convert, decontaminate, dedup, extract, launch, mask, pack, pairs, prepare
 
@@ -26,7 +26,8 @@ STAGES = {"extract": extract.run, "pairs": pairs.run, "mask": mask.run, "prepare
 
 
 def main(args) -> int:
-    """The handler of the Beam commands: Beam options from the preset and the Beam flags, then the stage."""
+    """The handler of the Beam commands: Beam options from the preset and the Beam flags, then the stage's plan
+    from the flags (pipeline/commands/plans.py: eval sets read, ...), then the stage's job with it."""
     from pipeline.beam import options
 
     beam_args = list(args.beam_args)
@@ -61,7 +62,7 @@ def main(args) -> int:
     storage.check_reachable([value for _, value in _worker_paths(args)]
                             + ([] if options.is_dry_run(opts) else [args.gcs_bucket or ""]))
     try:
-        published = STAGES[args.command](args, opts)
+        published = STAGES[args.command](plans.plan(args.command, args), opts)
     except launch.DryRun as e:   # translated and staged for Dataflow, nothing ran: nothing was written
         print(e, file=sys.stderr)
         return 0

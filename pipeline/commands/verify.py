@@ -33,6 +33,7 @@ import numpy as np
 from pipeline.algorithms import packing
 from pipeline.formats import (columns, decontamination_report, dedup_report, documents, heldout, manifest, mds,
                               pair_records, parquet, schema, storage, tfrecord)
+from pipeline.jobs import inputs, settings
 
 MAX_REPORTED = 20
 
@@ -576,6 +577,9 @@ def _check_held_out_list(directory: str, m: dict, problems: Problems) -> None:
         problems.add(heldout.NAME, "a sha256 that is not 64 hex digits")
 
 
+FORMATS = (manifest.DOCUMENTS, manifest.PAIRS, manifest.SHARDS, manifest.PARQUET, manifest.MDS)   # what it reads
+
+
 def main(args) -> int:
     directory = args.directory
     problems = Problems()
@@ -583,31 +587,29 @@ def main(args) -> int:
     spec = directory
     if google and storage.is_dir(directory) and not storage.exists(manifest.path_in(directory)):
         spec = storage.join(directory, args.pattern)
-    formats = (manifest.SHARDS,) if google else (manifest.DOCUMENTS, manifest.PAIRS, manifest.SHARDS,
-                                                 manifest.PARQUET, manifest.MDS)
-    opened = manifest.open_output(spec, formats, foreign=google,
-                                  what="DIR", advice="for shards made by google's tool pass --max-seq-length and "
-                                                     "--max-predictions-per-seq")
+    advice = "for shards made by google's tool pass --max-seq-length and --max-predictions-per-seq"
+    if google:   # ours or google's, as mask, pack and convert tell them apart
+        made = inputs.open_made(spec, (manifest.SHARDS,), settings.MadeWith(args.max_seq_length,
+                                                                            args.max_predictions_per_seq, args.vocab),
+                                needs=("--max-seq-length", "--max-predictions-per-seq"), what="DIR", advice=advice,
+                                carry=False)
+        opened = made.opened
+    else:
+        opened = manifest.open_output(spec, FORMATS, what="DIR", advice=advice)
     m, files = opened.manifest, opened.files
     if m is None:   # google-style shards
         vocab_size, cls_id, sep_id = args.vocab_size or 1 << 31, args.cls_id, args.sep_id
-        if args.vocab:   # the ids of this vocab, not google's defaults
-            from pipeline.algorithms import masking
-            from pipeline.text import tokenization
-
-            words = tokenization.read_vocab(args.vocab)
-            ids = masking.VocabIds.from_vocab(words)
-            vocab_size, cls_id, sep_id = len(words), ids.cls_id, ids.sep_id
-        counts = verify_files(files, "shards", problems,
-                              schema.Shape(args.max_seq_length, args.max_predictions_per_seq),
-                              vocab_size, cls_id, sep_id)
+        if made.vocab:   # the ids of this vocab, not google's defaults
+            ids = made.vocab["ids"]
+            vocab_size, cls_id, sep_id = made.vocab["size"], ids["cls_id"], ids["sep_id"]
+        counts = verify_files(files, "shards", problems, made.shape, vocab_size, cls_id, sep_id)
         print(f"{directory}: {len(files)} file(s), {sum(counts):,} records (no manifest: google-style shards)")
     else:
         verify_output(directory, opened, problems)
         held = (m.get("split") or {}).get("validation")
         if held:   # the validation set beside a training output: its records, and the list of its documents
             held = storage.join(directory, held)
-            verify_output(held, manifest.open_output(held, formats, what="its validation set"), problems)
+            verify_output(held, manifest.open_output(held, FORMATS, what="its validation set"), problems)
     if problems.items:
         more = len(problems.items) - MAX_REPORTED
         print(f"FAILED: {len(problems.items)} problem(s)" + (f" ({more} not shown)" if more > 0 else ""),

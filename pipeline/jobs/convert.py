@@ -9,6 +9,7 @@ set the input carries (OUTPUT/validation/ of `prepare`, `mask`, `pack`) is conve
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import apache_beam as beam
 
@@ -18,63 +19,81 @@ from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.formats import columns as cols
 from pipeline.formats import heldout, manifest, mds, parquet, schema, storage
-from pipeline.jobs import launch, outputs, sources
+from pipeline.jobs import inputs, launch, outputs, settings
+from pipeline.jobs.errors import Refused
 from pipeline.text import tokenization
 
 FORMATS = {"parquet": manifest.PARQUET, "mds": manifest.MDS}
 
 
-def run(args, options) -> dict:
-    google = bool(args.max_seq_length or args.max_predictions_per_seq or args.vocab)
-    opened = manifest.open_output(args.input, (manifest.SHARDS, manifest.PAIRS), foreign=google,
-                                  advice="for shards made by google's tool pass --max-seq-length, "
-                                         "--max-predictions-per-seq and --vocab")
-    carried = sources.held_out_input(opened, args.input) if opened.manifest is not None else None
-    job, c = plan(args, opened, args.output, "train", carried and (carried[1], "training"))
-    outputs_ = [(job, c, opened, "convert")]
-    if carried:
-        held = manifest.open_output(carried[0], (opened.format,), what="its validation set")
-        held_job, held_c = plan(args, held, storage.join(args.output, heldout.SUBDIRECTORY), "validation",
-                                (carried[1], "validation"))
-        outputs_.insert(0, (held_job, held_c, held, "convert_validation"))
-    launch.prepare_output(args, options)
+@dataclass(frozen=True)
+class Plan:
+    """Everything `convert` does, decided before it runs; what the input holds comes from its manifest, or for
+    google's own shards from `made_with`."""
+    run: settings.Running
+    input: str
+    format: str                                   # parquet | mds
+    hf_dataset_card: bool = False
+    mds_shard_mb: float = float(mds.DEFAULT_SHARD_MB)
+    made_with: settings.MadeWith = settings.MadeWith()
+
+
+@dataclass(frozen=True)
+class Side:
+    """One output of the job (the training set, or the validation set beside it): its manifest, how its files
+    convert, what it reads, its counters' namespace."""
+    job: Publication
+    conversion: convert.Conversion
+    opened: manifest.Opened
+    namespace: str
+
+
+def run(plan: Plan, options) -> dict | None:
+    made = inputs.open_made(plan.input, (manifest.SHARDS, manifest.PAIRS), plan.made_with)
+    sides = [side(plan, made, plan.run.output, "train", made.carried and (made.carried[1], "training"))]
+    if made.carried:
+        held = inputs.open_made(made.carried[0], (made.opened.format,), settings.MadeWith(),
+                                 what="its validation set", carry=False)
+        sides.insert(0, side(plan, held, storage.join(plan.run.output, heldout.SUBDIRECTORY), "validation",
+                             (made.carried[1], "validation")))
+    launch.prepare_output(plan.run, options)
 
     p = beam.Pipeline(options=options)
-    stats = tuple(p | f"{'Validation' if ns.endswith('validation') else ''}ConvertFiles" >> convert.ConvertFiles(
-        out.out.directory, o.files, conv, ns) for out, conv, o, ns in outputs_)
-    if carried:   # the list of the validation set's documents goes with it
+    stats = tuple(p | f"{'Validation' if s.namespace.endswith('validation') else ''}ConvertFiles" >>
+                  convert.ConvertFiles(s.job.out.directory, s.opened.files, s.conversion, s.namespace) for s in sides)
+    if made.carried:   # the list of the validation set's documents goes with it
         p | "CopyValidationList" >> splitting.CopyHeldOutList(
-            [storage.join(d, heldout.NAME) for d in carried[0].split(",")], outputs_[0][0].out.directory)
-    stats | "Publish" >> Publish(*(out for out, _, _, _ in outputs_))
-    records = sum(opened.records.values())
-    basis = f"{records:,} records" if records else f"{job.out.estimated_bytes / 1e6:,.1f} MB of input"
-    what = f"convert: {manifest.KIND[opened.format]} -> {args.format} ({c.kind} rows, objective {c.objective}, " \
-           f"input_ids {cols.ids_dtype(c.vocab_size).name})"
-    return launch.run_job("convert", p, job, None, basis, args, notes=(what,))
+            [storage.join(d, heldout.NAME) for d in made.carried[0].split(",")], sides[0].job.out.directory)
+    stats | "Publish" >> Publish(*(s.job for s in sides))
+    training, c = sides[-1].job, sides[-1].conversion
+    records = sum(made.opened.records.values())
+    basis = f"{records:,} records" if records else f"{training.out.estimated_bytes / 1e6:,.1f} MB of input"
+    what = f"convert: {manifest.KIND[made.opened.format]} -> {plan.format} ({c.kind} rows, objective " \
+           f"{c.objective}, input_ids {cols.ids_dtype(c.vocab_size).name})"
+    return launch.run_job("convert", p, training, None, basis, plan.run, notes=(what,))
 
 
-def plan(args, opened: manifest.Opened, directory: str, prefix: str,
-         split: tuple[dict, str] | None) -> tuple[Publication, convert.Conversion]:
-    """The output converting `opened`'s files into `directory` (Parquet files named `prefix`-...), and how."""
-    m = opened.manifest
-    kind, shape, vocab, objective = _source(args, opened)
+def side(plan: Plan, made: inputs.Input, directory: str, prefix: str, split: tuple[dict, str] | None) -> Side:
+    """The output converting `made`'s files into `directory` (Parquet files named `prefix`-...), and how."""
+    m, opened = made.made, made.opened
+    kind, shape, vocab, objective = _source(plan, made)
     ids = vocab.get("ids") or {}
     c = convert.Conversion(kind, objective, int(vocab["size"]), int(ids.get("cls_id", 101)),
-                           int(ids.get("sep_id", 102)), shape, args.format, prefix, len(opened.files),
-                           int(args.mds_shard_mb * (1 << 20)))
+                           int(ids.get("sep_id", 102)), shape, plan.format, prefix, len(opened.files),
+                           int(plan.mds_shard_mb * (1 << 20)))
     size = sum(sizing.local_sizes(opened.files).values())
-    fmt = FORMATS[args.format]
-    out = Output(directory, prefix if args.format == "parquet" else "shard", len(opened.files),
-                 manifest.EXTENSION[fmt], size, args.input)
+    fmt = FORMATS[plan.format]
+    out = Output(directory, prefix if plan.format == "parquet" else "shard", len(opened.files),
+                 manifest.EXTENSION[fmt], size, plan.input)
     namespace = "convert_validation" if split and split[1] == "validation" else "convert"
     head = {"format": fmt, "stage": "convert", "objective": objective, "vocab": vocab,
             "max_seq_length": shape.max_seq_length,
-            "columns": {name: dtype.name for name, dtype in c.columns.items()} if args.format == "parquet"
+            "columns": {name: dtype.name for name, dtype in c.columns.items()} if plan.format == "parquet"
             else dict(zip(c.mds_columns.names, c.mds_columns.encodings)),
-            "parameters": {"format": args.format, **({"mds_shard_mb": args.mds_shard_mb} if args.format == "mds"
+            "parameters": {"format": plan.format, **({"mds_shard_mb": plan.mds_shard_mb} if plan.format == "mds"
                                                      else {"row_group_bytes": parquet.ROW_GROUP_BYTES,
                                                            "compression": parquet.COMPRESSION})},
-            "source": {"kind": kind, "path": args.input, "format": opened.format,
+            "source": {"kind": kind, "path": plan.input, "format": opened.format,
                        "stage": (m or {}).get("stage"), "parameters": (m or {}).get("parameters", {}),
                        "counts": {k: v for k, v in ((m or {}).get("counts") or {}).items() if k != "counters"},
                        **({"packing": m["packing"]} if m and m.get("packing") else {}),
@@ -86,39 +105,29 @@ def plan(args, opened: manifest.Opened, directory: str, prefix: str,
     if split:
         describe = outputs.with_split(describe, *split)
     held = bool(split) and split[1] == "validation"
-    finish = functools.partial(_finish, args.format, bool(args.hf_dataset_card) and not held,
+    finish = functools.partial(_finish, plan.format, plan.hf_dataset_card and not held,
                                storage.join(directory, heldout.SUBDIRECTORY) if split and not held else None)
     job = Publication(out, describe, checks=(functools.partial(_rows_lost, namespace, expected),),
                       side_files=(heldout.NAME,) if held else (), finish=finish,
                       why_empty=lambda counts: "the input holds no records")
-    return job, c
+    return Side(job, c, opened, namespace)
 
 
-def _source(args, opened: manifest.Opened) -> tuple[str, schema.Shape, dict, str]:
+def _source(plan: Plan, made: inputs.Input) -> tuple[str, schema.Shape, dict, str]:
     """(columns kind, the input's record shape, its vocab entry, objective) from its manifest, or for google's own
     shards from --max-seq-length, --max-predictions-per-seq and --vocab."""
-    m = opened.manifest
-    given = (("--max-seq-length", args.max_seq_length), ("--max-predictions-per-seq", args.max_predictions_per_seq))
+    m, given = made.made, plan.made_with
     if m is None:
-        missing = [flag for flag, value in given if not value] + ([] if args.vocab else ["--vocab"])
-        if missing:
-            raise SystemExit(f"{args.input} has no {manifest.NAME} (shards made by google's tool?): pass "
-                             f"{', '.join(missing)} to say what they were made with")
-        vocab = sources.vocab_entry(args.vocab, lowercase=None)
-        return cols.MASKED, schema.Shape(args.max_seq_length, args.max_predictions_per_seq), vocab, "nsp"
-    for flag, value in given:
+        return cols.MASKED, made.shape, made.vocab, made.objective
+    for flag, value in given.lengths():
         if value:
-            raise SystemExit(f"{flag}: {args.input} has a {manifest.NAME}, which says what its records hold")
-    if args.vocab and tokenization.vocab_sha256(args.vocab) != m["vocab"]["sha256"]:
-        raise SystemExit(f"--vocab {args.vocab} is not the vocabulary {args.input} was made with")
+            raise Refused(f"{flag}: {plan.input} has a {manifest.NAME}, which says what its records hold")
+    inputs.check_vocab(given.vocab, m, plan.input)
     vocab = m["vocab"]
-    if "ids" not in vocab and args.vocab:
-        vocab = {**vocab, "ids": masking.VocabIds.from_vocab(tokenization.read_vocab(args.vocab)).to_json()}
-    objective = manifest.objective(m)
-    if opened.format == manifest.PAIRS:
-        return cols.PAIRS, schema.Shape(int(m["max_seq_length"]), 0), vocab, objective
-    shape = manifest.shard_shape(m)
-    return (cols.PACKED if shape.packed else cols.MASKED), shape, vocab, objective
+    if "ids" not in vocab and given.vocab:
+        vocab = {**vocab, "ids": masking.VocabIds.from_vocab(tokenization.read_vocab(given.vocab)).to_json()}
+    kind = cols.PAIRS if made.opened.format == manifest.PAIRS else cols.PACKED if made.shape.packed else cols.MASKED
+    return kind, made.shape, vocab, made.objective
 
 
 def _describe(head: dict, namespace: str, inputs: list[dict], files: list[dict], counts: dict) -> dict:

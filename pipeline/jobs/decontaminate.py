@@ -6,6 +6,7 @@ document's matching 13-grams cut out with 200 characters either side, too dirty 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import apache_beam as beam
 
@@ -16,17 +17,28 @@ from pipeline.formats import manifest
 from pipeline.jobs import launch, outputs, settings
 
 
-def run(args, options) -> dict:
-    """Plans (every eval file read and checked first), builds and runs the job; returns the manifest it published."""
-    opened = manifest.open_output(args.input, (manifest.DOCUMENTS,), args.allow_incomplete, foreign=True)
-    params, against = settings.decontaminate_params(args, args.against)
-    size = sum(sizing.local_sizes(opened.files).values())
-    out = Output(args.output, "documents", args.num_shards or sizing.file_count(size), ".jsonl.gz", size,
-                 args.input)
-    shuffle = launch.shuffle_config(args, options)
-    launch.prepare_output(args, options)
+@dataclass(frozen=True)
+class Plan:
+    """Everything `decontaminate` does, decided before it runs (every eval file read and checked first)."""
+    run: settings.Running
+    input: str                                   # document directories or globs
+    decontamination: settings.Decontamination
+    allow_incomplete: bool = False
+    seed: int = settings.SEED
+    num_shards: int = 0
 
-    head = {"format": manifest.DOCUMENTS, "stage": "decontaminate", "seed": args.seed,
+
+def run(plan: Plan, options) -> dict | None:
+    """Plans, builds and runs the job; returns the manifest it published."""
+    opened = manifest.open_output(plan.input, (manifest.DOCUMENTS,), plan.allow_incomplete, foreign=True)
+    params, against = plan.decontamination.params, list(plan.decontamination.against)
+    size = sum(sizing.local_sizes(opened.files).values())
+    out = Output(plan.run.output, "documents", plan.num_shards or sizing.file_count(size), ".jsonl.gz", size,
+                 plan.input)
+    shuffle = launch.shuffle_config(plan.run, options)
+    launch.prepare_output(plan.run, options)
+
+    head = {"format": manifest.DOCUMENTS, "stage": "decontaminate", "seed": plan.seed,
             "parameters": {"num_shards": out.num_shards}}
     job = Publication(out, functools.partial(outputs.documents_manifest, head, opened.inputs, None,
                                              decontaminated=(params, against)),
@@ -35,10 +47,10 @@ def run(args, options) -> dict:
     p = beam.Pipeline(options=options)
     (p
      | "ReadDocuments" >> transforms.ReadDocuments(opened.files)
-     | "Decontaminate" >> decontamination.Decontaminate(params, args.output, shuffle, args.seed)
+     | "Decontaminate" >> decontamination.Decontaminate(params, plan.run.output, shuffle, plan.seed)
      | "ToRecords" >> beam.Map(outputs.document_record)
-     | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", args.seed,
+     | "WriteDocuments" >> shards.WriteShards(plan.run.output, "documents", out.num_shards, "jsonl.gz", plan.seed,
                                               shuffle, stat_names=outputs.DOCUMENT_STATS)
      | "Publish" >> Publish(job))
-    return launch.run_job("decontaminate", p, job, shuffle, f"{size / 1e6:,.1f} MB of documents", args,
-                          (settings.decontaminate_line("decontaminate", params, against),))
+    return launch.run_job("decontaminate", p, job, shuffle, f"{size / 1e6:,.1f} MB of documents", plan.run,
+                          (plan.decontamination.line("decontaminate"),))

@@ -20,6 +20,8 @@ from pipeline.beam.options import is_dataflow, is_dry_run, is_local_runner, loca
 from pipeline.beam.publish import Output, Publication
 from pipeline.beam.shuffle import ShuffleConfig
 from pipeline.formats import manifest, storage
+from pipeline.jobs.errors import Refused
+from pipeline.jobs.settings import Running
 
 
 MiB = 1 << 20
@@ -50,36 +52,36 @@ class DryRun(Exception):
     there is nothing to publish."""
 
 
-def shuffle_config(args, options) -> ShuffleConfig:
+def shuffle_config(run: Running, options) -> ShuffleConfig:
     """--shuffle auto: sorted run files on the local runner (it would hold a GroupByKey's whole input in memory),
     the runner's GroupByKey everywhere else (Dataflow's shuffle service, a Flink or Spark cluster).
 
     Run files live on this machine's disk whatever the output's file system: under the output's .incomplete/
     for a local output (an interrupted run's are removed by --overwrite), else in a new directory under
     --runs-dir (default: the system's temporary directory), removed when the job ends."""
-    backend = args.shuffle
+    backend = run.shuffle
     if backend == "auto":
         backend = "files" if is_local_runner(options) else "groupbykey"
     if backend != "files":
         if is_local_runner(options) and local_workers(options) > 1:
             # Beam 2.77's local runner with several workers was seen to drop whole batches of records on their way
             # to this GroupByKey, 0.3-16% of them at random, from 46 MB of books up; one worker never did
-            raise SystemExit("--shuffle groupbykey on the local runner needs one worker (--preset local-1 or "
+            raise Refused("--shuffle groupbykey on the local runner needs one worker (--preset local-1 or "
                              "--direct_running_mode=in_memory): Beam's multi-worker local runner drops records of "
                              "its GroupByKey at random; --shuffle files (the default here) uses every worker")
         return ShuffleConfig(backend)
-    if args.runs_dir and not storage.is_local(args.runs_dir):
-        raise SystemExit(f"--runs-dir {args.runs_dir}: run files need a directory on this machine's disk")
-    if args.runs_dir or not storage.is_local(args.output):
+    if run.runs_dir and not storage.is_local(run.runs_dir):
+        raise Refused(f"--runs-dir {run.runs_dir}: run files need a directory on this machine's disk")
+    if run.runs_dir or not storage.is_local(run.output):
         # a name only: the run writers create it, and run_job removes it however the job ends, so a job
         # refused before it runs leaves nothing behind
-        base = os.path.abspath(args.runs_dir or tempfile.gettempdir())
-        if args.runs_dir:
+        base = os.path.abspath(run.runs_dir or tempfile.gettempdir())
+        if run.runs_dir:
             shards.check_writable(base, "--runs-dir")
         runs_dir = os.path.join(base, f"{TEMPORARY_RUNS}{uuid.uuid4().hex[:12]}")
     else:
-        runs_dir = os.path.join(args.output.removeprefix("file://"), shards.INCOMPLETE, "runs")
-    return ShuffleConfig("files", os.path.abspath(runs_dir), max(1, int(args.sort_buffer_mb * MiB)))
+        runs_dir = os.path.join(run.output.removeprefix("file://"), shards.INCOMPLETE, "runs")
+    return ShuffleConfig("files", os.path.abspath(runs_dir), max(1, int(run.sort_buffer_mb * MiB)))
 
 
 def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig | None, out: Output, basis: str,
@@ -121,20 +123,20 @@ def own_tempdir():
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def prepare_output(args, options) -> None:
+def prepare_output(run: Running, options) -> None:
     """Readies --output (shards.prepare_output); a Dataflow dry run writes nothing, so it only checks: an output
     that holds files is refused as a real run would refuse it, and no directory is made."""
-    shards.prepare_output(args.output, args.overwrite, create=not is_dry_run(options))
+    shards.prepare_output(run.output, run.overwrite, create=not is_dry_run(options))
 
 
-def waits(args, options) -> bool:
+def waits(run: Running, options) -> bool:
     """Whether the launcher waits for the job: --wait or --no-wait, else yes except on Dataflow (whose job publishes
     its output itself: nothing needs this process once it is submitted)."""
-    return (not is_dataflow(options)) if args.wait is None else args.wait
+    return (not is_dataflow(options)) if run.wait is None else run.wait
 
 
 def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConfig | None, basis: str,
-            args, notes: tuple[str, ...] = ()) -> dict | None:
+            run: Running, notes: tuple[str, ...] = (), warnings: tuple[str, ...] = ()) -> dict | None:
     """Prints the plan and runs the pipeline, whose last step publishes its output; returns the manifest it wrote,
     or None for a job left to run on its own (see `waits`). A local run is guarded (pipeline/beam/local.py): Ctrl-C
     stops it at once, and its worker processes' tracebacks stay off the console unless --debug or -v.
@@ -144,15 +146,15 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
     before every write succeeded, and the files under .incomplete/ are removed and rewritten with the same bytes.
     """
     out = job.out
-    wait = waits(args, p.options) or is_dry_run(p.options)
+    wait = waits(run, p.options) or is_dry_run(p.options)
     if not wait and shuffle is not None and shuffle.backend == "files":
-        raise SystemExit("--no-wait with --shuffle files: the run files live on this machine, which the job needs "
+        raise Refused("--no-wait with --shuffle files: the run files live on this machine, which the job needs "
                          "until it ends (use --shuffle groupbykey, or wait)")
-    for line in plan_lines(title, p, shuffle, out, basis, notes):
+    for line in [f"warning: {w}" for w in warnings] + plan_lines(title, p, shuffle, out, basis, notes):
         print(line, file=sys.stderr)
     start = time.time()
     temporary = temporary_runs_dir(shuffle)
-    retries, tracebacks = args.retries, args.debug or getattr(args, "verbose", False)
+    retries, tracebacks = run.retries, run.tracebacks
     try:
         for attempt in range(retries + 1):
             try:
@@ -198,12 +200,12 @@ def _counters_differ(runner: dict[str, int], published: dict[str, int]) -> str:
     return ", ".join(f"{k} {runner.get(k, 0):,}/{published.get(k, 0):,}" for k in keys[:5])
 
 
-def pair_parallelism(args, options) -> int:
+def pair_parallelism(given: int, options) -> int:
     """How many workers pairing (and tokenization, see spread_ranges) should use when the corpus has fewer buckets
     (read units): --pair-parallelism, else the local runner's worker count (one per core for 0), else 32 (a
     distributed runner's workers)."""
-    if args.pair_parallelism:
-        return args.pair_parallelism
+    if given:
+        return given
     return local_workers(options) if is_local_runner(options) else 32
 
 
@@ -213,9 +215,9 @@ def spread_ranges(read_units: int, parallelism: int) -> int:
     return 4 * parallelism if parallelism > 1 and read_units < 2 * parallelism else 0
 
 
-def write_or_pack(args, out: Output, shuffle: ShuffleConfig, pack: packing.PackParams | None, name: str = ""):
+def write_or_pack(seed: int, out: Output, shuffle: ShuffleConfig, pack: packing.PackParams | None, name: str = ""):
     """(label, transform) of a shards job's last step: WriteShards, or PackShards with --pack, into `out`; `name`:
     its shuffle's, where a job writes two outputs."""
-    write = shards.WriteShards(out.directory, "shard", out.num_shards, "tfrecord", args.seed, shuffle,
+    write = shards.WriteShards(out.directory, "shard", out.num_shards, "tfrecord", seed, shuffle,
                                stat_names=transforms.MASK_STATS, pack=pack, name=name)
     return ("PackShards" if pack else "WriteShards"), write

@@ -2,12 +2,14 @@
 
     ReadPairs | MaskPairs | WriteShards (or PackShards) | Publish
 
-Pairs made with a validation set (`pairs --validation-...`) have it masked too, the same way unless
---validation-masked-lm-prob, into OUTPUT/validation/ with its list of documents: ValidationReadPairs | ... .
+Pairs made with a validation set (`pairs --validation-...`) have it masked too, by the same chain (its steps
+labelled Validation..., the same masking unless --validation-masked-lm-prob), into OUTPUT/validation/ with its list
+of documents.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import apache_beam as beam
 
@@ -16,102 +18,117 @@ from pipeline.beam import sizing, transforms
 from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.formats import heldout, manifest, storage
-from pipeline.jobs import launch, outputs, settings, sources
-from pipeline.text import tokenization
+from pipeline.jobs import inputs, launch, outputs, settings
+from pipeline.jobs.errors import Refused
 
 
-def run(args, options) -> dict:
+@dataclass(frozen=True)
+class Plan:
+    """Everything `mask` does, decided before it runs; what the pairs were made with comes from their manifest."""
+    run: settings.Running
+    input: str                                   # a pairs directory
+    masking: settings.Masking
+    vocab: str | None = None                     # refuse unless the pairs were made with it
+    objective: str | None = None                 # refuse unless the pairs were made for it
+    max_seq_length: int | None = None            # pairs without a manifest (--allow-incomplete): their length
+    allow_incomplete: bool = False
+    sequences_per_pack: int | None = None
+    seed: int = settings.SEED
+    num_shards: int = 0
+
+
+@dataclass(frozen=True)
+class Side:
+    """One output of the job (the training shards, or the validation set's): its manifest, the pair files it
+    masks, their masking and packing, its labels' prefix and its shuffle's name."""
+    job: Publication
+    files: list
+    params: masking.MaskParams
+    pack: object   # packing.PackParams | None
+    prefix: str
+    shuffle_name: str
+
+
+def run(plan: Plan, options) -> dict | None:
     """Plans (the vocab, lengths and objective from the pairs' manifest), builds and runs the job; returns the
     manifest it published (None: left to run on Dataflow)."""
-    opened = manifest.open_output(args.input, (manifest.PAIRS,), args.allow_incomplete)
-    files, pairs_manifest = opened.files, opened.manifest
-    if pairs_manifest is not None:
-        vocab = pairs_manifest["vocab"]
-        if args.vocab and tokenization.vocab_sha256(args.vocab) != vocab["sha256"]:
-            raise SystemExit(f"--vocab {args.vocab} is not the vocabulary {args.input} was made with "
-                             f"({vocab['path']}, sha256 {vocab['sha256'][:12]}...)")
-        L = pairs_manifest["max_seq_length"]
-        documents = sum(m["counts"]["documents"] for m in opened.manifests.values())
-        pair_parameters = pairs_manifest["parameters"]
-        objective = manifest.objective(pairs_manifest)
-        if args.objective and args.objective != objective:
-            raise SystemExit(f"--objective {args.objective}, but {args.input} holds pairs made for {objective}: "
-                             "the shards would claim an objective their instances do not have")
-    else:   # --allow-incomplete: no manifest to give the vocab ids and the length the pairs were made with
-        if not (args.vocab and args.max_seq_length):
-            raise SystemExit(f"{args.input} has no {manifest.NAME} to say which vocab and max_seq_length its pairs "
-                             "were made with: with --allow-incomplete also pass --vocab and --max-seq-length")
-        vocab = sources.vocab_entry(args.vocab, lowercase=None)
-        L, documents, pair_parameters = args.max_seq_length, None, None
-        objective = args.objective or "nsp"
-    params = settings.mask_params(args, L)
-    carried = sources.held_out_input(opened, args.input) if pairs_manifest is not None else None
-    if args.validation_masked_lm_prob is not None and not carried:
-        raise SystemExit(f"--validation-masked-lm-prob: {args.input} has no validation set (make one with pairs "
-                         "--validation-documents or --validation-fraction)")
-    record = sizing.shard_record_bytes(L, params.max_predictions_per_seq)
-    if pair_parameters is not None:   # the pairs manifest counts the instances
-        instances = sum(opened.records.values())
-        basis = f"{instances:,} pair records"
-    else:
-        pair_bytes = sum(sizing.local_sizes(files).values())
-        instances = pair_bytes / sizing.pair_record_bytes(L)
-        basis = f"{pair_bytes / 1e6:,.1f} MB of pair records"
-    out = Output(args.output, "shard", args.num_shards or sizing.file_count(instances * record), ".tfrecord",
-                 instances * record, args.input)
-    shuffle = launch.shuffle_config(args, options)
-    pack = settings.pack_params(args, L, params.max_predictions_per_seq, params.masked_lm_prob)
-    if pack and objective == "none":
-        raise SystemExit(f"--pack: {args.input} holds full-sentence rows (objective none), filled already: "
-                         "pack is for nsp and sop")
-    launch.prepare_output(args, options)
+    pairs = open_pairs(plan)
+    L = pairs.shape.max_seq_length
+    sides = [side(plan, pairs, L)] + ([side(plan, pairs, L, held=True)] if pairs.carried else [])
+    shuffle = launch.shuffle_config(plan.run, options)
+    if sides[0].pack and pairs.objective == "none":
+        raise Refused(f"--pack: {plan.input} holds full-sentence rows (objective none), filled already: pack is for "
+                      "nsp and sop")
+    launch.prepare_output(plan.run, options)
 
-    label, write = launch.write_or_pack(args, out, shuffle, pack)
-    head = outputs.shards_head("mask", args, params, vocab, L, objective)
-    describe = functools.partial(outputs.shards_manifest, head,
-                                 {"pairs": pair_parameters, **settings.mask_parameters(params)}, documents,
-                                 opened.inputs, pack, None)
-    job = Publication(out, outputs.with_split(describe, carried[1], "training") if carried else describe,
-                      checks=(outputs.packing_lost,) if pack else (), why_empty=outputs.why_empty)
+    ids = masking.VocabIds.from_json(pairs.vocab["ids"])
     p = beam.Pipeline(options=options)
-    stats = (p
-             | "ReadPairs" >> transforms.ReadPairs(files)
-             | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
-             | label >> write)
-    notes = (settings.masking_line("mask", params, L, bool(args.max_predictions_per_seq)),)
-    if carried:   # the pairs' validation set, masked beside them into OUTPUT/validation/
-        held_job, held_files, held_params = validation(args, carried, vocab, L, objective)
-        held_pack = settings.pack_params(args, L, held_params.max_predictions_per_seq, held_params.masked_lm_prob)
-        held_stats = (p
-                      | "ValidationReadPairs" >> transforms.ReadPairs(held_files)
-                      | "ValidationMaskPairs" >> transforms.MaskPairs(
-                          held_params, masking.VocabIds.from_json(vocab["ids"]), args.seed, L)
-                      | f"Validation{label}" >> launch.write_or_pack(args, held_job.out, shuffle, held_pack,
-                                                                     name=outputs.HELD_OUT_SHARDS)[1])
+    stats = [(p
+              | f"{s.prefix}ReadPairs" >> transforms.ReadPairs(s.files)
+              | f"{s.prefix}MaskPairs" >> transforms.MaskPairs(s.params, ids, plan.seed, L)
+              | f"{s.prefix}{'PackShards' if s.pack else 'WriteShards'}" >> launch.write_or_pack(
+                  plan.seed, s.job.out, shuffle, s.pack, name=s.shuffle_name)[1]) for s in sides]
+    if pairs.carried:   # the list of the validation set's documents goes with it
         p | "CopyValidationList" >> splitting.CopyHeldOutList(
-            [storage.join(d, heldout.NAME) for d in carried[0].split(",")], held_job.out.directory)
-        (held_stats, stats) | "Publish" >> Publish(held_job, job)
-        notes += (settings.masking_line("mask: validation set", held_params, L,
-                                        bool(args.max_predictions_per_seq)),)
+            [storage.join(d, heldout.NAME) for d in pairs.carried[0].split(",")], sides[1].job.out.directory)
+    tuple(reversed(stats)) | "Publish" >> Publish(*(s.job for s in reversed(sides)))
+    notes = tuple(plan.masking.line("mask: validation set" if s.prefix else "mask", s.params, L) for s in sides)
+    return launch.run_job("mask", p, sides[0].job, shuffle, basis(pairs, L), plan.run, notes,
+                          plan.masking.warnings(L))
+
+
+def open_pairs(plan: Plan) -> inputs.Input:
+    """The pairs, with what they were made with: from their manifest (checked against --vocab and --objective), or
+    with --allow-incomplete from --vocab and --max-seq-length."""
+    given = settings.MadeWith(max_seq_length=plan.max_seq_length, vocab=plan.vocab)
+    pairs = inputs.open_made(plan.input, (manifest.PAIRS,), given, ("--vocab", "--max-seq-length"), foreign=False,
+                              allow_incomplete=plan.allow_incomplete, advice="", missing=(
+                                  f"{plan.input} has no {manifest.NAME} to say which vocab and max_seq_length its "
+                                  "pairs were made with: with --allow-incomplete also pass --vocab and "
+                                  "--max-seq-length"))
+    if pairs.made is None:
+        return inputs.Input(pairs.opened, pairs.vocab, pairs.shape, plan.objective or "nsp")
+    inputs.check_vocab(given.vocab, pairs.made, plan.input, detail=True)
+    if plan.objective and plan.objective != pairs.objective:
+        raise Refused(f"--objective {plan.objective}, but {plan.input} holds pairs made for {pairs.objective}: "
+                      "the shards would claim an objective their instances do not have")
+    if plan.masking.validation_masked_lm_prob is not None and not pairs.carried:
+        raise Refused(f"--validation-masked-lm-prob: {plan.input} has no validation set (make one with pairs "
+                      "--validation-documents or --validation-fraction)")
+    return pairs
+
+
+def basis(pairs: inputs.Input, L: int) -> str:
+    """What the plan's file sizes are estimated from."""
+    if pairs.made is not None:   # the pairs manifest counts the instances
+        return f"{sum(pairs.opened.records.values()):,} pair records"
+    return f"{sum(sizing.local_sizes(pairs.opened.files).values()) / 1e6:,.1f} MB of pair records"
+
+
+def side(plan: Plan, pairs: inputs.Input, L: int, held: bool = False) -> Side:
+    """The training shards, or (`held`) the pairs' validation set masked beside them into OUTPUT/validation/ (at
+    --validation-masked-lm-prob when given): its output, manifest and the checks its Publish makes."""
+    opened = manifest.open_output(pairs.carried[0], (manifest.PAIRS,)) if held else pairs.opened
+    params = plan.masking.params(L, held_out=held)
+    record = sizing.shard_record_bytes(L, params.max_predictions_per_seq)
+    if opened.manifest is not None:
+        instances = sum(opened.records.values())
+        documents = sum(m["counts"]["documents"] for m in opened.manifests.values())
     else:
-        stats | "Publish" >> Publish(job)
-    return launch.run_job("mask", p, job, shuffle, basis, args, notes)
-
-
-def validation(args, carried: tuple[str, dict], vocab: dict, L: int, objective: str):
-    """(the validation shards' Publication, the validation pairs' files, their masking): the pairs' validation set,
-    masked as the training pairs unless --validation-masked-lm-prob."""
-    opened = manifest.open_output(carried[0], (manifest.PAIRS,))
-    params = settings.mask_params(args, L, held_out=True)
-    estimate = sum(opened.records.values()) * sizing.shard_record_bytes(L, params.max_predictions_per_seq)
-    out = Output(storage.join(args.output, heldout.SUBDIRECTORY), "shard", sizing.file_count(estimate), ".tfrecord",
-                 estimate, carried[0])
-    pack = settings.pack_params(args, L, params.max_predictions_per_seq, params.masked_lm_prob)
-    head = outputs.shards_head("mask", args, params, vocab, L, objective)
-    documents = sum(m["counts"]["documents"] for m in opened.manifests.values())
+        instances = sum(sizing.local_sizes(opened.files).values()) / sizing.pair_record_bytes(L)
+        documents = None
+    estimate = instances * record
+    out = Output(storage.join(plan.run.output, heldout.SUBDIRECTORY) if held else plan.run.output, "shard",
+                 sizing.file_count(estimate) if held else plan.num_shards or sizing.file_count(estimate), ".tfrecord",
+                 estimate, pairs.carried[0] if held else plan.input)
+    pack = settings.pack_params(plan.sequences_per_pack, params, L)
+    head = outputs.shards_head("mask", plan.seed, params, pairs.vocab, L, pairs.objective)
     describe = functools.partial(outputs.shards_manifest, head,
-                                 {"pairs": opened.manifest["parameters"], **settings.mask_parameters(params)},
-                                 documents, opened.inputs, pack, None)
-    job = Publication(out, outputs.with_split(describe, carried[1], "validation"), side_files=(heldout.NAME,),
-                      why_empty=outputs.why_held_out_empty)
-    return job, opened.files, params
+                                 {"pairs": opened.manifest and opened.manifest["parameters"],
+                                  **settings.mask_parameters(params)}, documents, opened.inputs, pack, None)
+    if pairs.carried:
+        describe = outputs.with_split(describe, pairs.carried[1], "validation" if held else "training")
+    job = (Publication(out, describe, side_files=(heldout.NAME,), why_empty=outputs.why_held_out_empty) if held else
+           Publication(out, describe, checks=(outputs.packing_lost,) if pack else (), why_empty=outputs.why_empty))
+    return Side(job, opened.files, params, pack, "Validation" if held else "",
+                outputs.HELD_OUT_SHARDS if held else "")

@@ -1,11 +1,14 @@
 """`bertprep pack`: masked shards in google's layout (ours or google's own) -> the same instances packed into rows.
 
     ReadShards | PackShards | Publish
+
+A validation set the shards carry (OUTPUT/validation/ of `prepare` or `mask`) goes through the same chain (its steps
+labelled Validation...) into OUTPUT/validation/, beside them.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
+from dataclasses import dataclass
 
 import apache_beam as beam
 
@@ -15,71 +18,76 @@ from pipeline.beam import shards, sizing, transforms
 from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.formats import heldout, manifest, storage
-from pipeline.jobs import launch, outputs, sources
-from pipeline.text import tokenization
+from pipeline.jobs import inputs, launch, outputs, settings
+from pipeline.jobs.errors import Refused
 
 
-def run(args, options) -> dict:
-    """`bertprep pack`: masked shards in google's layout -> the same instances packed into rows; a validation set
-    the shards carry (OUTPUT/validation/ of `prepare` or `mask`) is packed too, beside them."""
-    google = bool(args.max_seq_length or args.max_predictions_per_seq or args.vocab)
-    opened = manifest.open_output(args.input, (manifest.SHARDS,), foreign=google,
-                                  advice="for shards made by google's tool pass --max-seq-length, "
-                                         "--max-predictions-per-seq and --vocab")
-    carried = sources.held_out_input(opened, args.input) if opened.manifest is not None else None
-    job, files = plan(args, opened, args.output, args.num_shards, carried and (carried[1], "training"))
-    if carried:
-        held_job, held_files = plan(args, manifest.open_output(carried[0], (manifest.SHARDS,)),
-                                    storage.join(args.output, heldout.SUBDIRECTORY), 0, (carried[1], "validation"))
-    shuffle = launch.shuffle_config(args, options)
-    launch.prepare_output(args, options)
-
-    p = beam.Pipeline(options=options)
-    stats = (p
-             | "ReadShards" >> transforms.ReadShards(files, job.params.source)
-             | "PackShards" >> shards.WriteShards(args.output, "shard", job.out.num_shards, "tfrecord", args.seed,
-                                                  shuffle, stat_names=transforms.MASK_STATS, pack=job.params))
-    if carried:
-        held_stats = (p
-                      | "ValidationReadShards" >> transforms.ReadShards(held_files, held_job.params.source)
-                      | "ValidationPackShards" >> shards.WriteShards(
-                          held_job.out.directory, "shard", held_job.out.num_shards, "tfrecord", args.seed, shuffle,
-                          stat_names=transforms.MASK_STATS, pack=held_job.params, name=outputs.HELD_OUT_SHARDS))
-        p | "CopyValidationList" >> splitting.CopyHeldOutList(
-            [storage.join(d, heldout.NAME) for d in carried[0].split(",")], held_job.out.directory)
-        (held_stats, stats) | "Publish" >> Publish(held_job.publication, job.publication)
-    else:
-        stats | "Publish" >> Publish(job.publication)
-    records = sum(opened.records.values())
-    size = job.out.estimated_bytes
-    basis = f"{records:,} records" if records else f"{size / 1e6:,.1f} MB of shards"
-    return launch.run_job("pack", p, job.publication, shuffle, basis, args)
+@dataclass(frozen=True)
+class Plan:
+    """Everything `pack` does, decided before it runs; what the shards were made with comes from their manifest,
+    or for google's own shards from `made_with` and `masked_lm_prob`."""
+    run: settings.Running
+    input: str
+    sequences_per_pack: int = packing.DEFAULT_SEQUENCES_PER_PACK
+    made_with: settings.MadeWith = settings.MadeWith()
+    masked_lm_prob: float = 0.15            # google's shards: the share they were masked at
+    seed: int = settings.SEED
+    num_shards: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Packing:
-    """One output of the job: where it goes, how its rows are packed, and its manifest."""
+@dataclass(frozen=True)
+class Side:
+    """One output of the job: where it goes, how its rows are packed, its manifest, the read units (file, name) it
+    packs and its labels' prefix."""
     publication: Publication
     params: packing.PackParams
+    files: list
+    prefix: str
 
     @property
     def out(self) -> Output:
         return self.publication.out
 
 
-def plan(args, opened: manifest.Opened, directory: str, num_shards: int,
-         split: tuple[dict, str] | None) -> tuple[Packing, list[tuple[str, str]]]:
-    """(the output packing `opened`'s shards into `directory`, its read units (file, name)); `split`: the split
-    entry it carries and this output's role in it."""
-    vocab, L, P, prob, source = _pack_source(args, opened)
-    params = packing.PackParams.for_rule(L, P, args.max_sequences_per_pack, prob)
+def run(plan: Plan, options) -> dict | None:
+    """Packs the shards, and a validation set they carry beside them; returns the manifest it published."""
+    made = inputs.open_made(plan.input, (manifest.SHARDS,), plan.made_with)
+    sides = [side(plan, made, plan.run.output, plan.num_shards, made.carried and (made.carried[1], "training"))]
+    if made.carried:
+        held = inputs.open_made(made.carried[0], (manifest.SHARDS,), settings.MadeWith(), carry=False)
+        sides.append(side(plan, held, storage.join(plan.run.output, heldout.SUBDIRECTORY), 0,
+                          (made.carried[1], "validation")))
+    shuffle = launch.shuffle_config(plan.run, options)
+    launch.prepare_output(plan.run, options)
+
+    p = beam.Pipeline(options=options)
+    stats = [(p
+              | f"{s.prefix}ReadShards" >> transforms.ReadShards(s.files, s.params.source)
+              | f"{s.prefix}PackShards" >> shards.WriteShards(
+                  s.out.directory, "shard", s.out.num_shards, "tfrecord", plan.seed, shuffle,
+                  stat_names=transforms.MASK_STATS, pack=s.params, name=outputs.HELD_OUT_SHARDS if s.prefix else ""))
+             for s in sides]
+    if made.carried:
+        p | "CopyValidationList" >> splitting.CopyHeldOutList(
+            [storage.join(d, heldout.NAME) for d in made.carried[0].split(",")], sides[1].out.directory)
+    tuple(reversed(stats)) | "Publish" >> Publish(*(s.publication for s in reversed(sides)))
+    records = sum(made.opened.records.values())
+    basis = f"{records:,} records" if records else f"{sides[0].out.estimated_bytes / 1e6:,.1f} MB of shards"
+    return launch.run_job("pack", p, sides[0].publication, shuffle, basis, plan.run)
+
+
+def side(plan: Plan, made: inputs.Input, directory: str, num_shards: int, split: tuple[dict, str] | None) -> Side:
+    """The output packing `made`'s shards into `directory`; `split`: the split entry it carries and this output's
+    role in it."""
+    vocab, L, P, prob, source = _pack_source(plan, made)
+    params = packing.PackParams.for_rule(L, P, plan.sequences_per_pack, prob)
+    opened = made.opened
     names = text.relative_names(opened.files)
     size = sum(sizing.local_sizes(opened.files).values())
-    out = Output(directory, "shard", num_shards or sizing.file_count(size), ".tfrecord", size, args.input)
-    head = {"format": manifest.SHARDS, "stage": "pack", "seed": args.seed,
-            "objective": manifest.objective(opened.manifest), "vocab": vocab, "max_seq_length": L,
-            "max_predictions_per_seq": P,
-            "parameters": {"max_sequences_per_pack": args.max_sequences_per_pack, "num_shards": out.num_shards,
+    out = Output(directory, "shard", num_shards or sizing.file_count(size), ".tfrecord", size, plan.input)
+    head = {"format": manifest.SHARDS, "stage": "pack", "seed": plan.seed, "objective": made.objective,
+            "vocab": vocab, "max_seq_length": L, "max_predictions_per_seq": P,
+            "parameters": {"max_sequences_per_pack": plan.sequences_per_pack, "num_shards": out.num_shards,
                            "masked_lm_prob": prob, "source": source}}
     documents = sum((dm["counts"].get("documents") or 0) for dm in opened.manifests.values()) or None
     describe = functools.partial(outputs.packed_manifest, head, documents, params, opened.inputs)
@@ -89,30 +97,24 @@ def plan(args, opened: manifest.Opened, directory: str, num_shards: int,
     job = Publication(out, describe, checks=() if held else (outputs.packing_lost,),
                       side_files=(heldout.NAME,) if held else (),
                       why_empty=outputs.why_held_out_empty if held else outputs.why_empty)
-    return Packing(job, params), [(f, names[f]) for f in opened.files]
+    return Side(job, params, [(f, names[f]) for f in opened.files],
+                "Validation" if held else "")
 
 
-def _pack_source(args, opened: manifest.Opened) -> tuple[dict, int, int, float, dict | None]:
+def _pack_source(plan: Plan, made: inputs.Input) -> tuple[dict, int, int, float, dict | None]:
     """What the shards to pack were made with: (vocab entry, L, P, masked_lm_prob, their parameters or None)."""
-    m = opened.manifest
-    given = (("--max-seq-length", args.max_seq_length), ("--max-predictions-per-seq", args.max_predictions_per_seq))
+    m = made.made
     if m is None:   # google's own shards: the lengths and the vocab come from the command line
-        missing = [flag for flag, value in given if not value] + ([] if args.vocab else ["--vocab"])
-        if missing:
-            raise SystemExit(f"{args.input} has no {manifest.NAME} (shards made by google's tool?): pass "
-                             f"{', '.join(missing)} to say what they were made with")
-        return (sources.vocab_entry(args.vocab, lowercase=None), args.max_seq_length, args.max_predictions_per_seq,
-                args.masked_lm_prob, None)
+        return made.vocab, made.shape.max_seq_length, made.shape.max_predictions_per_seq, plan.masked_lm_prob, None
     if manifest.packed(m):
-        raise SystemExit(f"{args.input} holds packed shards already: pack the shards they were packed from")
-    if manifest.objective(m) == "none":
-        raise SystemExit(f"{args.input} holds full-sentence rows (objective none), filled already: pack is for nsp "
-                         "and sop")
+        raise Refused(f"{plan.input} holds packed shards already: pack the shards they were packed from")
+    if made.objective == "none":
+        raise Refused(f"{plan.input} holds full-sentence rows (objective none), filled already: pack is for nsp "
+                      "and sop")
     L, P = int(m["max_seq_length"]), int(m["max_predictions_per_seq"])
-    for (flag, value), have in zip(given, (L, P)):
+    for (flag, value), have in zip(plan.made_with.lengths(), (L, P)):
         if value and value != have:
-            raise SystemExit(f"{flag} {value}, but {args.input} was made with {have}")
-    if args.vocab and tokenization.vocab_sha256(args.vocab) != m["vocab"]["sha256"]:
-        raise SystemExit(f"--vocab {args.vocab} is not the vocabulary {args.input} was made with")
+            raise Refused(f"{flag} {value}, but {plan.input} was made with {have}")
+    inputs.check_vocab(plan.made_with.vocab, m, plan.input)
     parameters = m.get("parameters", {})
-    return m["vocab"], L, P, float(parameters.get("masked_lm_prob", args.masked_lm_prob)), parameters
+    return m["vocab"], L, P, float(parameters.get("masked_lm_prob", plan.masked_lm_prob)), parameters

@@ -2,108 +2,136 @@
 
     ReadDocuments | SpreadDocuments | [SplitValidation] | Tokenize | MakePairs | ToRecords | WritePairs | Publish
 
-With --validation-documents or --validation-fraction the held-out documents are paired apart (one dupe pass, their
-own random-next pool) into OUTPUT/validation/, which `mask` then masks beside the training pairs.
+With --validation-documents or --validation-fraction the held-out documents go through the same chain apart (each
+step labelled Validation..., one dupe pass, their own random-next pool) into OUTPUT/validation/, which `mask` then
+masks beside the training pairs.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
+from dataclasses import dataclass
 
 import apache_beam as beam
 
+from pipeline.algorithms import split
 from pipeline.beam import shards, sizing, transforms
 from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.formats import heldout, manifest, storage
-from pipeline.jobs import launch, outputs, settings, sources
+from pipeline.jobs import inputs, launch, outputs, settings, sources
+from pipeline.jobs.errors import Refused
 
 HELD_OUT_PAIRS = "validation_pairs"   # the validation set's pair shuffle
 
 
-def run(args, options) -> dict:
+@dataclass(frozen=True)
+class Plan:
+    """Everything `pairs` does, decided before it runs."""
+    run: settings.Running
+    input: str                                  # document directories or globs
+    pairing: settings.Pairing
+    allow_incomplete: bool = False
+    split: split.SplitParams | None = None
+    seed: int = settings.SEED
+    num_shards: int = 0
+
+
+@dataclass(frozen=True)
+class Side:
+    """One output of the job (training or validation pairs): its manifest, its labels' prefix, its dupe passes,
+    its share of the documents, its shuffle's name."""
+    job: Publication
+    prefix: str
+    dupe_factor: int
+    share: float
+    shuffle_name: str
+
+
+def run(plan: Plan, options) -> dict | None:
     """Plans, builds and runs the job; returns the manifest it published (None: left to run on Dataflow)."""
-    opened = manifest.open_output(args.input, (manifest.DOCUMENTS,), args.allow_incomplete, foreign=True)
-    files, inputs = opened.files, opened.inputs
-    vocab = sources.vocab_entry(args.vocab, not args.cased)
-    sizes = sizing.local_sizes(files)
+    opened = manifest.open_output(plan.input, (manifest.DOCUMENTS,), plan.allow_incomplete, foreign=True)
+    vocab = inputs.vocab_entry(plan.pairing.vocab, plan.pairing.lowercase)
+    sizes = sizing.local_sizes(opened.files)
     tokens = sizing.input_tokens("documents", sizes)
     documents = sources.expected_documents(opened, sizes, tokens)
-    split = settings.split_params(args)
-    held_share = settings.held_out_share(split, documents) if split else 0.0
-    if split and split.documents and opened.manifests and split.documents >= documents:   # counted: say it now
-        raise SystemExit(f"--validation-documents {split.documents:,}: {args.input} holds {documents:,.0f} documents, "
-                         "and training needs some of them: ask for fewer")
-    estimate = (sizing.instances(tokens, args.dupe_factor, args.max_seq_length) * (1 - held_share)
-                * sizing.pair_record_bytes(args.max_seq_length))
-    # mask reads one pair file per worker: at least 8 files, so a re-mask spreads over 8 workers
-    out = Output(args.output, "pairs", args.num_shards or sizing.file_count(estimate, minimum=8), ".tfrecord",
-                 estimate, args.input)
-    shuffle = launch.shuffle_config(args, options)
-    launch.prepare_output(args, options)
+    sides = plan_sides(plan, opened, vocab, tokens, documents)
+    shuffle = launch.shuffle_config(plan.run, options)
+    launch.prepare_output(plan.run, options)
 
-    parallelism = launch.pair_parallelism(args, options)
-    head = {"format": manifest.PAIRS, "stage": "pairs", "seed": args.seed, "objective": args.objective,
-            "vocab": vocab, "max_seq_length": args.max_seq_length,
-            "parameters": {**settings.pair_parameters(args), "num_shards": out.num_shards}}
-    job = publication(head, inputs, out, split, opened.manifest is not None and len(opened.records) == len(files),
-                      documents)
+    parallelism = launch.pair_parallelism(plan.pairing.parallelism, options)
     p = beam.Pipeline(options=options)
-    docs = p | "ReadDocuments" >> transforms.ReadDocuments(files)
+    docs = p | "ReadDocuments" >> transforms.ReadDocuments(opened.files)
     # a split by count reads its threshold (a side input, of every document's draw) across a shuffle: always spread
-    limits = (docs | "ValidationThresholds" >> splitting.Thresholds(split)) if split and split.documents else None
-    spread = launch.spread_ranges(len(files), parallelism)
+    limits = (docs | "ValidationThresholds" >> splitting.Thresholds(plan.split)) \
+        if plan.split and plan.split.documents else None
+    spread = launch.spread_ranges(len(opened.files), parallelism)
     docs = docs | "SpreadDocuments" >> transforms.SpreadDocuments(shuffle, max(spread, 2 if limits else 0))
-    if split:
-        halves = docs | "SplitValidation" >> splitting.SplitValidation(split, limits)
-        docs = halves[splitting.TRAINING]
-    stats = (docs
-             | "Tokenize" >> transforms.Tokenize(args.vocab, not args.cased)
-             | "MakePairs" >> transforms.MakePairs(shuffle, args.vocab, settings.pair_params(args, vocab), args.seed,
-                                                   args.bucket_docs, documents * (1 - held_share),
-                                                   tokens * (1 - held_share), parallelism)
-             | "ToRecords" >> beam.Map(transforms.encode_pairs)
-             | "WritePairs" >> shards.WriteShards(args.output, "pairs", out.num_shards, "tfrecord", args.seed,
-                                                  shuffle, stat_names=transforms.PAIR_STATS))
-    if split:
-        held_job = validation(head, inputs, split, args, tokens, held_share)
-        held = halves[splitting.VALIDATION]
-        held_stats = (held
-                      | "ValidationTokenize" >> transforms.Tokenize(args.vocab, not args.cased)
-                      | "ValidationMakePairs" >> transforms.MakePairs(
-                          shuffle, args.vocab, dataclasses.replace(settings.pair_params(args, vocab), dupe_factor=1),
-                          args.seed, args.bucket_docs, documents * held_share, tokens * held_share, parallelism)
-                      | "ValidationToRecords" >> beam.Map(transforms.encode_pairs)
-                      | "ValidationWritePairs" >> shards.WriteShards(
-                          held_job.out.directory, "pairs", held_job.out.num_shards, "tfrecord", args.seed, shuffle,
-                          stat_names=transforms.PAIR_STATS, name=HELD_OUT_PAIRS))
-        held | "ListValidation" >> splitting.ListHeldOut(held_job.out.directory, shuffle, args.seed)
-        (held_stats, stats) | "Publish" >> Publish(held_job, job)
-    else:
-        stats | "Publish" >> Publish(job)
-    notes = (settings.split_line("pairs", split, held_job.out),) if split else ()
-    return launch.run_job("pairs", p, job, shuffle, settings.instances_basis(sum(sizes.values()), tokens, args), args,
-                          notes)
+    halves = docs | "SplitValidation" >> splitting.SplitValidation(plan.split, limits) if plan.split else None
+    parts = [halves[splitting.TRAINING], halves[splitting.VALIDATION]] if plan.split else [docs]
+    stats = [chain(side, part, plan, vocab, shuffle, documents, tokens, parallelism)
+             for side, part in zip(sides, parts)]
+    if plan.split:
+        parts[1] | "ListValidation" >> splitting.ListHeldOut(sides[1].job.out.directory, shuffle, plan.seed)
+    tuple(reversed(stats)) | "Publish" >> Publish(*(side.job for side in reversed(sides)))
+    notes = (settings.split_line("pairs", plan.split, sides[1].job.out),) if plan.split else ()
+    basis = settings.instances_basis(sum(sizes.values()), tokens, plan.pairing.rule.dupe_factor,
+                                     plan.pairing.max_seq_length)
+    return launch.run_job("pairs", p, sides[0].job, shuffle, basis, plan.run, notes)
 
 
-def publication(head: dict, inputs: list[dict], out: Output, split, counted: bool, documents: float) -> Publication:
-    """The training pairs' manifest (with a split: its documents are those the split sent to training), and the
-    checks its Publish step makes."""
-    if not split:
+def chain(side: Side, docs, plan: Plan, vocab: dict, shuffle, documents: float, tokens: float, parallelism: int):
+    """One side's documents -> its pair records, written: the stats its Publish reads."""
+    out = side.job.out
+    return (docs
+            | f"{side.prefix}Tokenize" >> transforms.Tokenize(plan.pairing.vocab, plan.pairing.lowercase)
+            | f"{side.prefix}MakePairs" >> transforms.MakePairs(
+                shuffle, plan.pairing.vocab, plan.pairing.params(vocab, side.dupe_factor), plan.seed,
+                plan.pairing.bucket_docs, documents * side.share, tokens * side.share, parallelism)
+            | f"{side.prefix}ToRecords" >> beam.Map(transforms.encode_pairs)
+            | f"{side.prefix}WritePairs" >> shards.WriteShards(out.directory, "pairs", out.num_shards, "tfrecord",
+                                                               plan.seed, shuffle, stat_names=transforms.PAIR_STATS,
+                                                               name=side.shuffle_name))
+
+
+def plan_sides(plan: Plan, opened: manifest.Opened, vocab: dict, tokens: float, documents: float) -> list[Side]:
+    """The training pairs, and with a split the validation pairs (one dupe pass of the held-out documents): their
+    outputs, manifests and the checks their Publish makes."""
+    split_ = plan.split
+    held_share = settings.held_out_share(split_, documents) if split_ else 0.0
+    if split_ and split_.documents and opened.manifests and split_.documents >= documents:   # counted: say it now
+        raise Refused(f"--validation-documents {split_.documents:,}: {plan.input} holds {documents:,.0f} documents, "
+                      "and training needs some of them: ask for fewer")
+    L, dupe_factor = plan.pairing.max_seq_length, plan.pairing.rule.dupe_factor
+    head = {"format": manifest.PAIRS, "stage": "pairs", "seed": plan.seed, "objective": plan.pairing.objective,
+            "vocab": vocab, "max_seq_length": L, "parameters": plan.pairing.parameters()}
+    counted = opened.manifest is not None and len(opened.records) == len(opened.files)
+    sides = []
+    for held in (False, True)[:2 if split_ else 1]:
+        share = held_share if held else 1 - held_share
+        estimate = sizing.instances(tokens, 1 if held else dupe_factor, L) * share * sizing.pair_record_bytes(L)
+        # mask reads one pair file per worker: at least 8 training files, so a re-mask spreads over 8 workers
+        files = sizing.file_count(estimate) if held else plan.num_shards or sizing.file_count(estimate, minimum=8)
+        out = Output(storage.join(plan.run.output, heldout.SUBDIRECTORY) if held else plan.run.output, "pairs",
+                     files, ".tfrecord", estimate, plan.input)
+        parameters = {**head["parameters"], **({"dupe_factor": 1} if held else {}), "num_shards": out.num_shards}
+        job = publication({**head, "parameters": parameters}, opened.inputs, out, split_, held,
+                          round(documents) if counted else None)
+        sides.append(Side(job, "Validation" if held else "", 1 if held else dupe_factor, share,
+                          HELD_OUT_PAIRS if held else ""))
+    return sides
+
+
+def publication(head: dict, inputs: list[dict], out: Output, split_, held: bool,
+                entering: int | None) -> Publication:
+    """One side's manifest (with a split: its documents are those the split sent its way), and the checks its
+    Publish step makes. `entering`: the documents the input's manifests count, all of which the split must account
+    for (None: not counted)."""
+    if not split_:
         return Publication(out, functools.partial(outputs.pairs_manifest, head, inputs), why_empty=outputs.why_empty)
-    describe = functools.partial(outputs.pairs_manifest, head, inputs, documents=outputs.TRAINING_DOCUMENTS)
-    # every document read reaches the split: where the input's manifests count them, the split must account for all
-    entering = round(documents) if counted else None
-    return Publication(out, outputs.with_split(describe, split, "training"),
-                       checks=(functools.partial(outputs.split_lost, entering=entering),), why_empty=outputs.why_empty)
-
-
-def validation(head: dict, inputs: list[dict], split, args, tokens: float, share: float) -> Publication:
-    """The validation pairs' output and manifest: one dupe pass of the held-out documents."""
-    estimate = sizing.instances(tokens, 1, args.max_seq_length) * share * sizing.pair_record_bytes(args.max_seq_length)
-    out = Output(storage.join(args.output, heldout.SUBDIRECTORY), "pairs", sizing.file_count(estimate), ".tfrecord",
-                 estimate, args.input)
-    head = {**head, "parameters": {**head["parameters"], "dupe_factor": 1, "num_shards": out.num_shards}}
-    describe = functools.partial(outputs.pairs_manifest, head, inputs, documents=outputs.HELD_OUT_DOCUMENTS)
-    return Publication(out, outputs.with_split(describe, split, "validation"), side_files=(heldout.NAME,),
-                       why_empty=outputs.why_held_out_empty)
+    documents = outputs.HELD_OUT_DOCUMENTS if held else outputs.TRAINING_DOCUMENTS
+    describe = outputs.with_split(functools.partial(outputs.pairs_manifest, head, inputs, documents=documents),
+                                  split_, "validation" if held else "training")
+    if held:
+        return Publication(out, describe, side_files=(heldout.NAME,), why_empty=outputs.why_held_out_empty)
+    return Publication(out, describe, checks=(functools.partial(outputs.split_lost, entering=entering),),
+                       why_empty=outputs.why_empty)

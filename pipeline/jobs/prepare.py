@@ -4,197 +4,238 @@
         | MaskPairs | WriteShards (or PackShards) | Publish
 
 With --validation-documents or --validation-fraction the documents are split before pairing: the held-out ones go
-through the same steps, each labelled Validation..., with one dupe pass, into OUTPUT/validation/ (its own shards,
-manifest and list of documents), and both outputs are published by the one Publish step, the training one last.
+through the same chain, each step labelled Validation..., with one dupe pass, into OUTPUT/validation/ (its own
+shards, manifest and list of documents), and both outputs are published by the one Publish step, the training one
+last.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+from dataclasses import dataclass
+from typing import Mapping
 
 import apache_beam as beam
 
-from pipeline.algorithms import masking
+from corpora import ReadParams
+from pipeline.algorithms import dedup, masking, split
 from pipeline.beam import decontaminate as decontamination
 from pipeline.beam import dedup as deduplication
 from pipeline.beam import sizing, tally, transforms
 from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.formats import heldout, storage
-from pipeline.jobs import launch, outputs, settings, sources
+from pipeline.jobs import inputs, launch, outputs, settings, sources
 
 
-def run(args, options) -> dict:
+@dataclass(frozen=True)
+class Plan:
+    """Everything `prepare` does, decided before it runs (pipeline/commands/plans.py builds it from the flags)."""
+    run: settings.Running
+    corpora: tuple[tuple[str, str], ...]             # (kind, comma-joined globs), in the order given
+    read: ReadParams
+    pairing: settings.Pairing
+    masking: settings.Masking
+    sequences_per_pack: int | None = None            # --pack: instances a row holds at most
+    split: split.SplitParams | None = None
+    dedup: dedup.DedupParams | None = None
+    decontaminate: settings.Decontamination | None = None
+    corpus_weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    mix_corpora: bool = False
+    seed: int = settings.SEED
+    num_shards: int = 0
+
+    @property
+    def input(self) -> str:
+        """Every corpus's globs, comma-joined (the outputs' record of what they were made from)."""
+        return ",".join(spec for _, spec in self.corpora)
+
+    def dupes(self) -> dict[str, int]:
+        """Dupe passes of each corpus: round(dupe factor x its weight), at least 1."""
+        d = self.pairing.rule.dupe_factor
+        return {kind: max(1, round(d * self.corpus_weights.get(kind, 1.0))) for kind, _ in self.corpora}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One output of the job (the training set, or the validation set) and how its chain differs: its labels'
+    prefix, its dupe passes, its share of the input, its masking and packing, its shuffle and counters' names."""
+    job: Publication
+    vocab: dict                     # the vocab's manifest entry
+    prefix: str                     # "" | "Validation"
+    dupes: dict[str, int]
+    share: float                    # of the input's documents
+    mask: masking.MaskParams
+    pack: object                    # packing.PackParams | None
+    shuffle_name: str               # its shard shuffle's ("" : the default)
+    corpus: str                     # the namespace of its per-corpus counts
+
+
+def run(plan: Plan, options) -> dict | None:
     """Plans, builds and runs the job; returns the manifest it published (None: left to run on Dataflow)."""
-    inputs = sources.corpus_inputs(args)   # [(kind, files, {file: bytes})], each file checked for its kind
-    tokens_of = {kind: sizing.input_tokens(kind, sz) for kind, _, sz in inputs}
-    documents_of = {kind: sizing.input_documents(kind, sz, tokens_of[kind]) for kind, _, sz in inputs}
-    dupes = sources.corpus_dupes(args)
-    vocab = sources.vocab_entry(args.vocab, not args.cased)
-    params = settings.mask_params(args, args.max_seq_length)
-    split = settings.split_params(args)
-    held_share = settings.held_out_share(split, sum(documents_of.values())) if split else 0.0
-    estimate = (sum(sizing.instances(tokens_of[kind], dupes[kind], args.max_seq_length) for kind in tokens_of)
-                * (1 - held_share) * sizing.shard_record_bytes(args.max_seq_length, params.max_predictions_per_seq))
-    out = Output(args.output, "shard", args.num_shards or sizing.file_count(estimate), ".tfrecord", estimate,
-                 args.input)
-    shuffle = launch.shuffle_config(args, options)
-    pack = settings.pack_params(args, args.max_seq_length, params.max_predictions_per_seq, params.masked_lm_prob)
-    deduplicate = settings.dedup_params(args) if args.dedup else None
-    decontaminate = settings.decontaminate_params(args, args.decontaminate) if args.decontaminate else None
-    launch.prepare_output(args, options)
+    found = sources.corpus_inputs(plan.corpora, plan.read.text_field)   # [(kind, files, {file: bytes})]
+    tokens_of = {kind: sizing.input_tokens(kind, sz) for kind, _, sz in found}
+    documents_of = {kind: sizing.input_documents(kind, sz, tokens_of[kind]) for kind, _, sz in found}
+    sides = plan_sides(plan, found, tokens_of, documents_of)
+    shuffle = launch.shuffle_config(plan.run, options)
+    launch.prepare_output(plan.run, options)
 
-    parallelism = launch.pair_parallelism(args, options)
-    several = len(inputs) > 1
-    job = publication(args, inputs, out, vocab, params, pack, deduplicate, dupes, split, decontaminate)
-    readers = [(kind, sources.corpus_reader(kind, fs, args)) for kind, fs, _ in inputs]
+    parallelism = launch.pair_parallelism(plan.pairing.parallelism, options)
+    readers = [(kind, sources.corpus_reader(kind, fs, plan.read)) for kind, fs, _ in found]
     p = beam.Pipeline(options=options)
-    pooled = pools(sources.read_corpora(p, readers), args, shuffle, deduplicate,
-                   decontaminate and decontaminate[0], parallelism, sum(tokens_of.values()))
-    # documents dealt over the workers (always before a split by count: its threshold is a side input, read
-    # across a shuffle), then split
-    limits = (tuple(docs for _, _, docs in pooled) | "JoinForDraws" >> beam.Flatten()
-              | "ValidationThresholds" >> splitting.Thresholds(split)) if split and split.documents else None
-    training, held = [], []
-    for name, members, docs in pooled:
-        reads = sum(len(r.reads) for k, r in readers if k in members)
-        spread = 0 if deduplicate else launch.spread_ranges(reads, parallelism)
-        docs = docs | f"SpreadDocuments{name}" >> transforms.SpreadDocuments(shuffle, max(spread, 2 if limits else 0))
-        if split:
-            halves = docs | f"SplitValidation{name}" >> splitting.SplitValidation(split, limits)
-            held.append((name, members, halves[splitting.VALIDATION]))
-            docs = halves[splitting.TRAINING]
-        training.append((name, members, docs))
+    pooled = pools(sources.read_corpora(p, readers), plan, shuffle, parallelism, sum(tokens_of.values()))
+    halves = split_pools(pooled, plan, shuffle, readers, parallelism)
+    stats = [chain(side, pooled, plan, shuffle, documents_of, tokens_of, parallelism, len(found) > 1)
+             for side, pooled in zip(sides, halves)]
+    if plan.split:
+        (tuple(docs for _, _, docs in halves[1]) | "JoinValidation" >> beam.Flatten()
+         | "ListValidation" >> splitting.ListHeldOut(sides[1].job.out.directory, shuffle, plan.seed))
+    tuple(reversed(stats)) | "Publish" >> Publish(*(side.job for side in reversed(sides)))
 
-    instances = pair_pools(training, args, shuffle, vocab, dupes, documents_of, tokens_of, 1 - held_share,
-                           parallelism, several)
-    label, write = launch.write_or_pack(args, out, shuffle, pack)
-    stats = (instances
-             | "MaskPairs" >> transforms.MaskPairs(params, masking.VocabIds.from_json(vocab["ids"]), args.seed,
-                                                   args.max_seq_length)
-             | label >> write)
-    if split:
-        held_job, held_params = validation(args, inputs, vocab, split, tokens_of, held_share)
-        held_instances = pair_pools(held, args, shuffle, vocab, {kind: 1 for kind in dupes}, documents_of, tokens_of,
-                                    held_share, parallelism, several, prefix="Validation")
-        held_pack = settings.pack_params(args, args.max_seq_length, held_params.max_predictions_per_seq,
-                                         held_params.masked_lm_prob)
-        held_stats = (held_instances
-                      | "ValidationMaskPairs" >> transforms.MaskPairs(
-                          held_params, masking.VocabIds.from_json(vocab["ids"]), args.seed, args.max_seq_length)
-                      | f"Validation{label}" >> launch.write_or_pack(args, held_job.out, shuffle, held_pack,
-                                                                     name=outputs.HELD_OUT_SHARDS)[1])
-        (tuple(docs for _, _, docs in held) | "JoinValidation" >> beam.Flatten()
-         | "ListValidation" >> splitting.ListHeldOut(held_job.out.directory, shuffle, args.seed))
-        (held_stats, stats) | "Publish" >> Publish(held_job, job)
-    else:
-        stats | "Publish" >> Publish(job)
-
-    kinds = "+".join(kind for kind, _, _ in inputs)
-    warned = sources.warn_hard_wrapped(inputs)
-    basis = settings.instances_basis(sum(sum(sz.values()) for _, _, sz in inputs), sum(tokens_of.values()), args)
-    notes = (settings.masking_line(f"prepare {kinds}", params, args.max_seq_length,
-                                   bool(args.max_predictions_per_seq)),)
-    if decontaminate:
-        notes += (settings.decontaminate_line(f"prepare {kinds}", *decontaminate),)
-    if split:
-        notes += (settings.split_line(f"prepare {kinds}", split, held_job.out),)
-    m = launch.run_job(f"prepare {kinds}", p, job, shuffle, basis, args, notes)
-    sources.warn_hard_wrapped_after(m, warned)
+    kinds = "+".join(kind for kind, _, _ in found)
+    warning = sources.hard_wrapped_warning(found)
+    basis = settings.instances_basis(sum(sum(sz.values()) for _, _, sz in found), sum(tokens_of.values()),
+                                     plan.pairing.rule.dupe_factor, plan.pairing.max_seq_length)
+    m = launch.run_job(f"prepare {kinds}", p, sides[0].job, shuffle, basis, plan.run, notes(plan, kinds, sides),
+                       plan.masking.warnings(plan.pairing.max_seq_length) + ((warning,) if warning else ()))
+    sources.warn_hard_wrapped_after(m, bool(warning))
     return m
 
 
-def pools(read: dict, args, shuffle, deduplicate, decontaminate, parallelism: int,
-          tokens: float) -> list[tuple[str, list, object]]:
+def notes(plan: Plan, kinds: str, sides: list[Side]) -> tuple[str, ...]:
+    """The plan's lines on masking, decontamination and the split."""
+    title = f"prepare {kinds}"
+    lines = (plan.masking.line(title, sides[0].mask, plan.pairing.max_seq_length),)
+    if plan.decontaminate:
+        lines += (plan.decontaminate.line(title),)
+    if plan.split:
+        lines += (settings.split_line(title, plan.split, sides[1].job.out),)
+    return lines
+
+
+def pools(read: dict, plan: Plan, shuffle, parallelism: int, tokens: float) -> list[tuple[str, list, object]]:
     """The random-next pools as (label suffix, the corpora in it, its documents): one per corpus, or with
     --mix-corpora one over all. --dedup (a book may sit in two corpora), then --decontaminate, run over every corpus
     at once, then each document goes back to its corpus by `source`; dedup's shuffles spread the documents."""
     order, several = list(read), len(read) > 1
-    if deduplicate or decontaminate:
+    if plan.dedup or plan.decontaminate:
         docs = sources.joined(read)
-        if deduplicate:
-            docs = docs | "Dedup" >> deduplication.Dedup(deduplicate, args.output, shuffle, 4 * parallelism,
+        if plan.dedup:
+            docs = docs | "Dedup" >> deduplication.Dedup(plan.dedup, plan.run.output, shuffle, 4 * parallelism,
                                                          sizing.text_bytes(tokens))
-        if decontaminate:
-            docs = docs | "Decontaminate" >> decontamination.Decontaminate(decontaminate, args.output, shuffle,
-                                                                           args.seed)
+        if plan.decontaminate:
+            docs = docs | "Decontaminate" >> decontamination.Decontaminate(plan.decontaminate.params,
+                                                                           plan.run.output, shuffle, plan.seed)
         read = (dict(zip(order, docs | "ByCorpus" >> beam.Partition(lambda d, n: order.index(d.source), len(order))))
-                if several and not args.mix_corpora else {order[0] if not several else None: docs})
-    elif several and args.mix_corpora:
+                if several and not plan.mix_corpora else {order[0] if not several else None: docs})
+    elif several and plan.mix_corpora:
         read = {None: sources.joined(read)}
     # one pool keeps the single-corpus labels; None: every corpus in one
     return [(kind.capitalize() if len(read) > 1 else "", [kind] if kind else order, docs)
             for kind, docs in read.items()]
 
 
-def pair_pools(pooled: list, args, shuffle, vocab: dict, dupes: dict, documents_of: dict, tokens_of: dict,
-               share: float, parallelism: int, several: bool, prefix: str = ""):
-    """Each pool's documents -> its pair instances (tokenized, paired with its corpus's dupe passes), all pools'
-    joined; counted per corpus when there are several. `share`: the part of the input these documents are expected
-    to be (a split's side), which sizes the buckets. `prefix` labels the validation set's steps."""
-    namespace = transforms.HELD_OUT_CORPUS if prefix else transforms.CORPUS
+def split_pools(pooled: list, plan: Plan, shuffle, readers, parallelism: int) -> list[list]:
+    """Each pool's documents dealt over the workers (always before a split by count: its threshold is a side input,
+    read across a shuffle), then split: [the training pools] or [the training pools, the validation pools]."""
+    limits = (tuple(docs for _, _, docs in pooled) | "JoinForDraws" >> beam.Flatten()
+              | "ValidationThresholds" >> splitting.Thresholds(plan.split)) \
+        if plan.split and plan.split.documents else None
+    training, held = [], []
+    for name, members, docs in pooled:
+        reads = sum(len(r.reads) for k, r in readers if k in members)
+        spread = 0 if plan.dedup else launch.spread_ranges(reads, parallelism)
+        docs = docs | f"SpreadDocuments{name}" >> transforms.SpreadDocuments(shuffle, max(spread, 2 if limits else 0))
+        if plan.split:
+            halves = docs | f"SplitValidation{name}" >> splitting.SplitValidation(plan.split, limits)
+            held.append((name, members, halves[splitting.VALIDATION]))
+            docs = halves[splitting.TRAINING]
+        training.append((name, members, docs))
+    return [training, held] if plan.split else [training]
+
+
+def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tokens_of: dict, parallelism: int,
+          several: bool):
+    """One side's pools -> its pair instances (each pool tokenized and paired with its corpus's dupe passes, all
+    joined; counted per corpus when there are several) -> masked -> written: the stats its Publish reads."""
     made = []
     for name, members, docs in pooled:
-        pool_params = dataclasses.replace(settings.pair_params(args, vocab),
-                                          dupe_factor=dupes[members[0]] if len(members) == 1 else
-                                          (1 if prefix else args.dupe_factor))
+        dupes = side.dupes[members[0]] if len(members) == 1 else (1 if side.prefix else plan.pairing.rule.dupe_factor)
         if several:   # each corpus's documents, for the manifest
-            docs = docs | f"{prefix}CountDocuments{name}" >> tally.FlatMap(transforms.count_documents,
-                                                                           namespace=namespace)
+            docs = docs | f"{side.prefix}CountDocuments{name}" >> tally.FlatMap(transforms.count_documents,
+                                                                                namespace=side.corpus)
         made.append(docs
-                    | f"{prefix}Tokenize{name}" >> transforms.Tokenize(args.vocab, not args.cased)
-                    | f"{prefix}MakePairs{name}" >> transforms.MakePairs(
-                        shuffle, args.vocab, pool_params, args.seed, args.bucket_docs,
-                        share * sum(documents_of[k] for k in members), share * sum(tokens_of[k] for k in members),
-                        parallelism))
-    instances = made[0] if len(made) == 1 else tuple(made) | f"{prefix}JoinPairs" >> beam.Flatten()
+                    | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(plan.pairing.vocab, plan.pairing.lowercase)
+                    | f"{side.prefix}MakePairs{name}" >> transforms.MakePairs(
+                        shuffle, plan.pairing.vocab, plan.pairing.params(side.vocab, dupes), plan.seed,
+                        plan.pairing.bucket_docs, side.share * sum(documents_of[k] for k in members),
+                        side.share * sum(tokens_of[k] for k in members), parallelism))
+    instances = made[0] if len(made) == 1 else tuple(made) | f"{side.prefix}JoinPairs" >> beam.Flatten()
     if several:   # each corpus's instances and tokens, for the manifest
-        instances = instances | f"{prefix}CountInstances" >> tally.FlatMap(transforms.count_instances,
-                                                                           namespace=namespace)
-    return instances
+        instances = instances | f"{side.prefix}CountInstances" >> tally.FlatMap(transforms.count_instances,
+                                                                                namespace=side.corpus)
+    label, write = launch.write_or_pack(plan.seed, side.job.out, shuffle, side.pack, name=side.shuffle_name)
+    ids = masking.VocabIds.from_json(side.vocab["ids"])
+    return (instances
+            | f"{side.prefix}MaskPairs" >> transforms.MaskPairs(side.mask, ids, plan.seed, plan.pairing.max_seq_length)
+            | f"{side.prefix}{label}" >> write)
 
 
-def publication(args, inputs, out: Output, vocab: dict, params: masking.MaskParams, pack, deduplicate,
-                dupes: dict, split=None, decontaminate=None) -> Publication:
-    """What the job's manifest will say (decided now, filled with what it writes and counts), and the checks its
-    Publish step makes."""
-    several = len(inputs) > 1
-    corpora = [{"kind": kind, "input": spec, "weight": (args.corpus_weights or {}).get(kind, 1.0),
-                "dupe_factor": dupes[kind]} for kind, spec in args.corpora]
-    parameters = {"corpus": "+".join(kind for kind, _, _ in inputs), **settings.record_parameters(args),
-                  **settings.pair_parameters(args),
-                  **({"corpora": corpora, "mix_corpora": args.mix_corpora} if several else {}),
-                  **settings.mask_parameters(params)}
+def plan_sides(plan: Plan, found, tokens_of: dict, documents_of: dict) -> list[Side]:
+    """The training side, and with a split the validation side (one dupe pass; masked at
+    --validation-masked-lm-prob when given): their outputs, manifests and the checks their Publish makes."""
+    vocab = inputs.vocab_entry(plan.pairing.vocab, plan.pairing.lowercase)
+    held_share = (settings.held_out_share(plan.split, sum(documents_of.values())) if plan.split else 0.0)
+    sides = []
+    for held in (False, True)[:2 if plan.split else 1]:
+        dupes = {kind: 1 for kind in plan.dupes()} if held else plan.dupes()
+        share = held_share if held else 1 - held_share
+        params = plan.masking.params(plan.pairing.max_seq_length, held_out=held)
+        L, P = plan.pairing.max_seq_length, params.max_predictions_per_seq
+        estimate = (sum(sizing.instances(tokens_of[kind], dupes[kind], L) for kind in tokens_of) * share
+                    * sizing.shard_record_bytes(L, P))
+        out = Output(storage.join(plan.run.output, heldout.SUBDIRECTORY) if held else plan.run.output, "shard",
+                     sizing.file_count(estimate) if held else plan.num_shards or sizing.file_count(estimate),
+                     ".tfrecord", estimate, plan.input)
+        pack = settings.pack_params(plan.sequences_per_pack, params, L)
+        job = publication(plan, found, out, vocab, params, pack, held)
+        sides.append(Side(job, vocab, "Validation" if held else "", dupes, share, params, pack,
+                          outputs.HELD_OUT_SHARDS if held else "",
+                          transforms.HELD_OUT_CORPUS if held else transforms.CORPUS))
+    return sides
+
+
+def publication(plan: Plan, found, out: Output, vocab: dict, params: masking.MaskParams, pack,
+                held: bool) -> Publication:
+    """What one side's manifest will say (decided now, filled with what it writes and counts), and the checks its
+    Publish step makes (the training side's: of the whole job)."""
+    several = len(found) > 1
+    dupes = plan.dupes()
+    corpora = [{"kind": kind, "input": spec, "weight": plan.corpus_weights.get(kind, 1.0),
+                "dupe_factor": dupes[kind]} for kind, spec in plan.corpora]
+    parameters = {"corpus": "+".join(kind for kind, _, _ in found), **sources.record_parameters(plan.read, found),
+                  **plan.pairing.parameters()}
+    if held:
+        parameters["dupe_factor"] = 1
+    elif several:
+        parameters.update(corpora=corpora, mix_corpora=plan.mix_corpora)
+    parameters.update(settings.mask_parameters(params))
+    head = outputs.shards_head("prepare", plan.seed, params, vocab, plan.pairing.max_seq_length,
+                               plan.pairing.objective)
+    files = [{"path": f} for _, fs, _ in found for f in fs]
+    documents = outputs.HELD_OUT_DOCUMENTS if held else outputs.TRAINING_DOCUMENTS if plan.split else outputs.COUNTED
+    describe = functools.partial(outputs.shards_manifest, head, parameters, documents, files, pack,
+                                 None if held else plan.dedup, **(
+                                     {"corpus": transforms.HELD_OUT_CORPUS} if held
+                                     else {"decontaminated": plan.decontaminate and (
+                                         plan.decontaminate.params, list(plan.decontaminate.against))}))
+    if plan.split:
+        describe = outputs.with_split(describe, plan.split, "validation" if held else "training")
+    if held:
+        return Publication(out, describe, side_files=(heldout.NAME,), why_empty=outputs.why_held_out_empty)
     checks = (((outputs.packing_lost,) if pack else ())
-              + ((functools.partial(deduplication.lost, params=deduplicate),) if deduplicate else ())
-              + ((decontamination.lost,) if decontaminate else ())
-              + ((outputs.prepare_split_lost,) if split else ()))
-    head = outputs.shards_head("prepare", args, params, vocab, args.max_seq_length, args.objective)
-    files = [{"path": f} for _, fs, _ in inputs for f in fs]
-    describe = functools.partial(outputs.shards_manifest, head, parameters,
-                                 outputs.TRAINING_DOCUMENTS if split else outputs.COUNTED, files, pack, deduplicate,
-                                 decontaminated=decontaminate)
-    side_files = outputs.dedup_side_files(deduplicate) + ((decontamination.REPORT,) if decontaminate else ())
-    return Publication(out, outputs.with_split(describe, split, "training") if split else describe,
-                       checks=checks, side_files=side_files, why_empty=outputs.why_empty)
-
-
-def validation(args, inputs, vocab: dict, split, tokens_of: dict, share: float) -> tuple[Publication,
-                                                                                         masking.MaskParams]:
-    """The validation set's output and manifest (one dupe pass; masked at --validation-masked-lm-prob when given),
-    and its masking."""
-    params = settings.mask_params(args, args.max_seq_length, held_out=True)
-    estimate = (sum(sizing.instances(tokens_of[kind], 1, args.max_seq_length) for kind in tokens_of) * share
-                * sizing.shard_record_bytes(args.max_seq_length, params.max_predictions_per_seq))
-    out = Output(storage.join(args.output, heldout.SUBDIRECTORY), "shard", sizing.file_count(estimate), ".tfrecord",
-                 estimate, args.input)
-    head = outputs.shards_head("prepare", args, params, vocab, args.max_seq_length, args.objective)
-    parameters = {"corpus": "+".join(kind for kind, _, _ in inputs), **settings.record_parameters(args),
-                  **settings.pair_parameters(args),
-                  "dupe_factor": 1, **settings.mask_parameters(params)}
-    held_pack = settings.pack_params(args, args.max_seq_length, params.max_predictions_per_seq, params.masked_lm_prob)
-    describe = functools.partial(outputs.shards_manifest, head, parameters, outputs.HELD_OUT_DOCUMENTS,
-                                 [{"path": f} for _, fs, _ in inputs for f in fs], held_pack, None,
-                                 corpus=transforms.HELD_OUT_CORPUS)
-    return (Publication(out, outputs.with_split(describe, split, "validation"), side_files=(heldout.NAME,),
-                        why_empty=outputs.why_held_out_empty), params)
+              + ((functools.partial(deduplication.lost, params=plan.dedup),) if plan.dedup else ())
+              + ((decontamination.lost,) if plan.decontaminate else ())
+              + ((outputs.prepare_split_lost,) if plan.split else ()))
+    side_files = outputs.dedup_side_files(plan.dedup) + ((decontamination.REPORT,) if plan.decontaminate else ())
+    return Publication(out, describe, checks=checks, side_files=side_files, why_empty=outputs.why_empty)

@@ -1,92 +1,141 @@
-"""Flags -> the algorithms' parameters (pairing, masking, packing, dedup), and the manifest's record of them: one
-place, so `pairs`, `mask`, `prepare` and `pack` decide alike."""
+"""The typed settings the jobs' plans share (running a job, pairing, masking, packing, the validation split,
+decontamination, what an input without a manifest was made with), the algorithms' parameters they make, and the
+manifest's and the plan's record of them: one place, so `pairs`, `mask`, `prepare` and `pack` decide alike. The
+command layer (pipeline/commands/groups.py) builds them from the flags; each default is written here or in the
+algorithms' parameter dataclasses, once. No Beam here: the command layer imports this module to parse flags."""
 from __future__ import annotations
 
-import corpora
-from pipeline.algorithms import dedup, masking, packing, pairs, split
-from pipeline.commands import flags
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pipeline.algorithms import masking, packing, pairs, split
+
+if TYPE_CHECKING:   # the type only: importing Beam's module would make every command's parsing wait for Beam
+    from pipeline.beam.decontaminate import DecontaminateParams
+
+SEED = 12345   # --seed's default, every job's
 
 
-def record_parameters(args) -> dict:
-    """The flags that read jsonl and parquet corpora, for the manifest: {} when no input is one."""
-    if not any(kind in corpora.RECORD_KINDS for kind, _ in getattr(args, "corpora", ())):
-        return {}
-    return {"text_field": args.text_field, "id_field": args.id_field, "strict": args.strict}
+@dataclass(frozen=True)
+class Running:
+    """How a job runs and where it writes: --output and the flags of running it (pipeline/commands/groups.py)."""
+    output: str
+    overwrite: bool = False
+    shuffle: str = "auto"              # auto | files | groupbykey
+    sort_buffer_mb: float = 16
+    runs_dir: str | None = None
+    retries: int = 0
+    wait: bool | None = None           # None: yes, except on Dataflow
+    tracebacks: bool = False           # --debug or -v: worker tracebacks on the console
 
 
-def pair_params(args, vocab: dict) -> pairs.PairParams:
-    return pairs.PairParams(max_seq_length=args.max_seq_length, short_seq_prob=args.short_seq_prob,
-                            dupe_factor=args.dupe_factor, cls_id=vocab["ids"]["cls_id"],
-                            sep_id=vocab["ids"]["sep_id"], objective=args.objective,
-                            cross_documents=args.cross_documents, split_sentences=args.split_sentences)
+@dataclass(frozen=True)
+class Pairing:
+    """How documents become pair instances: the vocab that tokenizes them, google's pairing parameters (their vocab
+    ids filled from the vocab by `params`), the random-next pools' size and the pairing workers."""
+    vocab: str
+    lowercase: bool = True
+    rule: pairs.PairParams = pairs.PairParams()
+    bucket_docs: int = 10_000
+    parallelism: int = 0   # 0: the local worker count, or 32 on a distributed runner (launch.pair_parallelism)
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.rule.max_seq_length
+
+    @property
+    def objective(self) -> str:
+        return self.rule.objective
+
+    def params(self, vocab: dict, dupe_factor: int | None = None) -> pairs.PairParams:
+        """The pairing parameters with the vocab entry's [CLS] and [SEP]; `dupe_factor`: a pool's own."""
+        return dataclasses.replace(self.rule, cls_id=vocab["ids"]["cls_id"], sep_id=vocab["ids"]["sep_id"],
+                                   dupe_factor=self.rule.dupe_factor if dupe_factor is None else dupe_factor)
+
+    def parameters(self) -> dict:
+        """The manifest's record of the pairing."""
+        r = self.rule
+        shape = ({"short_seq_prob": r.short_seq_prob} if r.objective != "none" else
+                 {"cross_documents": r.cross_documents, "split_sentences": r.split_sentences})
+        return {"max_seq_length": r.max_seq_length, **shape, "dupe_factor": r.dupe_factor,
+                "bucket_docs": self.bucket_docs}
 
 
-def mask_params(args, max_seq_length: int, held_out: bool = False) -> masking.MaskParams:
-    """The masking flags; --max-predictions-per-seq by default what --masked-lm-prob needs at this length
-    (masking.default_max_predictions). A P given by hand that caps long instances is warned about, once. `held_out`:
-    the validation set's, at --validation-masked-lm-prob when given (P by the same rule at that share)."""
-    p, given = args.masked_lm_prob, args.max_predictions_per_seq
-    if held_out and getattr(args, "validation_masked_lm_prob", None) is not None:
-        p = args.validation_masked_lm_prob
-    P = given or masking.default_max_predictions(max_seq_length, p)
-    if given and masking.capped_share(max_seq_length, p, given) < 0.9 * p:
-        flags.warn(f"--max-predictions-per-seq {given} caps the masking at max_seq_length {max_seq_length}: an "
-                   f"instance of {max_seq_length} tokens gets {given} predictions "
-                   f"({100 * masking.capped_share(max_seq_length, p, given):.1f}% of its tokens, not "
-                   f"{100 * p:g}%); {masking.default_max_predictions(max_seq_length, p)} would not cap (the default "
-                   "when the flag is left out)")
-    return masking.MaskParams(masked_lm_prob=p, max_predictions_per_seq=P,
-                              mask_token_prob=args.mask_token_prob, random_token_prob=args.random_token_prob,
-                              whole_word_mask=args.whole_word_mask, ngram_max=args.ngram_max)
+@dataclass(frozen=True)
+class Masking:
+    """How instances are masked: google's rule (its max_predictions_per_seq set by `params` for a length), the P
+    asked for by hand (None: the smallest that never caps the rule), and the validation set's own share."""
+    rule: masking.MaskParams = masking.MaskParams()
+    max_predictions_per_seq: int | None = None
+    validation_masked_lm_prob: float | None = None
 
+    def params(self, max_seq_length: int, held_out: bool = False) -> masking.MaskParams:
+        """The masking at this length; `held_out`: the validation set's, at validation_masked_lm_prob when given
+        (P by the same rule at that share)."""
+        p = self.rule.masked_lm_prob
+        if held_out and self.validation_masked_lm_prob is not None:
+            p = self.validation_masked_lm_prob
+        P = self.max_predictions_per_seq or masking.default_max_predictions(max_seq_length, p)
+        return dataclasses.replace(self.rule, masked_lm_prob=p, max_predictions_per_seq=P)
 
-def masking_line(title: str, params: masking.MaskParams, max_seq_length: int, given: bool) -> str:
-    """The plan's line on masking: the share asked and the P that holds it."""
-    why = "given" if given else f"the default at max_seq_length {max_seq_length}: max(20, round(L x p))"
-    return (f"{title}: masking {100 * params.masked_lm_prob:g}% of tokens, at most "
-            f"{params.max_predictions_per_seq} an instance ({why})")
+    def warnings(self, max_seq_length: int) -> tuple[str, ...]:
+        """A P given by hand that caps long instances, said once before the job."""
+        p, given = self.rule.masked_lm_prob, self.max_predictions_per_seq
+        if not given or masking.capped_share(max_seq_length, p, given) >= 0.9 * p:
+            return ()
+        return (f"--max-predictions-per-seq {given} caps the masking at max_seq_length {max_seq_length}: an "
+                f"instance of {max_seq_length} tokens gets {given} predictions "
+                f"({100 * masking.capped_share(max_seq_length, p, given):.1f}% of its tokens, not "
+                f"{100 * p:g}%); {masking.default_max_predictions(max_seq_length, p)} would not cap (the default "
+                "when the flag is left out)",)
 
-
-def pair_parameters(args) -> dict:
-    shape = ({"short_seq_prob": args.short_seq_prob} if args.objective != "none" else
-             {"cross_documents": args.cross_documents, "split_sentences": args.split_sentences})
-    return {"max_seq_length": args.max_seq_length, **shape, "dupe_factor": args.dupe_factor,
-            "bucket_docs": args.bucket_docs}
+    def line(self, title: str, params: masking.MaskParams, max_seq_length: int) -> str:
+        """The plan's line on masking: the share asked and the P that holds it."""
+        why = ("given" if self.max_predictions_per_seq else
+               f"the default at max_seq_length {max_seq_length}: max(20, round(L x p))")
+        return (f"{title}: masking {100 * params.masked_lm_prob:g}% of tokens, at most "
+                f"{params.max_predictions_per_seq} an instance ({why})")
 
 
 def mask_parameters(params: masking.MaskParams) -> dict:
+    """The manifest's record of the masking."""
     return {"masked_lm_prob": params.masked_lm_prob, "max_predictions_per_seq": params.max_predictions_per_seq,
             "mask_token_prob": params.mask_token_prob, "random_token_prob": params.random_token_prob,
             "whole_word_mask": params.whole_word_mask, "ngram_max": params.ngram_max}
 
 
-def instances_basis(input_bytes: int, tokens: float, args) -> str:
-    return (f"{input_bytes / 1e6:,.1f} MB of input, ~{tokens / 1e6:,.2f} M tokens, dupe factor {args.dupe_factor}, "
-            f"max_seq_length {args.max_seq_length}")
-
-
-def pack_params(args, max_seq_length: int, max_predictions_per_seq: int,
-                masked_lm_prob: float) -> packing.PackParams | None:
-    """--pack: M sized for instances masked by google's count rule at `masked_lm_prob`."""
-    if not getattr(args, "pack", False):
+def pack_params(sequences_per_pack: int | None, params: masking.MaskParams,
+                max_seq_length: int) -> packing.PackParams | None:
+    """--pack (`sequences_per_pack`: k, None without it): M sized for instances masked as `params` say."""
+    if sequences_per_pack is None:
         return None
-    return packing.PackParams.for_rule(max_seq_length, max_predictions_per_seq, args.max_sequences_per_pack,
-                                       masked_lm_prob)
+    return packing.PackParams.for_rule(max_seq_length, params.max_predictions_per_seq, sequences_per_pack,
+                                       params.masked_lm_prob)
 
 
-def dedup_params(args) -> dedup.DedupParams:
-    return dedup.DedupParams(exact=not args.no_exact, near=not args.no_near, paragraphs=not args.no_paragraphs,
-                             num_perm=args.num_perm, bands=args.bands, threshold=args.near_threshold,
-                             shingle_words=args.shingle_words, min_paragraph_chars=args.min_paragraph_chars,
-                             max_paragraph_copies=args.max_paragraph_copies, seed=args.seed)
+def instances_basis(input_bytes: int, tokens: float, dupe_factor: int, max_seq_length: int) -> str:
+    return (f"{input_bytes / 1e6:,.1f} MB of input, ~{tokens / 1e6:,.2f} M tokens, dupe factor {dupe_factor}, "
+            f"max_seq_length {max_seq_length}")
 
 
-def split_params(args) -> split.SplitParams | None:
-    """--validation-documents or --validation-fraction (pairs, prepare): the split, seeded by --seed; None without."""
-    if args.validation_documents is None and args.validation_fraction is None:
-        return None
-    return split.SplitParams(args.seed, args.validation_documents, args.validation_fraction)
+@dataclass(frozen=True)
+class MadeWith:
+    """What an input without a manifest (shards made by google's tool, or pairs with --allow-incomplete) was made
+    with, as the command line says: None where a flag is left out. With a manifest, what the input must agree with."""
+    max_seq_length: int | None = None
+    max_predictions_per_seq: int | None = None
+    vocab: str | None = None
 
+    @property
+    def given(self) -> bool:
+        return bool(self.max_seq_length or self.max_predictions_per_seq or self.vocab)
+
+    def lengths(self) -> tuple[tuple[str, int | None], ...]:
+        return (("--max-seq-length", self.max_seq_length), ("--max-predictions-per-seq", self.max_predictions_per_seq))
+
+
+# ---------------------------------------------------------------------------------------------- a validation split
 
 def held_out_share(params: split.SplitParams, documents: float) -> float:
     """The share of an input of about `documents` documents the split holds out (for planning files and buckets)."""
@@ -103,23 +152,20 @@ def split_line(title: str, params: split.SplitParams, out) -> str:
             f"({out.num_shards} file(s)); its documents are never seen by training")
 
 
-def decontaminate_params(args, spec: str):
-    """--against (or --decontaminate) and the Janitor's flags -> (DecontaminateParams, the eval files' manifest
-    entries); every eval file is read and checked here, before the job."""
-    from pipeline.beam import decontaminate as decontamination
-    from pipeline.jobs import sources
-    from pipeline.text import contamination
+# ---------------------------------------------------------------------------------------------- decontamination
 
-    paths, names, against = sources.eval_sets(spec, args.against_fields,
-                                              "against" if hasattr(args, "against") else "decontaminate")
-    janitor = contamination.Params(args.ngram, args.window, args.min_fragment, args.max_matches)
-    return decontamination.DecontaminateParams(tuple(paths), tuple(names), tuple(args.against_fields), janitor), against
+@dataclass(frozen=True)
+class Decontamination:
+    """The eval sets to decontaminate against, read and checked before the job (the command layer's
+    `sources.eval_sets`): the transform's parameters and the eval files' manifest entries."""
+    params: DecontaminateParams
+    against: tuple[dict, ...]
 
+    def line(self, title: str) -> str:
+        """The plan's line on decontamination."""
+        j, against = self.params.janitor, self.against
+        return (f"{title}: decontaminating against {sum(a['examples'] for a in against):,} examples of "
+                f"{len(against)} eval file(s) ({', '.join(a['name'] for a in against)}): word {j.ngram}-grams, "
+                f"{j.window} characters cut either side, fragments under {j.min_fragment + 1} characters and "
+                f"documents of more than {j.max_matches} matches dropped (lm-eval's Janitor)")
 
-def decontaminate_line(title: str, params, against: list[dict]) -> str:
-    """The plan's line on decontamination."""
-    j = params.janitor
-    return (f"{title}: decontaminating against {sum(a['examples'] for a in against):,} examples of "
-            f"{len(against)} eval file(s) ({', '.join(a['name'] for a in against)}): word {j.ngram}-grams, "
-            f"{j.window} characters cut either side, fragments under {j.min_fragment + 1} characters and documents "
-            f"of more than {j.max_matches} matches dropped (lm-eval's Janitor)")

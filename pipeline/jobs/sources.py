@@ -1,19 +1,18 @@
 """What a job reads: corpus inputs (globs expanded, each file checked for its kind before the job), their readers as
-one PCollection per corpus, the vocab's manifest entry, and what an input is expected to hold."""
+one PCollection per corpus, eval sets, and what an input is expected to hold. Masked shards and pair records are
+opened by inputs.py."""
 from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any
+import sys
 
 import apache_beam as beam
 
-from corpora import RECORD_KINDS
-from pipeline.algorithms import masking
+from corpora import RECORD_KINDS, ReadParams
 from pipeline.beam import sizing, transforms
-from pipeline.commands import flags
-from pipeline.formats import heldout, manifest, storage
-from pipeline.text import tokenization
+from pipeline.formats import manifest, storage
+from pipeline.jobs.errors import Refused
 
 
 def expand_inputs(spec: str, what: str = "input") -> list[str]:
@@ -30,12 +29,6 @@ def expand_inputs(spec: str, what: str = "input") -> list[str]:
     if not paths:
         raise manifest.ManifestError(f"--{what} is empty")
     return sorted(set(paths))
-
-
-def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
-    vocab = tokenization.read_vocab(vocab_path)
-    return {"path": vocab_path, "sha256": tokenization.vocab_sha256(vocab_path), "size": len(vocab),
-            "lowercase": lowercase, "ids": masking.VocabIds.from_vocab(vocab).to_json()}
 
 
 # What a file's name says it is, for the kinds a name tells: (kind, what it is in words, suffixes)
@@ -77,13 +70,13 @@ def check_kind(kind: str, files: list[str], text_field: str | None = None) -> No
                 raise manifest.ManifestError(problem)
 
 
-def corpus_inputs(args) -> list[tuple[str, list[str], dict[str, int]]]:
-    """(kind, files, {file: bytes}) for each corpus of --input, in the order given, each file checked for its
-    kind at planning time."""
+def corpus_inputs(corpora, text_field: str) -> list[tuple[str, list[str], dict[str, int]]]:
+    """(kind, files, {file: bytes}) for each corpus (kind, comma-joined globs) of --input, in the order given, each
+    file checked for its kind at planning time."""
     found = []
-    for kind, spec in args.corpora:
+    for kind, spec in corpora:
         files = expand_inputs(spec)
-        check_kind(kind, files, args.text_field)
+        check_kind(kind, files, text_field)
         found.append((kind, files, sizing.local_sizes(files)))
     return found
 
@@ -91,10 +84,10 @@ def corpus_inputs(args) -> list[tuple[str, list[str], dict[str, int]]]:
 HARD_WRAPPED = "text/hard_wrapped_files"   # the text reader's count of them (corpora/text.py)
 
 
-def warn_hard_wrapped(inputs, sample_files: int = 8, sample_bytes: int = 1 << 16) -> bool:
-    """Before the job: one warning line if a local text input looks like wrapped prose (corpora.text.looks_hard_
-    wrapped on the head of the first few files), which google's format would cut into documents of line fragments.
-    Returns whether it warned; the job counts every such file (HARD_WRAPPED) whatever the file system."""
+def hard_wrapped_warning(inputs, sample_files: int = 8, sample_bytes: int = 1 << 16) -> str | None:
+    """Before the job: the warning for a local text input that looks like wrapped prose (corpora.text.looks_hard_
+    wrapped on the head of the first few files), which google's format would cut into documents of line fragments;
+    None if none does. The job counts every such file (HARD_WRAPPED) whatever the file system."""
     from corpora import text
 
     for kind, files, _ in inputs:
@@ -102,19 +95,19 @@ def warn_hard_wrapped(inputs, sample_files: int = 8, sample_bytes: int = 1 << 16
             with open(f.removeprefix("file://"), "rb") as stream:
                 head = stream.read(sample_bytes).decode("utf-8", "replace")
             if text.looks_hard_wrapped(head.rsplit("\n", 1)[0]):
-                flags.warn(f"--input text:{f}: most of its lines end mid-sentence, as wrapped prose does, not as "
-                           "google's format (a sentence a line, a blank line after each document): a book goes as "
-                           f"--input books:... (the manifest counts such files: {HARD_WRAPPED})")
-                return True
-    return False
+                return (f"--input text:{f}: most of its lines end mid-sentence, as wrapped prose does, not as "
+                        "google's format (a sentence a line, a blank line after each document): a book goes as "
+                        f"--input books:... (the manifest counts such files: {HARD_WRAPPED})")
+    return None
 
 
 def warn_hard_wrapped_after(m: dict | None, warned: bool) -> None:
     """After the job, the same warning from the job's count, unless it was given before."""
     n = (m or {}).get("counts", {}).get("counters", {}).get(HARD_WRAPPED, 0)
     if n and not warned:
-        flags.warn(f"{n:,} text input file(s) end most lines mid-sentence, as wrapped prose does, not as google's "
-                   f"format (a sentence a line): a book goes as --input books:... ({HARD_WRAPPED} in the manifest)")
+        print(f"warning: {n:,} text input file(s) end most lines mid-sentence, as wrapped prose does, not as google's "
+                   f"format (a sentence a line): a book goes as --input books:... ({HARD_WRAPPED} in the manifest)",
+              file=sys.stderr)
 
 
 def read_corpora(p: beam.Pipeline, readers: list[tuple[str, beam.PTransform]]):
@@ -127,19 +120,26 @@ def joined(read: dict):
     return next(iter(read.values())) if len(read) == 1 else tuple(read.values()) | "JoinCorpora" >> beam.Flatten()
 
 
-def corpus_reader(kind: str, files: list[str], args) -> beam.PTransform:
+def corpus_reader(kind: str, files: list[str], read: ReadParams) -> beam.PTransform:
     if kind == "wikipedia":
-        return transforms.ExtractWikipedia(files, index=args.wiki_index,
-                                           skip_disambiguation=not args.keep_disambiguation,
-                                           disambiguation_templates=args.disambiguation_templates,
-                                           skip_bad_files=args.skip_bad_files)
+        return transforms.ExtractWikipedia(files, index=read.wiki_index,
+                                           skip_disambiguation=read.skip_disambiguation,
+                                           disambiguation_templates=read.disambiguation_templates,
+                                           skip_bad_files=read.skip_bad_files)
     if kind == "books":
-        return transforms.ExtractBooks(files, max_document_bytes=args.max_document_bytes,
-                                       skip_bad_files=args.skip_bad_files)
+        return transforms.ExtractBooks(files, max_document_bytes=read.max_document_bytes,
+                                       skip_bad_files=read.skip_bad_files)
     if kind in RECORD_KINDS:
-        return transforms.ExtractRecords(kind, files, text_field=args.text_field, id_field=args.id_field,
-                                         strict=args.strict, skip_bad_files=args.skip_bad_files)
+        return transforms.ExtractRecords(kind, files, text_field=read.text_field, id_field=read.id_field,
+                                         strict=read.strict, skip_bad_files=read.skip_bad_files)
     return transforms.ExtractText(files)
+
+
+def record_parameters(read: ReadParams, inputs) -> dict:
+    """The flags that read jsonl and parquet corpora, for the manifest: {} when no input is one."""
+    if not any(kind in RECORD_KINDS for kind, *_ in inputs):
+        return {}
+    return {"text_field": read.text_field, "id_field": read.id_field, "strict": read.strict}
 
 
 def expected_documents(opened: manifest.Opened, sizes: dict[str, int], tokens: float) -> float:
@@ -148,29 +148,6 @@ def expected_documents(opened: manifest.Opened, sizes: dict[str, int], tokens: f
     if opened.manifests and all(f in opened.records for f in opened.files):
         return float(sum(m["counts"].get("documents") or 0 for m in opened.manifests.values()))
     return sizing.input_documents("documents", sizes, tokens)
-
-
-def corpus_dupes(args) -> dict[str, int]:
-    """Dupe passes of each corpus: round(--dupe-factor x its --corpus-weights weight), at least 1."""
-    weights = args.corpus_weights or {}
-    return {kind: max(1, round(args.dupe_factor * weights.get(kind, 1.0))) for kind, _ in args.corpora}
-
-
-def held_out_input(opened: manifest.Opened, what: str) -> tuple[str, dict] | None:
-    """The validation set an input carries (its manifests' `split`: pairs or shards made with a split) as (its
-    directories comma-joined, the split entry), or None. Inputs with and without one are refused together."""
-    carried = {d: heldout.validation_directory(d, m) for d, m in opened.manifests.items()}
-    if not any(carried.values()):
-        return None
-    if not all(carried.values()) or len(opened.records) < len(opened.files):   # or files without a manifest
-        raise manifest.ManifestError(f"{what}: some of its directories have a validation set and some not: give "
-                                     "them apart")
-    directories = list(carried.values())
-    for d in directories:
-        if not storage.exists(storage.join(d, manifest.NAME)):
-            raise manifest.ManifestError(f"{d}: the validation set its training output names is not complete (no "
-                                         f"{manifest.NAME}): re-run the stage that made it")
-    return ",".join(directories), next(iter(opened.manifests.values()))["split"]
 
 
 def eval_sets(spec: str, fields: tuple[str, ...], flag: str = "against") -> tuple[list[str], list[str], list[dict]]:
@@ -188,7 +165,7 @@ def eval_sets(spec: str, fields: tuple[str, ...], flag: str = "against") -> tupl
         try:
             found = evalsets.examples(path, raw, fields)
         except evalsets.EvalSetError as e:
-            raise SystemExit(str(e)) from None
+            raise Refused(str(e)) from None
         entries.append({"path": path, "name": names[path], "sha256": hashlib.sha256(raw).hexdigest(),
                         "examples": len(found)})
     return paths, [names[p] for p in paths], entries
