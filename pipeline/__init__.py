@@ -4,13 +4,16 @@ The sub-packages are layers; a module imports its own layer and the ones below i
 (tests/test_layers.py checks every import, the lazy ones included):
 
     commands/     the `bertprep` commands: the Beam commands' handler (run.py), verify, inspect, vocab, demo; flags, cli
-    jobs/         the Beam jobs, one module a stage (extract, pairs, mask, prepare, pack, dedup), and the launcher
+    jobs/         the Beam jobs, one module a stage (extract, pairs, mask, prepare, pack, dedup, decontaminate,
+                  convert), and the launcher
     beam/         Beam plumbing: composite transforms, the shuffle and its run files, shards, sizing, options
-    algorithms/   what a training example is, pure: pairs, masking
+    algorithms/   what a training example is, pure: pairs, masking, packing; dedup, decontamination, the split
     (corpora/)    raw corpus files -> documents: one module per corpus, a top-level package of its own
-    text/         text -> tokens: sentence splitting, WordPiece, google's Unicode classes
+    text/         text -> tokens: sentence splitting, WordPiece, google's Unicode classes; dedup's and
+                  decontamination's text rules
     formats/      the contracts: documents, pair records, google's schema, Example wire format, TFRecord,
-                  manifest, and the path rules (storage) every reader and writer uses
+                  exported columns (Parquet, MDS), reports, manifest, and the path rules (storage) every reader
+                  and writer uses
 
 commands/, jobs/ and model/ (the trainer; `bertprep train` is a command) are peers at the top.
 """

@@ -29,7 +29,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.algorithms.pairs import PairParams, SpilledDocument, TokenizedDocument
+from pipeline.algorithms.pool import PairParams, SpilledDocument, TokenizedDocument
 from pipeline.formats.pair_records import PairInstance
 
 Piece = tuple[int, int, int]   # (document index in the pool, first token, end token): a run of one document

@@ -17,8 +17,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions, PortableOptions,
-                                                  StandardOptions, TestOptions)
+from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
+                                                  PortableOptions, StandardOptions, TestOptions)
 
 DEFAULT_PRESET = "local"
 REPO_PREFIX = "@repo/"
@@ -102,16 +102,12 @@ def is_local_runner(options: PipelineOptions) -> bool:
 def runs_in_launcher(options: PipelineOptions) -> bool:
     """A portable job whose workers (LOOPBACK) or job server (--job_endpoint=embed) live in this process: it stops
     when the launcher exits, so the launcher must wait for it."""
-    from apache_beam.options.pipeline_options import PortableOptions
-
     portable = options.view_as(PortableOptions)
     return (portable.environment_type or "").upper() == "LOOPBACK" or portable.job_endpoint == "embed"
 
 
 def local_workers(options: PipelineOptions) -> int:
     """Worker count of the local runner: 1 in memory, else --direct_num_workers (0: one per core)."""
-    from apache_beam.options.pipeline_options import DirectOptions
-
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "in_memory":
         return 1

@@ -64,7 +64,7 @@ def write_gzip_jsonl(f: BinaryIO, documents: Iterable[Document]) -> int:
 
 def read_file(path: str) -> Iterator[Document]:
     """The documents of one documents-*.jsonl.gz file (local or any Beam filesystem path)."""
-    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystem import CompressionTypes   # deferred: Beam (~1 s) to the first file read
     from apache_beam.io.filesystems import FileSystems
 
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:   # we gunzip ourselves

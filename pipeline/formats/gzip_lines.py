@@ -6,6 +6,8 @@ import gzip
 import json
 from typing import BinaryIO, Iterable, Iterator
 
+from pipeline.formats import storage
+
 
 def write(f: BinaryIO, lines: Iterable[bytes]) -> None:
     """Each line (JSON, no newline) and a newline, gzipped."""
@@ -16,8 +18,6 @@ def write(f: BinaryIO, lines: Iterable[bytes]) -> None:
 
 def read(path: str) -> Iterator[dict]:
     """The JSON objects of a file `write` made (local or on an object store)."""
-    from pipeline.formats import storage
-
     for line in gzip.decompress(storage.read_bytes(path)).splitlines():
         if line.strip():
             yield json.loads(line)

@@ -16,7 +16,7 @@ import threading
 
 
 def _filesystems():
-    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.filesystems import FileSystems   # deferred: Beam (~1 s), for paths that are not local
 
     return FileSystems
 
@@ -141,7 +141,7 @@ def check_reachable(paths: list[str]) -> None:
     gcs = [p for p in paths if p.startswith("gs://")]
     if not gcs:
         return
-    try:
+    try:   # deferred: the optional GCP libraries (bertprep[dataflow]), for gs:// paths only
         import google.auth
         from google.auth import exceptions
     except ImportError:

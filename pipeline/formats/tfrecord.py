@@ -75,7 +75,7 @@ def iter_records(f: BinaryIO, name: str = "<stream>", check_crc: bool = True) ->
 
 def read_file(path: str, check_crc: bool = True) -> Iterator[bytes]:
     """Yields the records of one TFRecord file (local or any Beam filesystem path)."""
-    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystem import CompressionTypes   # deferred: Beam (~1 s) to the first file read
     from apache_beam.io.filesystems import FileSystems
 
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:

@@ -3,7 +3,9 @@
 sentences        paragraphs -> sentences (blingfire + rules keyed to scripts and words; no language flag)
 tokenization     WordPiece with HF `tokenizers`, giving google's FullTokenizer ids exactly
 unicode_classes  google's BasicTokenizer character classes per Unicode version (generated)
+normalize        text as deduplication compares it (NFKC, case, quotes, dashes and spaces folded), its shingles
+contamination    lm-eval's Janitor rule (eval n-grams, matches, the fragments left), vectorised over a document
 
-Imports formats/ only. Text normalisation for deduplication (NFKC, case and punctuation folding, word shingles)
-goes here too (normalize.py): it is a text step that the dedup algorithm builds on.
+Imports formats/ only. normalize and contamination are text steps the dedup and decontamination algorithms build
+on: they go here, not in algorithms/.
 """

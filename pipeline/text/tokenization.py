@@ -46,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 
+from pipeline.text import unicode_classes
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 UNK = "[UNK]"
 MAX_CHARS_PER_WORD = 200  # google's WordpieceTokenizer default: longer words become one [UNK]
@@ -67,7 +69,7 @@ def read_vocab(path: str) -> list[str]:
     Follows google's load_vocab: each line is stripped of surrounding whitespace, and a repeated token keeps
     its first id without using up a new one (so ids equal line numbers exactly when the file has no repeats).
     """
-    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.filesystems import FileSystems   # deferred: Beam (~1 s) for importers that read no vocab
 
     with FileSystems.open(path) as f:
         lines = f.read().decode("utf-8").split("\n")
@@ -84,7 +86,7 @@ def read_vocab(path: str) -> list[str]:
 
 
 def vocab_sha256(path: str) -> str:
-    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.filesystems import FileSystems   # deferred: Beam (~1 s) for importers that read no vocab
 
     with FileSystems.open(path) as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -118,8 +120,6 @@ def _google_char_classes() -> dict[str, str]:
     """google's character sets as regex classes for this Python's Unicode version: shipped precomputed in
     pipeline/text/unicode_classes.py for the versions we know (computing them takes ~1 s a process, and every Beam
     worker builds a tokenizer), computed from unicodedata for any other."""
-    from pipeline.text import unicode_classes
-
     return unicode_classes.CLASSES.get(unicodedata.unidata_version) or compute_char_classes()
 
 
@@ -149,8 +149,6 @@ def compute_char_classes() -> dict[str, str]:
 
 def write_unicode_classes(path: str = os.path.join(os.path.dirname(__file__), "unicode_classes.py")) -> None:
     """Adds this Python's Unicode version to pipeline/text/unicode_classes.py (run it under a new Python version)."""
-    from pipeline.text import unicode_classes
-
     classes = {**unicode_classes.CLASSES, unicodedata.unidata_version: compute_char_classes()}
     head = unicode_classes.__doc__
     with open(path, "w", encoding="utf-8") as f:
