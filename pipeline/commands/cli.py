@@ -124,7 +124,7 @@ def beam_flag_names() -> set[str]:
 
 def beam_flags() -> dict[str, bool]:
     """Every flag Beam's PipelineOptions defines -> whether it takes a value (`--project P`; not `--dry_run`)."""
-    from apache_beam.options import pipeline_options as po
+    from apache_beam.options import pipeline_options as po   # Beam: for the Beam commands only
 
     class Recorder(po._BeamArgumentParser):   # Beam's own parser class: its options use its extra methods
         names: dict[str, bool] = {}

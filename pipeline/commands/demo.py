@@ -12,6 +12,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from pipeline.commands import cli
+
 SAMPLES = Path(str(resources.files("corpora"))) / "samples"
 
 
@@ -21,8 +23,6 @@ def _step(title: str) -> None:
 
 def _run(*argv: str) -> None:
     """One command's handler, on args parsed by that command's own parser (strict flags and value checks)."""
-    from pipeline.commands import cli
-
     command, args = cli.parse(list(argv))
     cli.handler(command)(args)
 

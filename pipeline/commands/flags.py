@@ -123,7 +123,7 @@ def vocab_file(text: str) -> str:
             words = {line.rstrip("\n") for line in f}
     except UnicodeDecodeError:
         raise argparse.ArgumentTypeError(f"{text}: not a UTF-8 text file (a vocab.txt has one WordPiece a line)")
-    from pipeline.text.tokenization import SPECIAL_TOKENS
+    from pipeline.text.tokenization import SPECIAL_TOKENS   # HF tokenizers: only for a command given a vocab
 
     missing = [t for t in SPECIAL_TOKENS if t not in words]
     if missing:

@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 
 from corpora import KINDS, RECORD_KINDS, ReadParams
-from pipeline.algorithms import dedup, masking, packing, pairs, split
+from pipeline.algorithms import dedup, masking, packing, pool, split
 from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
                                      vocab_file)
@@ -250,7 +250,7 @@ class Mix(Group):
 
 # ---------------------------------------------------------------------------------------------- pairs and masks
 
-RULE = pairs.PairParams()   # google's pairing defaults
+RULE = pool.PairParams()   # google's pairing defaults
 
 
 class Pairs(Group):
@@ -266,7 +266,7 @@ class Pairs(Group):
         p.add_argument("--short-seq-prob", type=probability, default=None,
                        help=f"share of nsp/sop instances with a random shorter target length (default "
                             f"{RULE.short_seq_prob}; not for --objective none, whose rows are filled)")
-        p.add_argument("--objective", choices=pairs.OBJECTIVES, default=RULE.objective,
+        p.add_argument("--objective", choices=pool.OBJECTIVES, default=RULE.objective,
                        help="nsp: google's next-sentence pairs (default); sop: ALBERT's sentence order (B always "
                             "follows A in its document, swapped half of the time, label 1 = swapped); none: "
                             "RoBERTa's rows of whole sentences up to --max-seq-length, segment ids 0, no second "
@@ -307,7 +307,7 @@ class Pairs(Group):
 
     def build(self, args) -> settings.Pairing:
         shape = {} if args.short_seq_prob is None else {"short_seq_prob": args.short_seq_prob}
-        rule = pairs.PairParams(max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
+        rule = pool.PairParams(max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
                                 objective=args.objective, cross_documents=args.cross_documents,
                                 split_sentences=args.split_sentences, **shape)
         return settings.Pairing(args.vocab, not args.cased, rule, args.bucket_docs, args.pair_parallelism)

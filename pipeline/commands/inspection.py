@@ -13,8 +13,9 @@ import os
 import numpy as np
 
 from pipeline.algorithms import masking, packing
-from pipeline.formats import (decontamination_report, dedup_report, documents, example_proto, manifest, pair_records,
-                              schema, storage, tfrecord)
+from pipeline.commands import verify
+from pipeline.formats import (columns, decontamination_report, dedup_report, documents, example_proto, manifest,
+                              pair_records, schema, storage, tfrecord)
 from pipeline.text import tokenization
 
 
@@ -241,9 +242,6 @@ def inspect_records(paths: list[str], m: dict, examples: int, vocab: list[str] |
 def inspect_converted(paths: list[str], m: dict, examples: int, vocab: list[str] | None) -> None:
     """A `convert` output: its columns, and its rows read back through our readers of its format (every row, so
     the figures are measured): rows, real tokens, masked share, the second label's share, examples."""
-    from pipeline.commands import verify
-    from pipeline.formats import columns
-
     kind, objective = m["source"]["kind"], manifest.objective(m)
     print(f"  {kind} rows from {m['source']['path']} ({m['source']['format']}); columns: "
           + ", ".join(f"{name} {dtype}" for name, dtype in m["columns"].items()))

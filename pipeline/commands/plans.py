@@ -11,7 +11,7 @@ import argparse
 import importlib
 from dataclasses import dataclass
 
-from pipeline.algorithms import masking, packing, pairs
+from pipeline.algorithms import masking, packing, pool
 from pipeline.commands import flags, groups
 from pipeline.commands.flags import positive_int, probability, vocab_file
 from pipeline.commands.groups import (AllowIncomplete, Corpus, Decontaminate, Dedup, GoogleShards, Group, Mask, Mix,
@@ -127,7 +127,7 @@ COMMANDS = {
                        help="optional: refuse unless the pairs were made with this vocab")),
         ("allow_incomplete", AllowIncomplete("the pairs-*.tfrecord of a directory without manifest (then give "
                                              "--vocab and --max-seq-length)")),
-        ("objective", Flag("--objective", choices=pairs.OBJECTIVES, default=None,
+        ("objective", Flag("--objective", choices=pool.OBJECTIVES, default=None,
                            help="optional: refuse unless the pairs were made for this objective (the shards keep "
                                 "the pairs' objective; with --allow-incomplete, what the pairs are: default nsp)")),
         ("max_seq_length", Flag("--max-seq-length", type=positive_int, default=None,

@@ -8,6 +8,7 @@ import sys
 
 from apache_beam.options.pipeline_options import StandardOptions
 
+from pipeline.beam import options
 from pipeline.commands import flags, plans
 from pipeline.formats import manifest, storage
 from pipeline.jobs import convert, decontaminate, dedup, extract, launch, mask, pack, pairs, prepare
@@ -28,8 +29,6 @@ STAGES = {"extract": extract.run, "pairs": pairs.run, "mask": mask.run, "prepare
 def main(args) -> int:
     """The handler of the Beam commands: Beam options from the preset and the Beam flags, then the stage's plan
     from the flags (pipeline/commands/plans.py: eval sets read, ...), then the stage's job with it."""
-    from pipeline.beam import options
-
     beam_args = list(args.beam_args)
     if not (args.debug or getattr(args, "verbose", False)) and \
             not any(a.startswith("--default_sdk_harness_log_level") for a in beam_args):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import json
 import os
 import sys
 
@@ -425,7 +426,7 @@ def converted_batches(path: str, m: dict):
 
 
 def pa_buffer(path: str):
-    import pyarrow as pa
+    import pyarrow as pa   # only for a Parquet output
 
     return pa.BufferReader(storage.read_bytes(path))
 
@@ -472,8 +473,6 @@ def verify_converted(directory: str, opened: manifest.Opened, problems: Problems
 
 def _check_mds_index(directory: str, m: dict, problems: Problems) -> None:
     """index.json names the manifest's shards, in order, with their samples and bytes."""
-    import json
-
     try:
         index = json.loads(storage.read_bytes(storage.join(directory, mds.INDEX)))
         entries = index["shards"]

@@ -147,7 +147,7 @@ def choose_alphabet(words: collections.Counter, limit: int, counts: collections.
 def train(words: collections.Counter, alphabet: list[str], size: int, min_frequency: int) -> list[str]:
     """WordPiece tokens learned from `words` (special tokens first, as SPECIAL_TOKENS): `size` of them, or
     fewer when the merges run out."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers   # the trainer, for this step only
 
     continuations = ["##" + c for c in alphabet if not tokenization.stands_alone(c)]
     fixed = list(tokenization.SPECIAL_TOKENS) + continuations

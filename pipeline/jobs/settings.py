@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipeline.algorithms import masking, packing, pairs, split
+from pipeline.algorithms import masking, packing, pool, split
 
 if TYPE_CHECKING:   # the type only: importing Beam's module would make every command's parsing wait for Beam
     from pipeline.beam.decontaminate import DecontaminateParams
@@ -36,7 +36,7 @@ class Pairing:
     ids filled from the vocab by `params`), the random-next pools' size and the pairing workers."""
     vocab: str
     lowercase: bool = True
-    rule: pairs.PairParams = pairs.PairParams()
+    rule: pool.PairParams = pool.PairParams()
     bucket_docs: int = 10_000
     parallelism: int = 0   # 0: the local worker count, or 32 on a distributed runner (launch.pair_parallelism)
 
@@ -48,7 +48,7 @@ class Pairing:
     def objective(self) -> str:
         return self.rule.objective
 
-    def params(self, vocab: dict, dupe_factor: int | None = None) -> pairs.PairParams:
+    def params(self, vocab: dict, dupe_factor: int | None = None) -> pool.PairParams:
         """The pairing parameters with the vocab entry's [CLS] and [SEP]; `dupe_factor`: a pool's own."""
         return dataclasses.replace(self.rule, cls_id=vocab["ids"]["cls_id"], sep_id=vocab["ids"]["sep_id"],
                                    dupe_factor=self.rule.dupe_factor if dupe_factor is None else dupe_factor)
