@@ -6,15 +6,16 @@
 2. The shard reader: decoded sequences/s of one worker at L=128 (what each DataLoader worker delivers), against
    the generic per-record protobuf walk (pipeline.formats.schema.decode) it falls back to.
 3. Only with CUDA: bf16 autocast steps of ours and HF's for mini and base, tokens/s and MFU (--peak-tflops).
-4. Today's trainer against the one before (`--baseline-rev`, default 9107ae9: the trainer before issue 31): `main`
-   of each on the same synthetic shards (mini, L=128 unpacked and L=512 packed with the same positions per step),
-   one loader worker, one torch thread (--trainer-threads), the same seed and batch, the two taking turns; steps/s
-   read off the log record of the steps after the first (set-up, the loader's start and the first step are not in
-   it), and this process's CPU seconds in train_step. The rev's whole model/ package is imported as
-   `model_at_REV` (its bert, config and data with it: what `bertprep train` ran at that commit; pipeline/ is
-   today's). Then the host reads per step: every read of a tensor's value (item, tolist, numpy, float, int, bool,
-   index) and every torch.tensor by the trainer's package while `train_step` runs, counted as
-   tests/test_train_ranks.py does. `--trainers-only` runs just this section (~3 minutes on 2 cores).
+4. Today's trainer against the one before (`--baseline-rev`, default 9107ae9: the trainer before issue 31): `bertprep
+   train` of each (the rev's `main`, today's command line) on the same synthetic shards (mini, L=128 unpacked and
+   L=512 packed with the same positions per step), one loader worker, one torch thread (--trainer-threads), the
+   same seed and batch, the two taking turns; steps/s read off the log record of the steps after the first
+   (set-up, the loader's start and the first step are not in it), and this process's CPU seconds in train_step.
+   The rev's whole model/ package is imported as `model_at_REV` (its bert, config and data with it: what
+   `bertprep train` ran at that commit; pipeline/ is today's). Then the host reads per step: every read of a
+   tensor's value (item, tolist, numpy, float, int, bool, index) and every torch.tensor by the trainer's package
+   while `train_step` runs, counted as tests/test_train_ranks.py does. `--trainers-only` runs just this section
+   (~3 minutes on 2 cores).
 
 Sections 1 and 3: a warm-up step then --steps timed steps each, ours and HF's taking turns, medians reported (wall
 and CPU seconds: on a shared machine the CPU seconds are the steadier comparison).
@@ -154,7 +155,11 @@ def loader_throughput(args) -> dict[str, float]:
 
 # ---- 4. today's trainer against the one at --baseline-rev ----------------------------------------------------------
 
-def trainer_at(rev: str, directory: str):
+# a trainer: its train.py (train_step, patched by the sections) and its `bertprep train` as main(argv) -> exit code
+Trainer = collections.namedtuple("Trainer", "module main")
+
+
+def trainer_at(rev: str, directory: str) -> Trainer:
     """model/train.py as it was at commit `rev`, imported as model_at_REV.train: the rev's model/*.py written into
     `directory` with their `from model...` imports pointed at that package, so it runs its own bert, config and
     data beside today's."""
@@ -168,7 +173,8 @@ def trainer_at(rev: str, directory: str):
         with open(os.path.join(directory, package, os.path.basename(path)), "w") as f:
             f.write(re.sub(r"^(\s*)from model([ .])", rf"\1from {package}\2", source, flags=re.M))
     sys.path.insert(0, directory)  # importable by name, in a DataLoader worker too
-    return importlib.import_module(f"{package}.train")
+    module = importlib.import_module(f"{package}.train")
+    return Trainer(module, module.main)
 
 
 def write_trainer_shards(directory: str, L: int, P: int, k: int, instances: int, V: int, seed: int = 0) -> str:
@@ -211,7 +217,7 @@ def run_trainer(trainer, argv: list[str]) -> list[dict]:
         with contextlib.redirect_stdout(printed):
             code = trainer.main(argv)
         if code:
-            raise RuntimeError(f"{trainer.__name__} exited {code}: {printed.getvalue()[-2000:]}")
+            raise RuntimeError(f"{trainer.module.__name__} exited {code}: {printed.getvalue()[-2000:]}")
         with open(os.path.join(output, "log.jsonl")) as f:
             return [json.loads(line) for line in f]
     finally:
@@ -251,17 +257,17 @@ def patched(patches: list[tuple]):
 
 @contextlib.contextmanager
 def step_cpu_seconds(trainer):
-    """Yields a list that gets the process CPU seconds of each `trainer.train_step` call."""
+    """Yields a list that gets the process CPU seconds of each `trainer.module.train_step` call."""
     seconds = []
 
-    def timed_step(*args, _real=trainer.train_step, **kwargs):
+    def timed_step(*args, _real=trainer.module.train_step, **kwargs):
         start = time.process_time()
         try:
             return _real(*args, **kwargs)
         finally:
             seconds.append(time.process_time() - start)
 
-    with patched([(trainer, "train_step", timed_step)]):
+    with patched([(trainer.module, "train_step", timed_step)]):
         yield seconds
 
 
@@ -270,11 +276,11 @@ HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__
 
 @contextlib.contextmanager
 def counted_host_reads(trainer):
-    """While `trainer.train_step` runs, counts each read of a tensor's value (HOST_READS: each waits for the device
-    to finish what is queued) and each torch.tensor (a blocking copy from the host) called from the trainer's own
-    package, as tests/test_train_ranks.py does. Yields {"steps": train_step calls, "reads": Counter of
+    """While `trainer.module.train_step` runs, counts each read of a tensor's value (HOST_READS: each waits for the
+    device to finish what is queued) and each torch.tensor (a blocking copy from the host) called from the trainer's
+    own package, as tests/test_train_ranks.py does. Yields {"steps": train_step calls, "reads": Counter of
     "what from file:line"}."""
-    package = os.path.dirname(os.path.abspath(trainer.__file__)) + os.sep
+    package = os.path.dirname(os.path.abspath(trainer.module.__file__)) + os.sep
     state = {"in_step": False, "steps": 0, "reads": collections.Counter()}
 
     def wrapped(what: str, real):
@@ -285,7 +291,7 @@ def counted_host_reads(trainer):
             return real(*args, **kwargs)
         return read
 
-    def counted_step(*args, _real=trainer.train_step, **kwargs):
+    def counted_step(*args, _real=trainer.module.train_step, **kwargs):
         state["in_step"], state["steps"] = True, state["steps"] + 1
         try:
             return _real(*args, **kwargs)
@@ -294,7 +300,7 @@ def counted_host_reads(trainer):
 
     patches = [(torch.Tensor, name, wrapped(name, getattr(torch.Tensor, name))) for name in HOST_READS]
     with patched(patches + [(torch, "tensor", wrapped("torch.tensor", torch.tensor)),
-                            (trainer, "train_step", counted_step)]):
+                            (trainer.module, "train_step", counted_step)]):
         yield state
 
 
@@ -352,11 +358,13 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
-def train_module():
-    """Today's model/train.py (imported here: the other sections need none of the trainer's imports)."""
+def train_module() -> Trainer:
+    """Today's model/train.py, run through the command line (imported here: the other sections need none of the
+    trainer's imports)."""
     from model import train
+    from pipeline.commands import cli
 
-    return train
+    return Trainer(train, lambda argv: cli.main(["train", *argv]))
 
 
 def reference_rows(args) -> list[tuple[str, ...]]:

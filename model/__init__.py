@@ -1,1 +1,17 @@
-"""The BERT model, the shard reader and the trainer (PyTorch; no tensorflow, no Beam)."""
+"""The BERT model, the shard reader and the trainer (PyTorch; no tensorflow, no Beam).
+
+config       the model config: one dataclass, the paper's presets, its JSON
+bert         BERT for pretraining: the encoder, the masked-LM and sentence heads, packed rows' attention
+optim        LAMB and AdamW without a Python loop over the parameters
+data         the shard reader: shards (or pair records, masked as they load) -> batches, resumable exactly
+plan         TrainPlan, a run's settings (one field a `bertprep train` flag, its default), and RunError
+train        the run: set-up, the loop, one optimizer step and its loss, evaluation
+ranks        torchrun's ranks, the shared --output check, the stop they agree on, a failed collective
+checkpoints  a checkpoint's contents, its writer thread, and the decisions of a resume
+metrics      the statistics a step sums on the device, the records made of them, the run's log
+export_hf    a run's checkpoint as a Hugging Face model directory
+plot         a run's loss and accuracy curves as a PNG
+
+The flags are the command layer's (pipeline/commands/training.py): it builds the TrainPlan, and turns what a run
+refuses into one line. Nothing here reads argparse.
+"""

@@ -31,16 +31,15 @@ An OUT_DIR that holds anything is refused unless --overwrite, which replaces the
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 from dataclasses import dataclass
 
 import safetensors.torch
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from model import checkpoints
 from model.config import BertConfig
 from pipeline.formats import manifest, storage
 from pipeline.text import tokenization
@@ -228,6 +227,15 @@ def _write(path: str, raw: bytes) -> None:
     os.replace(path + ".tmp", path)   # a reader never sees half a file
 
 
+def checkpoint_to_export(run_dir: str, given: str | None = None) -> str:
+    """`given` (--checkpoint), else RUN_DIR's latest checkpoint; ExportError where that file is not there."""
+    path = given or checkpoints.latest_checkpoint(run_dir)
+    if path is None or not os.path.isfile(path):
+        raise ExportError(f"--checkpoint {path}: no such file" if given else
+                          f"{run_dir}: no checkpoints (expected {run_dir}/checkpoints/step-*.pt)")
+    return path
+
+
 @dataclass(frozen=True)
 class Exported:
     architecture: str              # the HF class that loads the weights
@@ -239,11 +247,9 @@ class Exported:
 def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, overwrite: bool = False) -> Exported:
     """Writes the HF directory for one of our checkpoints (module doc); ExportError, before anything is written,
     where OUT_DIR is in use or the vocab is missing or wrong."""
-    from model.train import checkpoint_objective
-
     check_out_dir(out_dir, overwrite)
-    ckpt = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
-    config, objective = BertConfig.from_json(ckpt["config"]), checkpoint_objective(ckpt)
+    ckpt = checkpoints.load(checkpoint_path)
+    config, objective = BertConfig.from_json(ckpt["config"]), checkpoints.checkpoint_objective(ckpt)
     entry, max_seq_length = recorded_vocab(ckpt)
     vocab = find_vocab(entry, vocab_path, config.vocab_size)
     model_max_length = max_seq_length or config.max_position_embeddings
@@ -258,43 +264,3 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     os.chmod(weights + ".tmp", os.stat(os.path.join(out_dir, CONFIG)).st_mode & 0o777)
     os.replace(weights + ".tmp", weights)
     return Exported(hf_architecture(objective), [*files, WEIGHTS], vocab, model_max_length)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds the `bertprep export-hf` arguments to `parser`."""
-    parser.add_argument("run_dir", help="a `bertprep train` --output directory")
-    parser.add_argument("out_dir", help="where to write the HF model directory (weights, config and tokenizer)")
-    parser.add_argument("--checkpoint", help="a checkpoint file to export instead of RUN_DIR's latest")
-    parser.add_argument("--vocab", metavar="FILE",
-                        help="the vocab.txt the run's shards were made with (default: the file their manifest names; "
-                             "checked against its sha256)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="write into an OUT_DIR that holds files, replacing the ones export-hf writes")
-
-
-def run(args: argparse.Namespace) -> int:
-    """`bertprep export-hf`: exports --checkpoint or RUN_DIR's latest; what it refuses is one line, exit 2."""
-    from model.train import latest_checkpoint
-
-    path = args.checkpoint or latest_checkpoint(args.run_dir)
-    try:
-        if path is None or not os.path.isfile(path):
-            raise ExportError(f"--checkpoint {path}: no such file" if args.checkpoint else
-                              f"{args.run_dir}: no checkpoints (expected {args.run_dir}/checkpoints/step-*.pt)")
-        done = export(path, args.out_dir, args.vocab, args.overwrite)
-    except ExportError as e:
-        print(f"bertprep export-hf: error: {e}", file=sys.stderr)
-        return 2
-    casing = "uncased" if done.vocab.lowercase else "cased"
-    casing += " (decided from the vocab: the manifest does not say)" if done.vocab.inferred else ""
-    print(f"exported {path} -> {args.out_dir}: {', '.join(done.files)} ({done.architecture}; tokenizer {casing}, "
-          f"model_max_length {done.model_max_length}, vocab {done.vocab.path})")
-    print(f'load it with transformers.pipeline("fill-mask", model={args.out_dir!r}), '
-          f"{done.architecture}.from_pretrained({args.out_dir!r}) or AutoTokenizer.from_pretrained({args.out_dir!r})")
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bertprep export-hf", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

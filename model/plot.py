@@ -1,10 +1,8 @@
 """`bertprep plot RUN_DIR`: a training run's loss and accuracy curves (from RUN_DIR/log.jsonl) as a PNG."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 
 
 def read_log(run_dir: str) -> list[dict]:
@@ -50,31 +48,3 @@ def plot(records: list[dict], out_path: str, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds the `bertprep plot` arguments to `parser`."""
-    parser.add_argument("run_dir", help="a `bertprep train` --output directory")
-    parser.add_argument("--out", help="PNG path (default: RUN_DIR/curves.png)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """`bertprep plot`: draws RUN_DIR's curves; a missing or empty log is one line, exit 2."""
-    try:
-        records = read_log(args.run_dir)
-    except FileNotFoundError as e:
-        print(f"bertprep plot: error: {e}", file=sys.stderr)
-        return 2
-    if not records:
-        print(f"bertprep plot: error: {args.run_dir}/log.jsonl is empty", file=sys.stderr)
-        return 2
-    out = args.out or os.path.join(args.run_dir, "curves.png")
-    plot(records, out, title=os.path.basename(os.path.normpath(args.run_dir)))
-    print(f"wrote {out}")
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bertprep plot", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

@@ -15,6 +15,7 @@ import torch
 
 from model import bert, train
 from model.config import BertConfig
+from pipeline.commands import cli, training
 from tests import packed_rows
 from tests.test_model import ODD, packed_model, tensors
 
@@ -181,15 +182,15 @@ def packed_shards(tmp_path_factory):
 
 
 def train_args(data, output, model, *extra):
-    return train.parse_args(["--data", data, "--model", model, "--output", str(output), "--batch-size", "4",
-                             "--steps", "2", "--log-every", "1", "--checkpoint-every", "0", "--num-workers", "0",
-                             "--device", "cpu", *extra])
+    return training.parse_train(["--data", data, "--model", model, "--output", str(output), "--batch-size", "4",
+                                 "--steps", "2", "--log-every", "1", "--checkpoint-every", "0", "--num-workers", "0",
+                                 "--device", "cpu", *extra])
 
 
 @pytest.mark.parametrize("value", ["1", "1.5", "-0.1", "x"])
 def test_attention_dropout_flag_refuses_values_outside_0_1(value, capsys):
     with pytest.raises(SystemExit) as e:
-        train.parse_args(["--data", "d", "--output", "o", "--attention-dropout", value])
+        training.parse_train(["--data", "d", "--output", "o", "--attention-dropout", value])
     assert e.value.code == 2
     assert "argument --attention-dropout:" in capsys.readouterr().err
 
@@ -213,7 +214,7 @@ def test_trainer_refuses_varlen_with_attention_dropout(tmp_path, packed_shards, 
     data, config = packed_shards
     argv = ["--data", data, "--model", config, "--output", str(tmp_path / "run"), "--attention", "varlen",
             "--device", "cpu", "--num-workers", "0", "--batch-size", "4", "--steps", "1"]
-    assert train.main(argv) == 2
+    assert cli.main(["train", *argv]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "bertprep train: error: --attention varlen: varlen has no attention dropout and the model's is 0.1: pass "
         "--attention-dropout 0, or --attention sdpa"]

@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from model import export_hf, train
+from model import checkpoints, train
 from model.config import BertConfig
-from pipeline.commands import cli
+from pipeline.commands import cli, training
 from pipeline.text import tokenization
 from tests.conftest import SAMPLES, UNCASED_VOCAB
 
@@ -33,14 +33,14 @@ def run(tmp_path_factory):
     config = root / "tiny.json"
     config.write_text(BertConfig(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37,
                                  max_position_embeddings=128).to_json())
-    train.train(train.parse_args(["--data", str(root / "shards"), "--model", str(config), "--output",
-                                  str(root / "run"), "--steps", "2", "--batch-size", "4", "--num-workers", "0"]))
+    train.train(training.parse_train(["--data", str(root / "shards"), "--model", str(config), "--output",
+                                      str(root / "run"), "--steps", "2", "--batch-size", "4", "--num-workers", "0"]))
     torch.set_num_threads(threads)
     return root / "run"
 
 
 def export(*argv) -> int:
-    return export_hf.main([str(a) for a in argv])
+    return cli.main(["export-hf", *(str(a) for a in argv)])
 
 
 def refusal(capsys, *argv) -> str:
@@ -52,7 +52,7 @@ def refusal(capsys, *argv) -> str:
 
 def with_vocab_entry(run, tmp_path, entry) -> str:
     """A copy of the run's checkpoint whose recorded vocab entry is `entry` (a key left out where it is absent)."""
-    ckpt = torch.load(train.latest_checkpoint(str(run)), weights_only=False)
+    ckpt = torch.load(checkpoints.latest_checkpoint(str(run)), weights_only=False)
     ckpt.pop("vocab")
     ckpt.pop("max_seq_length")
     if entry != "absent":
@@ -95,7 +95,7 @@ def test_an_out_dir_in_use_is_refused_without_overwrite(run, tmp_path, capsys):
 
 
 def test_a_missing_or_other_vocab_is_refused_in_one_line(run, tmp_path, capsys):
-    made_with = torch.load(train.latest_checkpoint(str(run)), weights_only=False)["vocab"]
+    made_with = torch.load(checkpoints.latest_checkpoint(str(run)), weights_only=False)["vocab"]
     moved = with_vocab_entry(run, tmp_path, {**made_with, "path": "elsewhere/vocab.txt"})  # relative to another cwd
     err = refusal(capsys, run, tmp_path / "hf", "--checkpoint", moved)
     assert "elsewhere/vocab.txt" in err and "--vocab FILE" in err, err

@@ -12,8 +12,9 @@ import types
 import pytest
 import torch
 
-from model import export_hf, plot, train
+from model import checkpoints, train
 from model.bert import Bert
+from pipeline.commands import cli
 from pipeline.formats import schema, tfrecord
 from tests.test_train import L, P, TINY, VOCAB, args_for, write_shards
 
@@ -89,7 +90,7 @@ def test_sop_is_the_nsp_head_logged_under_its_own_names(runs):
     tags = events.Tags()["scalars"]
     assert {"train/sop_loss", "train/sop_accuracy", "eval/sop_accuracy"} <= set(tags)
     assert not [t for t in tags if "nsp" in t]
-    assert plot.main([str(sop.run_dir)]) == 0 and (sop.run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert cli.main(["plot", str(sop.run_dir)]) == 0 and (sop.run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_none_trains_the_masked_lm_alone(runs):
@@ -104,11 +105,11 @@ def test_none_trains_the_masked_lm_alone(runs):
     assert ckpt["objective"] == "none"
     assert not [k for k in ckpt["model"] if k.startswith(("pooler.", "nsp."))]   # no sentence head at all
     assert torch.load(runs["sop"].checkpoint, weights_only=False)["objective"] == "sop"
-    assert plot.main([str(none.run_dir)]) == 0 and (none.run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert cli.main(["plot", str(none.run_dir)]) == 0 and (none.run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def refusal(capsys, argv) -> str:
-    assert train.main(argv) == 2
+    assert cli.main(["train", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("bertprep train: error: "), err
     return err
@@ -132,7 +133,7 @@ def test_resume_on_another_objective_is_refused(runs, tmp_path, capsys):
                                "--num-workers", "0", "--output", str(run_dir), "--resume"])
         assert f"was trained with objective nsp and --data holds objective {other} shards" in err, err
     # a checkpoint from before the choice is an nsp one: it resumes on nsp shards
-    path = train.latest_checkpoint(str(run_dir))
+    path = checkpoints.latest_checkpoint(str(run_dir))
     ckpt = torch.load(path, weights_only=False)
     del ckpt["objective"]
     torch.save(ckpt, path)
@@ -143,7 +144,7 @@ def test_resume_on_another_objective_is_refused(runs, tmp_path, capsys):
 def test_export_hf_of_mlm_only_run_loads_in_bert_for_masked_lm(runs, tmp_path):
     transformers = pytest.importorskip("transformers")
     out = tmp_path / "hf"
-    assert export_hf.main([str(runs["none"].run_dir), str(out)]) == 0
+    assert cli.main(["export-hf", str(runs["none"].run_dir), str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     hf, info = transformers.BertForMaskedLM.from_pretrained(str(out), output_loading_info=True)
     assert all(not v for v in info.values()), info   # no missing, unexpected or mismatched keys
@@ -164,12 +165,12 @@ def test_export_hf_of_mlm_only_run_loads_in_bert_for_masked_lm(runs, tmp_path):
 
     # sop keeps both heads (cls.seq_relationship is the SOP classifier), and so does a checkpoint from before the
     # choice, an nsp one
-    assert export_hf.main([str(runs["sop"].run_dir), str(tmp_path / "sop")]) == 0
+    assert cli.main(["export-hf", str(runs["sop"].run_dir), str(tmp_path / "sop")]) == 0
     old = tmp_path / "old.pt"
     ckpt = torch.load(runs["sop"].checkpoint, weights_only=False)
     del ckpt["objective"]
     torch.save(ckpt, old)
-    assert export_hf.main([str(runs["sop"].run_dir), str(tmp_path / "old"), "--checkpoint", str(old)]) == 0
+    assert cli.main(["export-hf", str(runs["sop"].run_dir), str(tmp_path / "old"), "--checkpoint", str(old)]) == 0
     for name in ("sop", "old"):
         config = json.loads((tmp_path / name / "config.json").read_text())
         assert config["architectures"] == ["BertForPreTraining"]
@@ -180,7 +181,6 @@ def test_export_hf_of_mlm_only_run_loads_in_bert_for_masked_lm(runs, tmp_path):
 @pytest.mark.slow
 def test_shards_of_each_objective_made_by_prepare_train_as_their_manifest_says(tmp_path, capsys):
     """Real shards: `bertprep prepare --objective` on the bundled books, then the trainer and export-hf on them."""
-    from pipeline.commands import cli
     from tests.conftest import SAMPLES, UNCASED_VOCAB
 
     made = {}
@@ -205,6 +205,6 @@ def test_shards_of_each_objective_made_by_prepare_train_as_their_manifest_says(t
     assert "objective none and --data with sop" in err, err
 
     transformers = pytest.importorskip("transformers")
-    assert export_hf.main([str(tmp_path / "run-none"), str(tmp_path / "hf")]) == 0
+    assert cli.main(["export-hf", str(tmp_path / "run-none"), str(tmp_path / "hf")]) == 0
     _, info = transformers.BertForMaskedLM.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
     assert all(not v for v in info.values()), info

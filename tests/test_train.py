@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from model import export_hf, optim, plot, train
+from model import checkpoints, optim, train
 from model.bert import Bert
 from model.config import BertConfig
+from pipeline.commands import cli, training
 from pipeline.formats import schema, tfrecord
 from tests import packed_rows
 
@@ -72,9 +73,9 @@ def tiny_json(tmp_path_factory):
 
 
 def args_for(data, output, model, *extra):
-    return train.parse_args(["--data", data, "--model", model, "--output", str(output), "--batch-size", "4",
-                             "--lr", "1e-3", "--warmup-steps", "3", "--log-every", "1", "--checkpoint-every", "0",
-                             "--seed", "7", *extra])
+    return training.parse_train(["--data", data, "--model", model, "--output", str(output), "--batch-size", "4",
+                                 "--lr", "1e-3", "--warmup-steps", "3", "--log-every", "1", "--checkpoint-every",
+                                 "0", "--seed", "7", *extra])
 
 
 def train_losses(result):
@@ -162,7 +163,7 @@ def test_packed_and_unpacked_data_mixed_is_one_line(tmp_path, packed_data, capsy
              "--eval-data .*plain holds unpacked shards \\(L=128, P=20\\) and --data packed shards"),
             (["--data", packed_data.plain, "--eval-data", packed_data.eval],
              "--eval-data .*eval holds packed shards .* and --data unpacked shards")):
-        assert train.main([*argv, *base, "--output", str(tmp_path / "run")]) == 2
+        assert cli.main(["train", *argv, *base, "--output", str(tmp_path / "run")]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("bertprep train: error: ") and re.search(message, err), err
 
@@ -213,11 +214,11 @@ def test_checkpoints_are_atomic_and_pruned(short_run):
 def test_export_hf_loads_without_missing_keys_and_matches(short_run, tmp_path):
     transformers = pytest.importorskip("transformers")
     out = tmp_path / "hf"
-    assert export_hf.main([str(short_run), str(out)]) == 0   # the vocab: the one the shards' manifest names
+    assert cli.main(["export-hf", str(short_run), str(out)]) == 0   # the vocab: the one the shards' manifest names
     hf, info = transformers.BertForPreTraining.from_pretrained(str(out), output_loading_info=True)
     assert all(not v for v in info.values()), info  # no missing, unexpected or mismatched keys
     ours = Bert(TINY)
-    ours.load_state_dict(torch.load(train.latest_checkpoint(str(short_run)), weights_only=False)["model"])
+    ours.load_state_dict(torch.load(checkpoints.latest_checkpoint(str(short_run)), weights_only=False)["model"])
     ours.eval(), hf.eval()
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (2, L), generator=g)
@@ -234,7 +235,7 @@ def test_export_hf_loads_without_missing_keys_and_matches(short_run, tmp_path):
 
 
 def test_plot_writes_png(short_run):
-    assert plot.main([str(short_run)]) == 0
+    assert cli.main(["plot", str(short_run)]) == 0
     with open(short_run / "curves.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -243,8 +244,9 @@ def test_commands_plug_into_a_subcommand_table(short_run, tmp_path, tiny_json, c
     """train, export-hf and plot as pipeline/commands/cli.py's {command: (add_arguments, handler)} table calls them."""
     import argparse
 
-    table = {"train": (train.add_arguments, train.run), "export-hf": (export_hf.add_arguments, export_hf.run),
-             "plot": (plot.add_arguments, plot.run)}
+    table = {"train": (training.add_train, training.run_train),
+             "export-hf": (training.add_export_hf, training.run_export_hf),
+             "plot": (training.add_plot, training.run_plot)}
     parser = argparse.ArgumentParser(prog="bertprep")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (add_arguments, _) in table.items():
@@ -275,7 +277,7 @@ def test_commands_plug_into_a_subcommand_table(short_run, tmp_path, tiny_json, c
 
 def test_mismatched_vocab_is_a_clear_error(tmp_path, tiny_json, capsys):
     data = write_shards(tmp_path / "data", [8], vocab=50)
-    code = train.main(["--data", data, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "1"])
+    code = cli.main(["train", "--data", data, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "1"])
     assert code == 2
     assert "vocab of 50 ids, the model has vocab_size 99" in capsys.readouterr().err
     # A preset takes the data's vocab instead.
@@ -292,7 +294,7 @@ def test_corrupt_shard_is_reported_with_file_and_record(tmp_path, tiny_json, cap
     open(path, "wb").write(bytes(raw))
     argv = ["--data", data, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "20",
             "--batch-size", "4", "--num-workers", "2"]
-    assert train.main(argv) == 2
+    assert cli.main(["train", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert re.search(r"CorruptRecordError: \S+/shard-00000-of-00002.tfrecord: record \d+: .*CRC mismatch", err), err
@@ -302,10 +304,10 @@ def test_existing_run_needs_resume_or_overwrite(tmp_path, tiny_json, capsys):
     data = write_shards(tmp_path / "data", [8])
     argv = ["--data", data, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "2",
             "--batch-size", "4", "--log-every", "1", "--num-workers", "0"]
-    assert train.main(argv) == 0
-    assert train.main(argv) == 2
+    assert cli.main(["train", *argv]) == 0
+    assert cli.main(["train", *argv]) == 2
     assert "already holds a run: pass --resume to continue it or --overwrite" in capsys.readouterr().err
-    assert train.main(argv + ["--overwrite", "--steps", "1"]) == 0
+    assert cli.main(["train", *argv, "--overwrite", "--steps", "1"]) == 0
     assert [json.loads(line)["step"] for line in open(tmp_path / "run" / "log.jsonl")] == [0]
     assert os.listdir(tmp_path / "run" / "checkpoints") == ["step-00000001.pt"]
 
@@ -333,7 +335,7 @@ def _run_rank(rank, world, port, argv):
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     try:
-        code = train.main(argv)
+        code = cli.main(["train", *argv])
     except BaseException:
         import traceback
         traceback.print_exc()

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from model import data, train
+from pipeline.commands import cli, training
 from tests.test_train import (L, TINY, _run_rank, args_for, join_ranks, train_losses, write_pairs,
                               write_shards)
 
@@ -140,7 +141,7 @@ def test_stop_between_logs_keeps_the_interval_and_restores_handlers(tmp_path, ti
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     argv = ["--data", data_glob, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "50",
             "--batch-size", "4", "--num-workers", "0", "--log-every", "100", "--checkpoint-every", "0"]
-    assert train.main(argv) == 143
+    assert cli.main(["train", *argv]) == 143
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     err = capsys.readouterr().err.strip()
     assert err == (f"bertprep train: interrupted by SIGTERM at step 5: saved {tmp_path}/run/checkpoints/"
@@ -151,7 +152,7 @@ def test_stop_between_logs_keeps_the_interval_and_restores_handlers(tmp_path, ti
 
     # Stopped again before its first step: nothing trained, nothing written.
     monkeypatch.setattr(train.Stop, "agreed", lambda self, step: signal.SIGINT)
-    assert train.main([*argv, "--resume"]) == 130
+    assert cli.main(["train", *argv, "--resume"]) == 130
     assert capsys.readouterr().err.strip() == (
         "bertprep train: interrupted by SIGINT before its first step: nothing new trained, no checkpoint written "
         f"(the latest: {tmp_path}/run/checkpoints/step-00000005.pt)")
@@ -177,7 +178,7 @@ def test_a_refused_resume_names_what_differs(tmp_path, tiny_json, capsys):
     data_glob = write_shards(tmp_path / "data", [8, 8, 8, 8])
     base = ["--data", data_glob, "--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "6",
             "--batch-size", "4", "--log-every", "1", "--num-workers", "0"]
-    assert train.main([*base, "--eval-every", "5", "--stop-after", "2"]) == 0   # the last file held out
+    assert cli.main(["train", *base, "--eval-every", "5", "--stop-after", "2"]) == 0   # the last file held out
     capsys.readouterr()
     for extra, message in (
             ([], "training files: 3 in the checkpoint, 4 now (--eval-every without --eval-data holds the last file "
@@ -187,11 +188,11 @@ def test_a_refused_resume_names_what_differs(tmp_path, tiny_json, capsys):
                                                          "--grad-accum)): 4 = 4 / (1 x 1) in the checkpoint, 2 = 4 / "
                                                          "(1 x 2) now"),
             (["--eval-every", "5", "--steps", "1"], "--steps 1, but .* is at step 2 already")):
-        assert train.main([*base, *extra, "--resume"]) == 2
+        assert cli.main(["train", *base, *extra, "--resume"]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and re.search(re.escape(message) if "*" not in message else message, err)
         assert "world size" not in err.replace("(world size x", ""), err  # only what differs
-    assert train.main([*base, "--eval-every", "5", "--resume"]) == 0
+    assert cli.main(["train", *base, "--eval-every", "5", "--resume"]) == 0
 
 
 def test_a_longer_steps_on_resume_stretches_the_schedule(tmp_path, tiny_json, capsys):
@@ -213,8 +214,8 @@ def test_a_longer_steps_on_resume_stretches_the_schedule(tmp_path, tiny_json, ca
     # Without --warmup-steps the run keeps its own warmup (1% of 200: 2), not 1% of the new --steps (10).
     base = ["--data", data_glob, "--model", tiny_json, "--output", str(tmp_path / "warm"), "--batch-size", "4",
             "--lr", "1e-3", "--log-every", "1", "--num-workers", "0"]
-    assert train.main([*base, "--steps", "200", "--stop-after", "2"]) == 0
-    resumed = train.train(train.parse_args([*base, "--steps", "1000", "--stop-after", "1", "--resume"]))
+    assert cli.main(["train", *base, "--steps", "200", "--stop-after", "2"]) == 0
+    resumed = train.train(training.parse_train([*base, "--steps", "1000", "--stop-after", "1", "--resume"]))
     assert resumed["history"][0]["lr"] == pytest.approx(1e-3 * train.lr_multiplier(2, 2, 1000))
     assert torch.load(resumed["checkpoint"], weights_only=False)["warmup"] == 2
 
@@ -225,11 +226,11 @@ def test_held_out_data_of_other_lengths_names_both_data_sets(tmp_path, tiny_json
     path = tmp_path / "eval" / "manifest.json"
     path.write_text(path.read_text().replace(f'"max_seq_length": {L}', '"max_seq_length": 32'))
     base = ["--model", tiny_json, "--output", str(tmp_path / "run"), "--steps", "1", "--batch-size", "4"]
-    assert train.main(["--data", data_glob, "--eval-data", eval_glob, *base]) == 2
+    assert cli.main(["train", "--data", data_glob, "--eval-data", eval_glob, *base]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (f"bertprep train: error: --eval-data {eval_glob} holds shards of L=32 and --data L={L}: give "
                    "shards of the same lengths"), err
-    assert train.main(["--data", eval_glob, "--max-seq-length", str(L), *base]) == 2   # a flag the user did pass
+    assert cli.main(["train", "--data", eval_glob, "--max-seq-length", str(L), *base]) == 2   # a flag the user did pass
     assert f"--max-seq-length {L} but the shards were made with 32" in capsys.readouterr().err
 
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from model import train
+from pipeline.commands import cli
 from tests.test_train import _run_rank, join_ranks, tiny_json, write_shards  # noqa: F401 - tiny_json: a fixture
 
 pytestmark = pytest.mark.slow
@@ -66,7 +67,7 @@ def test_overwrite_with_a_late_rank_completes_every_time(tmp_path, shards, tiny_
 def test_an_output_the_ranks_do_not_share_stops_every_rank_in_one_line(tmp_path, shards, tiny_json):
     """Rank 1's --output is its own empty directory (a node's local disk) while rank 0's holds a run to resume:
     every rank stops, with the same line, before any step (before: rank 0 resumed at step 2, rank 1 at 0: hang)."""
-    assert train.main(argv_for(shards, tiny_json, tmp_path / "shared", "--steps", "2")) == 0
+    assert cli.main(["train", *argv_for(shards, tiny_json, tmp_path / "shared", "--steps", "2")]) == 0
     argvs = [argv_for(shards, tiny_json, tmp_path / "shared", "--resume"),
              argv_for(shards, tiny_json, tmp_path / "local1", "--resume")]
     ranks, errs = start(tmp_path, argvs)
@@ -224,7 +225,7 @@ def test_no_host_reads_in_a_step_between_log_steps(tmp_path, shards, tiny_json, 
     monkeypatch.setattr(train, "train_step", counted_step)
     argv = argv_for(shards, tiny_json, tmp_path / "run", "--steps", "6", "--log-every", "100", "--num-workers", "1",
                     "--grad-accum", "2")
-    assert train.main(argv) == 0
+    assert cli.main(["train", *argv]) == 0
     assert state["reads"] == []
 
 
@@ -245,4 +246,4 @@ def test_no_device_sync_between_log_steps_on_cuda(tmp_path, shards, tiny_json, m
     monkeypatch.setattr(train, "train_step", strict_step)
     argv = argv_for(shards, tiny_json, tmp_path / "run", "--steps", "4", "--log-every", "100", "--num-workers", "1")
     argv[argv.index("--device") + 1] = "cuda"
-    assert train.main(argv) == 0
+    assert cli.main(["train", *argv]) == 0

@@ -198,6 +198,7 @@ def test_split_flags_are_checked(tmp_path, capsys):
 @pytest.mark.usefixtures("one_thread")
 def test_the_trainer_evaluates_on_the_validation_set_whole(tmp_path, capsys):
     from model import train
+    from pipeline.commands import training
 
     out = tmp_path / "shards"
     assert cli.main(["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB),
@@ -205,9 +206,9 @@ def test_the_trainer_evaluates_on_the_validation_set_whole(tmp_path, capsys):
                      str(out), *ONE]) == 0
     held = json.loads((out / "validation" / "manifest.json").read_text())["counts"]["instances"]
     capsys.readouterr()
-    result = train.train(train.parse_args(["--data", str(out), "--model", "tiny", "--output", str(tmp_path / "run"),
-                                           "--steps", "2", "--batch-size", "8", "--eval-every", "2",
-                                           "--num-workers", "0", "--log-every", "1"]))
+    result = train.train(training.parse_train(["--data", str(out), "--model", "tiny", "--output",
+                                               str(tmp_path / "run"), "--steps", "2", "--batch-size", "8",
+                                               "--eval-every", "2", "--num-workers", "0", "--log-every", "1"]))
     printed = capsys.readouterr()
     assert f"evaluation: the validation set {out / 'validation'} (documents held out before pairing" in printed.out
     assert "warning" not in printed.err

@@ -9,6 +9,7 @@ verify       `bertprep verify`: every record and invariant of an output director
 inspection   `bertprep inspect`: counts, statistics and examples
 vocab        `bertprep vocab`: a WordPiece vocab learned from documents
 demo         `bertprep demo`: the whole product on the bundled sample
+training     `bertprep train`, `export-hf`, `plot`: the trainer's flags, its TrainPlan, one-line refusals
 
 The top layer: may import every layer below (the jobs, the trainer). A new stage is a module of pipeline/jobs/ (its
 Plan and its job, one chain of labelled transforms), an entry of plans.COMMANDS (its flag groups, named for the

@@ -81,10 +81,12 @@ COMMANDS: dict[str, tuple[str, Callable | str, str]] = {
                 "pipeline.commands.inspection:main"),
     "verify": ("read every record of an output directory: framing, CRCs, schema, invariants, counts",
                add_verify, "pipeline.commands.verify:main"),
-    "train": ("train BERT on the shards (PyTorch)", "model.train:add_arguments", "model.train:run"),
+    "train": ("train BERT on the shards (PyTorch)", "pipeline.commands.training:add_train",
+              "pipeline.commands.training:run_train"),
     "export-hf": ("convert a training run to a HuggingFace BertForPreTraining checkpoint",
-                  "model.export_hf:add_arguments", "model.export_hf:run"),
-    "plot": ("draw a training run's loss/accuracy curves to PNG", "model.plot:add_arguments", "model.plot:run"),
+                  "pipeline.commands.training:add_export_hf", "pipeline.commands.training:run_export_hf"),
+    "plot": ("draw a training run's loss/accuracy curves to PNG", "pipeline.commands.training:add_plot",
+             "pipeline.commands.training:run_plot"),
     "demo": ("everything above on the bundled sample, then a short CPU training run", add_demo,
              "pipeline.commands.demo:main"),
 }
@@ -204,7 +206,7 @@ def _check(command: str, parser: flags.Parser, args: argparse.Namespace) -> None
     other command's --max-predictions-per-seq is at most its --max-seq-length."""
     if command in plans.COMMANDS:
         plans.COMMANDS[command].check(parser, args)
-    elif hasattr(args, "max_predictions_per_seq"):   # train, verify
+    elif command in ("train", "verify"):   # their own --max-seq-length and --max-predictions-per-seq
         groups.check_lengths(parser, args)
 
 

@@ -1,0 +1,215 @@
+"""A run's checkpoints, RUN_DIR/checkpoints/step-N.pt, and the decisions of a resume.
+
+A checkpoint is one torch.save'd dict: step; the model's, optimizer's and schedule's states; config (the model's
+JSON); ranks (each rank's RNG states and data position, so every rank resumes exactly); args (the run's TrainPlan as
+a dict, what a resume compares with); objective, vocab (the manifest's entry) and max_seq_length (export-hf's);
+warmup. Older checkpoints lack the last four: they are nsp runs, export-hf looks their vocab up in --data's
+manifest, and their warmup is worked out from args.
+
+Rank 0 writes them in a background thread (`CheckpointWriter`), atomically, keeping the last --keep-checkpoints.
+Rank 0 alone also decides what to do with --output (refuse, clear, resume from which checkpoint) and tells the other
+ranks (`start_run_dir`); `check_resumable` refuses a resume that could not go on where the checkpoint stopped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import random
+import shutil
+import threading
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from model import config as config_lib
+from model.plan import RunError, TrainPlan
+from model.ranks import Ranks, check_shared
+
+
+def checkpoint_path(run_dir: str, step: int) -> str:
+    return os.path.join(run_dir, "checkpoints", f"step-{step:08d}.pt")
+
+
+def latest_checkpoint(run_dir: str) -> str | None:
+    paths = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step-*.pt")))
+    return paths[-1] if paths else None
+
+
+def checkpoint_objective(checkpoint: dict) -> str:
+    """What a checkpoint was trained on: nsp | sop | none (which heads it has); checkpoints older than the choice
+    are nsp."""
+    return checkpoint.get("objective", "nsp")
+
+
+def load(path: str) -> dict:
+    """A checkpoint's dict, its tensors on the CPU (it holds the RNG states and the plan: not weights only)."""
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(session, step: int) -> str:
+    """Saves checkpoints/step-N.pt: each rank's RNG states and data position gathered into it (so every rank
+    resumes exactly), the states copied off the device, then written by rank 0 in the background
+    (`CheckpointWriter`): no rank waits for the file, and training goes on while it is written. `session` is the
+    run's (model/train.py)."""
+    own = {"rng": rng_state(), "loader": session.loader.state_dict()}
+    ranks = [None] * session.ranks.world if session.ranks.ddp else [own]
+    if session.ranks.ddp:
+        dist.all_gather_object(ranks, own, group=session.ranks.control)
+    path = checkpoint_path(session.args.output, step)
+    if session.ranks.master:
+        checkpoint = {"step": step, "model": session.model.state_dict(), "optimizer": session.optimizer.state_dict(),
+                      "scheduler": session.scheduler.state_dict(), "config": session.config.to_json(), "ranks": ranks,
+                      "args": dataclasses.asdict(session.args), "objective": session.shards.objective,
+                      "vocab": session.shards.vocab, "max_seq_length": session.shards.shape.max_seq_length,
+                      "warmup": session.warmup}
+        session.writer.write(_copied(checkpoint), path, session.args.keep_checkpoints)
+    return path
+
+
+def _copied(state):
+    """A state with every tensor copied to host memory: a snapshot the next optimizer step cannot change."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {k: _copied(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_copied(v) for v in state)
+    return state
+
+
+class CheckpointWriter:
+    """Rank 0's checkpoint files, written one at a time in a background thread: atomically (a temp file, fsync, then
+    os.replace, so a reader or a resume never sees half a file) and the last --keep-checkpoints kept. `wait` joins
+    the write under way and raises its error, if any; the next write and the end of the run wait for the last."""
+
+    def __init__(self):
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def write(self, checkpoint: dict, path: str, keep: int) -> None:
+        self.wait()
+        self.thread = threading.Thread(target=self._write, args=(checkpoint, path, keep), name="checkpoint")
+        self.thread.start()
+
+    def _write(self, checkpoint: dict, path: str, keep: int) -> None:
+        try:
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            for old in sorted(glob.glob(os.path.join(os.path.dirname(path), "step-*.pt")))[:-keep]:
+                os.remove(old)
+        except BaseException as e:  # raised where the run waits for it
+            self.error = e
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise RunError(f"writing a checkpoint failed: {error}")
+
+
+def restore(checkpoint: dict, model, optimizer, scheduler, loader, rank: int) -> int:
+    """Puts a checkpoint's states back (weights, optimizer, schedule, this rank's data position in the data.Loader
+    `loader`, and its RNGs); returns its step."""
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    own = checkpoint["ranks"][rank]
+    loader.load_state_dict(own["loader"])
+    set_rng_state(own["rng"])
+    return checkpoint["step"]
+
+
+def start_run_dir(args: TrainPlan, ranks: Ranks) -> str | None:
+    """Readies --output: refuses an old run unless --resume or --overwrite (which clears it); returns the
+    checkpoint to resume from, if any.
+
+    Rank 0 alone looks at --output and decides (refuse, clear, resume from which checkpoint), then tells the others,
+    so every rank takes the same path through the same collectives, however late it looks. First every rank checks
+    that it sees the file rank 0 writes there: only rank 0 writes checkpoints, so an --output that is not one shared
+    directory would resume the ranks from different steps (they would drift apart, or hang); it stops every rank."""
+    check_shared(args.output, ranks)
+    decision = _run_dir_decision(args) if ranks.master else None
+    if ranks.ddp:
+        message = [decision]
+        dist.broadcast_object_list(message, src=0, group=ranks.control)
+        decision = message[0]
+    if "refuse" in decision:
+        raise RunError(decision["refuse"])
+    if args.resume and decision["resume"] is None and ranks.master:
+        print(f"--resume: no checkpoint in {args.output} yet, starting from step 0")
+    return decision["resume"]
+
+
+def _run_dir_decision(args: TrainPlan) -> dict:
+    """Rank 0's look at --output: {"refuse": why} or {"resume": the checkpoint or None}, an old run cleared first
+    where --overwrite says so."""
+    previous = [os.path.join(args.output, name) for name in ("log.jsonl", "tb", "checkpoints", "config.json")
+                if os.path.exists(os.path.join(args.output, name))
+                and not (name == "checkpoints" and not os.listdir(os.path.join(args.output, name)))]
+    if previous and not args.resume:
+        if not args.overwrite:
+            return {"refuse": f"{args.output} already holds a run: pass --resume to continue it or --overwrite to "
+                              "start over"}
+        for path in previous:
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    return {"resume": latest_checkpoint(args.output) if args.resume else None}
+
+
+def check_resumable(checkpoint: dict, args: TrainPlan, ranks: Ranks, objective: str, train_files: int,
+                    micro_batch: int) -> None:
+    """Refuses a resume that cannot go on where the checkpoint stopped, naming what differs: the objective (of --data:
+    `objective`), --steps, or what the data position depends on (world size, readers, rows per micro-step, the
+    `train_files` training files)."""
+    if checkpoint_objective(checkpoint) != objective:
+        raise RunError(f"{args.output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
+                       f"holds objective {objective} shards: resume on the same objective, or start a new run")
+    if checkpoint["step"] > args.steps:
+        raise RunError(f"--steps {args.steps}, but {args.output} is at step {checkpoint['step']} already: give a "
+                       "larger --steps to go on")
+    saved, before = checkpoint["ranks"][0]["loader"], checkpoint.get("args", {})
+    differ = []
+    if saved["world_size"] != ranks.world:
+        differ.append(f"world size: {saved['world_size']} in the checkpoint, {ranks.world} now")
+    if saved["readers"] != max(1, args.num_workers):  # 0 and 1 workers both read as one
+        differ.append(f"--num-workers: {before.get('num_workers', saved['readers'])} in the checkpoint, "
+                      f"{args.num_workers} now")
+    if saved["batch_size"] != micro_batch:
+        then = (f" = {before['batch_size']} / ({saved['world_size']} x {before['grad_accum']})"
+                if "grad_accum" in before else "")
+        differ.append(f"rows per rank and micro-step (--batch-size / (world size x --grad-accum)): "
+                      f"{saved['batch_size']}{then} in the checkpoint, {micro_batch} = {args.batch_size} / "
+                      f"({ranks.world} x {args.grad_accum}) now")
+    if saved["files"] != train_files:
+        now = dataclasses.asdict(args)
+        held_out = [bool(a.get("eval_every")) and not a.get("eval_data") for a in (before, now)]  # the split
+        why = ("--eval-every without --eval-data holds the last file out: pass the same --eval-every/--eval-data "
+               "as the run you resume" if "eval_every" in before and held_out[0] != held_out[1]
+               else "resume on the same --data")
+        differ.append(f"training files: {saved['files']} in the checkpoint, {train_files} now ({why})")
+    then = config_lib.BertConfig.from_json(checkpoint["config"]).attention_probs_dropout
+    if args.attention_dropout is not None and args.attention_dropout != then:  # unset: the checkpoint's config's
+        differ.append(f"--attention-dropout: {then} in the checkpoint's config, {args.attention_dropout} now (another "
+                      "value is another run: start a new one)")
+    if differ:
+        raise RunError(f"cannot resume {args.output} where it stopped: " + "; ".join(differ))

@@ -1,0 +1,55 @@
+"""A training run's settings: `TrainPlan`, one field per `bertprep train` flag, its default written here once (the
+flag takes it from here: pipeline/commands/training.py), frozen once the command has checked it. Stored in every
+checkpoint as a dict under "args" (a resume compares against it). No torch: the command layer imports it to build
+its parser.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class RunError(ValueError):
+    """Flags or the run directory do not allow the run (an existing run, an indivisible batch)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainPlan:
+    # data
+    data: str                                 # masked-LM shards or, with dynamic_masking, pair records
+    eval_data: str | None = None              # None: the validation set --data was made with, or the last file
+    max_seq_length: int | None = None         # for shards without a manifest
+    max_predictions_per_seq: int | None = None  # likewise; with dynamic_masking max(20, round(L x masked_lm_prob))
+    allow_incomplete: bool = False
+    dynamic_masking: bool = False
+    masked_lm_prob: float = 0.15              # google's; these three only with dynamic_masking
+    whole_word_mask: bool = False
+    ngram_max: int = 1
+    num_workers: int = 2                      # DataLoader workers per rank
+    shuffle_buffer: int = 10_000              # records in each worker's buffer
+    # model
+    model: str = "mini"                       # a preset of model/config.py or a config JSON
+    compile: bool | None = None               # None: on CUDA
+    attention_dropout: float | None = None    # None: the model config's
+    attention: str = "auto"                   # packed rows' attention: auto or one of bert.PACKED_ATTENTIONS
+    # optimisation
+    steps: int = 10_000
+    batch_size: int = 256                     # global: rows per optimizer step over ranks and micro-steps
+    grad_accum: int = 1
+    lr: float = 1e-4                          # google's for BERT-Base
+    warmup_steps: int | None = None           # None: 1% of steps, or a resumed run's own
+    optimizer: str = "adamw"                  # adamw | lamb
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    # run
+    output: str                               # the run directory
+    seed: int = 0
+    log_every: int = 100
+    eval_every: int = 0                       # 0: no evaluation
+    eval_batches: int | None = None           # None: the whole held-out set
+    checkpoint_every: int = 1000              # 0: at the end only
+    keep_checkpoints: int = 3
+    resume: bool = False
+    overwrite: bool = False
+    stop_after: int | None = None             # steps of this invocation; the schedule still spans steps
+    device: str | None = None                 # None: cuda where there is one
+    dist_timeout_min: float = 30.0            # covers the slowest step, evaluation and a checkpoint's copy to host

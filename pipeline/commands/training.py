@@ -1,0 +1,236 @@
+"""The trainer's commands, `bertprep train`, `export-hf` and `plot`: each one's flags, the checks that need no run,
+and a handler that runs model/'s code and turns what it refuses into one line on stderr, exit 2.
+
+`train`'s flags make a TrainPlan (model/plan.py), the run's settings, frozen: each flag's default is the
+dataclass's, written there once. What only a run can find (the run directory, the data, a resumed checkpoint,
+another rank) comes back from it as a typed error. model/'s torch modules are imported inside the functions that
+use them: `plot` imports no torch, and neither does the command table.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import sys
+
+from model import plot
+from model.plan import RunError, TrainPlan
+from pipeline.commands import flags
+from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
+                                     positive_float, positive_int, probability)
+
+
+# ---- train ---------------------------------------------------------------------------------------------------------
+
+def add_train(p: argparse.ArgumentParser) -> None:
+    """Adds every `bertprep train` flag to `p`, grouped as in --help; their defaults are TrainPlan's."""
+    for name, add in (("data", _train_data_flags), ("model", _train_model_flags),
+                      ("optimisation", _train_optimisation_flags), ("run", _train_run_flags)):
+        add(p.add_argument_group(name))
+    p.set_defaults(**{f.name: f.default for f in dataclasses.fields(TrainPlan) if f.default is not dataclasses.MISSING})
+
+
+def _train_data_flags(g) -> None:
+    """`bertprep train`'s data group: what the run reads, and the masking of --dynamic-masking."""
+    g.add_argument("--data", required=True,
+                   help="masked-LM shards, packed or not (not both): a directory, a glob or a comma list")
+    g.add_argument("--eval-data", help="held-out shards (default: the validation set --data was made with, "
+                                       "DIR/validation/; without one, the last training file, with a warning)")
+    g.add_argument("--max-seq-length", type=positive_int, help="required for shards without a manifest (google-made)")
+    g.add_argument("--max-predictions-per-seq", type=positive_int,
+                   help="required for shards without a manifest; with --dynamic-masking default max(20, "
+                        "round(L x --masked-lm-prob)): 20 at L=128, 77 at L=512")
+    g.add_argument("--allow-incomplete", action="store_true", help="read shards whose directory has no manifest")
+    g.add_argument("--dynamic-masking", action="store_true",
+                   help="--data is a `pairs` output: mask it afresh every epoch (RoBERTa-style) instead of reading "
+                        "masked shards; masking flags below, --max-predictions-per-seq default max(20, "
+                        "round(L x --masked-lm-prob))")
+    g.add_argument("--masked-lm-prob", type=probability, help="with --dynamic-masking")
+    g.add_argument("--whole-word-mask", action="store_true", help="with --dynamic-masking")
+    g.add_argument("--ngram-max", type=positive_int, help="with --dynamic-masking")
+    g.add_argument("--num-workers", type=nonnegative_int, help="DataLoader workers per rank")
+    g.add_argument("--shuffle-buffer", type=positive_int, help="records in each worker's shuffle buffer")
+
+
+def _train_model_flags(g) -> None:
+    """`bertprep train`'s model group: the model and how it runs."""
+    from model.bert import PACKED_ATTENTIONS   # torch, which `train` imports anyway: not at this module's import
+
+    g.add_argument("--model", help="tiny|mini|base|large or a config JSON")
+    g.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                   help="torch.compile the model (default: on CUDA, where it fuses the elementwise work between the "
+                        "matmuls; --no-compile for eager). Shapes are fixed by the shards, so it compiles once")
+    g.add_argument("--attention-dropout", type=dropout_probability, metavar="P",
+                   help="dropout on attention probabilities, 0 <= P < 1 (default: the --model config's; the presets "
+                        "keep google's 0.1), recorded in config.json. 0, as ModernBERT and MosaicBERT train, lets "
+                        "packed rows on CUDA run varlen FlashAttention over each row's instances, which has no "
+                        "dropout; with P > 0 they run SDPA's memory-efficient kernel with a block mask")
+    g.add_argument("--attention", choices=("auto", *PACKED_ATTENTIONS),
+                   help="packed rows' attention: auto is varlen where it can run (CUDA with FlashAttention, attention "
+                        "dropout 0), else flex_attention (CUDA with Triton, attention dropout 0), else sdpa; one asked "
+                        "for where it cannot run falls back to sdpa with a warning. Unpacked rows run sdpa with a "
+                        "padding mask")
+
+
+def _train_optimisation_flags(g) -> None:
+    """`bertprep train`'s optimisation group: the optimizer and its schedule."""
+    g.add_argument("--steps", type=positive_int,
+                   help="optimizer steps; the schedule decays to 0 here (on --resume with another --steps the decay "
+                        "is stretched to the new total, the run's warmup kept)")
+    g.add_argument("--batch-size", type=positive_int,
+                   help="global batch: rows per optimizer step (a packed row holds several instances)")
+    g.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
+    g.add_argument("--lr", type=positive_float, help="peak learning rate (google: 1e-4 for BERT-Base)")
+    g.add_argument("--warmup-steps", type=nonnegative_int,
+                   help="linear warmup steps (default: 1%% of --steps; on --resume, the resumed run's)")
+    g.add_argument("--optimizer", choices=("adamw", "lamb"))
+    g.add_argument("--weight-decay", type=nonnegative_float,
+                   help="not applied to LayerNorm weights and biases")
+    g.add_argument("--clip-norm", type=positive_float, help="global gradient-norm clip")
+
+
+def _train_run_flags(g) -> None:
+    """`bertprep train`'s run group: the run directory, logging, evaluation, checkpoints and devices."""
+    g.add_argument("--output", required=True, help="run directory")
+    g.add_argument("--seed", type=int)
+    g.add_argument("--log-every", type=positive_int)
+    g.add_argument("--eval-every", type=nonnegative_int, help="steps between evaluations (0: none)")
+    g.add_argument("--eval-batches", type=positive_int,
+                   help="batches per evaluation and rank (default: the whole held-out set)")
+    g.add_argument("--checkpoint-every", type=nonnegative_int,
+                   help="steps between checkpoints (0: at the end only)")
+    g.add_argument("--keep-checkpoints", type=positive_int)
+    g.add_argument("--resume", action="store_true", help="continue from the output directory's latest checkpoint")
+    g.add_argument("--overwrite", action="store_true",
+                   help="start over in an output directory that holds a run (its log, events, checkpoints go)")
+    g.add_argument("--stop-after", type=positive_int,
+                   help="exit (with a checkpoint) after this many steps of this invocation, e.g. to fit a job's "
+                        "time limit; the schedule still spans --steps")
+    g.add_argument("--device", type=device_name, help="cpu | cuda | cuda:N (default: cuda if available)")
+    g.add_argument("--dist-timeout-min", type=positive_float,
+                   help="several ranks: minutes a rank waits in a collective before the run fails (a rank that died "
+                        "or hangs ends every other within it, exit 1). Checkpoints are written in the background, "
+                        f"so no rank waits for a save; the default {TrainPlan.dist_timeout_min:g} covers the slowest "
+                        "step, evaluation and the copy of a checkpoint's state off the device")
+
+
+def train_plan(args: argparse.Namespace) -> TrainPlan:
+    """The run's plan from `bertprep train`'s flags; RunError where they cannot make a run: a --batch-size that the
+    ranks (torchrun's WORLD_SIZE) times --grad-accum do not divide."""
+    from model.ranks import world_size   # torch, as the run
+
+    plan = TrainPlan(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainPlan)})
+    world = world_size()
+    if plan.batch_size % (world * plan.grad_accum):
+        raise RunError(f"--batch-size {plan.batch_size} is not divisible by world size {world} x "
+                       f"--grad-accum {plan.grad_accum}")
+    return plan
+
+
+def parse_train(argv: list[str]) -> TrainPlan:
+    """The plan of `bertprep train ARGV`, for a caller without the command line (the tests)."""
+    p = flags.Parser(prog="bertprep train")
+    add_train(p)
+    return train_plan(p.parse_args(argv))
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """`bertprep train`: trains; a problem with the flags, the run directory or the data is one line, exit 2; a run
+    stopped by SIGINT or SIGTERM is one line saying where its checkpoint is, exit 128 + the signal (130, 143)."""
+    from model import data, train   # torch
+    from model.ranks import collective_failed
+    from pipeline.formats.tfrecord import CorruptRecordError
+
+    try:
+        plan = train_plan(args)
+        result = train.train(plan)
+    except RuntimeError as e:
+        if not collective_failed(e):
+            raise
+        # another rank died, raised or timed out: this one stops too, in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"bertprep train: error: rank {os.environ.get('RANK', '?')}: a collective with the other ranks "
+              f"failed ({first[:300]}): another rank stopped, or waited more than --dist-timeout-min "
+              f"{args.dist_timeout_min:g}", file=sys.stderr)
+        return 1
+    except (RunError, data.ShardSpecError, data.BadRecordError, CorruptRecordError) as e:
+        message = str(e).strip()
+        if "Original Traceback" in message:  # raised in a DataLoader worker: its last line is the error itself
+            message = message.splitlines()[-1]
+        print(f"bertprep train: error: {message}", file=sys.stderr)
+        return 2
+    if result["interrupted"]:
+        if result["master"]:
+            print(interrupted(plan, result), file=sys.stderr)
+        return 128 + result["interrupted"]
+    return 0
+
+
+def interrupted(plan: TrainPlan, result: dict) -> str:
+    """The one line of a run a signal stopped: where its work is, and how to go on."""
+    name = signal.Signals(result["interrupted"]).name
+    if not result["steps_run"]:
+        latest = f" (the latest: {result['checkpoint']})" if result["checkpoint"] else ""
+        return (f"bertprep train: interrupted by {name} before its first step: nothing new trained, no checkpoint "
+                f"written{latest}")
+    again = "the same command" if plan.resume else "the same command and --resume"
+    return (f"bertprep train: interrupted by {name} at step {result['step']}: saved {result['checkpoint']}; "
+            f"resume with {again}")
+
+
+# ---- export-hf -----------------------------------------------------------------------------------------------------
+
+def add_export_hf(parser: argparse.ArgumentParser) -> None:
+    """Adds the `bertprep export-hf` arguments to `parser`."""
+    parser.add_argument("run_dir", help="a `bertprep train` --output directory")
+    parser.add_argument("out_dir", help="where to write the HF model directory (weights, config and tokenizer)")
+    parser.add_argument("--checkpoint", help="a checkpoint file to export instead of RUN_DIR's latest")
+    parser.add_argument("--vocab", metavar="FILE",
+                        help="the vocab.txt the run's shards were made with (default: the file their manifest names; "
+                             "checked against its sha256)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into an OUT_DIR that holds files, replacing the ones export-hf writes")
+
+
+def run_export_hf(args: argparse.Namespace) -> int:
+    """`bertprep export-hf`: exports --checkpoint or RUN_DIR's latest; what it refuses is one line, exit 2."""
+    from model import export_hf   # torch, safetensors, tokenizers
+
+    try:
+        path = export_hf.checkpoint_to_export(args.run_dir, args.checkpoint)
+        done = export_hf.export(path, args.out_dir, args.vocab, args.overwrite)
+    except export_hf.ExportError as e:
+        print(f"bertprep export-hf: error: {e}", file=sys.stderr)
+        return 2
+    casing = "uncased" if done.vocab.lowercase else "cased"
+    casing += " (decided from the vocab: the manifest does not say)" if done.vocab.inferred else ""
+    print(f"exported {path} -> {args.out_dir}: {', '.join(done.files)} ({done.architecture}; tokenizer {casing}, "
+          f"model_max_length {done.model_max_length}, vocab {done.vocab.path})")
+    print(f'load it with transformers.pipeline("fill-mask", model={args.out_dir!r}), '
+          f"{done.architecture}.from_pretrained({args.out_dir!r}) or AutoTokenizer.from_pretrained({args.out_dir!r})")
+    return 0
+
+
+# ---- plot ----------------------------------------------------------------------------------------------------------
+
+def add_plot(parser: argparse.ArgumentParser) -> None:
+    """Adds the `bertprep plot` arguments to `parser`."""
+    parser.add_argument("run_dir", help="a `bertprep train` --output directory")
+    parser.add_argument("--out", help="PNG path (default: RUN_DIR/curves.png)")
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """`bertprep plot`: draws RUN_DIR's curves; a missing or empty log is one line, exit 2."""
+    try:
+        records = plot.read_log(args.run_dir)
+    except FileNotFoundError as e:
+        print(f"bertprep plot: error: {e}", file=sys.stderr)
+        return 2
+    if not records:
+        print(f"bertprep plot: error: {args.run_dir}/log.jsonl is empty", file=sys.stderr)
+        return 2
+    out = args.out or os.path.join(args.run_dir, "curves.png")
+    plot.plot(records, out, title=os.path.basename(os.path.normpath(args.run_dir)))
+    print(f"wrote {out}")
+    return 0
