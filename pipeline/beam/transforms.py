@@ -89,7 +89,8 @@ class ExtractWikipedia(beam.PTransform):
 
     def __init__(self, files: list[str], index: str | None = None, skip_disambiguation: bool = True,
                  skip_bad_files: bool = False, streams_per_read: int = 10, disambiguation_templates=()):
-        from corpora import templates, wikipedia
+        from corpora import wikipedia
+        from corpora.wikipedia import templates
 
         super().__init__()
         self.skip_disambiguation, self.skip_bad_files = skip_disambiguation, skip_bad_files
