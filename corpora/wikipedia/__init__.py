@@ -13,10 +13,10 @@ Pipeline order, each step a free function the Beam wrapper (pipeline/beam/transf
     sites       what cleaning needs to know of a wiki: its namespace names, its disambiguation marks
     builder     multistream dumps built from any export, for tests and benchmarks (no reader imports it)
 """
-from corpora.wikipedia.dump import (SOURCE, BadDumpError, DumpPlan, Page, ReadRange, dump_names, index_beside,
-                                    not_a_dump, plan_dumps, plan_reads, read_pages, unsplit_warnings)
+from corpora.wikipedia.dump import (SOURCE, BadDumpError, DumpPlan, Page, ReadRange, check_input, dump_names,
+                                    index_beside, not_a_dump, plan_dumps, plan_reads, read_pages, unsplit_warnings)
 from corpora.wikipedia.wikitext import clean_wikitext, is_disambiguation, is_redirect, page_to_document
 
-__all__ = ["SOURCE", "BadDumpError", "DumpPlan", "Page", "ReadRange", "clean_wikitext", "dump_names",
+__all__ = ["SOURCE", "BadDumpError", "DumpPlan", "Page", "ReadRange", "check_input", "clean_wikitext", "dump_names",
            "index_beside", "is_disambiguation", "is_redirect", "not_a_dump", "page_to_document", "plan_dumps",
            "plan_reads", "read_pages", "unsplit_warnings"]

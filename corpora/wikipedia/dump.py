@@ -2,6 +2,7 @@
 
     plan_dumps(paths)   -> [DumpPlan] -> [ReadRange]   one work item per range of bz2 streams
     read_pages(read)    -> Count("pages"), Page, ...   streams one range, never a whole dump in memory
+    check_input(path)   -> why a file given as wikipedia is no dump (before the job), or None
 
 Parallelism inside one dump: a Wikimedia `*-multistream.xml.bz2` is a chain of independent bz2 streams (the
 header, then 100 pages per stream, then the closing tag) and its `*-multistream-index.txt.bz2` lists
@@ -28,12 +29,13 @@ from typing import Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from corpora.kinds import WIKIPEDIA
 from corpora.text import relative_names
 from corpora.wikipedia.sites import ENGLISH, Site, site_from_siteinfo
 from pipeline.formats import storage
 from pipeline.formats.documents import Count
 
-SOURCE = "wikipedia"
+SOURCE = WIKIPEDIA.name   # its documents' source, and the start of their ids
 
 # Reading sizes: compressed bytes per read(), the cap on decompressed bytes per decompress() call (bz2 can
 # expand a block many times over, so this cap, not the read size, bounds memory) and bytes per parser feed.
@@ -287,6 +289,19 @@ def not_a_dump(path: str) -> bytes | None:
     with _open(path, 4) as f:
         head = f.read(4)
     return None if head.startswith(b"BZh") or head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<") else head
+
+
+def check_input(path: str, text_field: str | None = None) -> str | None:
+    """Before the job: why `path`, given as wikipedia, is refused (a directory, a file that starts as neither bz2
+    nor XML), as one line, or None (corpora/kinds.py)."""
+    if storage.is_dir(path):
+        return (f"{path}: a directory given as wikipedia (a dump is one .xml or .xml.bz2 file; books go as --input "
+                "books:...)")
+    head = not_a_dump(path)
+    if head is not None:
+        return (f"{path}: not a MediaWiki XML dump (it starts {head!r}), given as wikipedia (books go as --input "
+                "books:...)")
+    return None
 
 
 def _open(path: str, length: int | None):

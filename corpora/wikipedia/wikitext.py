@@ -19,6 +19,7 @@ from typing import Iterator
 import mwparserfromhell
 from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text, Wikilink
 
+from corpora.kinds import WIKIPEDIA
 from corpora.wikipedia import templates
 from corpora.wikipedia.dump import SOURCE, Page
 from corpora.wikipedia.sites import ENGLISH, Site
@@ -64,7 +65,7 @@ def page_to_document(page: Page, skip_disambiguation: bool = True,
     if not paragraphs:
         yield Count("empty_after_cleaning")
         return
-    yield Count("articles")
+    yield Count(WIKIPEDIA.documents)
     yield Document(id=page.document_id, source=SOURCE, title=page.title, paragraphs=paragraphs)
 
 

@@ -16,7 +16,7 @@ from pipeline.jobs import launch, outputs, settings, sources
 
 def run(args, options) -> dict:
     """Plans, builds and runs the job; returns the manifest it published (None: left to run on Dataflow)."""
-    inputs = sources.corpus_inputs(args)
+    inputs = sources.corpus_inputs(args.corpora, args.text_field)
     files = [f for _, fs, _ in inputs for f in fs]
     sizes = {f: n for _, _, sz in inputs for f, n in sz.items()}
     estimate = sizing.document_bytes(sum(sizing.input_tokens(kind, sz) for kind, _, sz in inputs))
@@ -35,7 +35,8 @@ def run(args, options) -> dict:
     job = Publication(out, functools.partial(outputs.documents_manifest, head, [{"path": f} for f in files], None),
                       why_empty=outputs.why_empty)
     p = beam.Pipeline(options=options)
-    (sources.joined(sources.read_corpora(p, [(kind, sources.corpus_reader(kind, fs, args)) for kind, fs, _ in inputs]))
+    read = sources.read_params(args)
+    (sources.joined(sources.read_corpora(p, [(kind, sources.corpus_reader(kind, fs, read)) for kind, fs, _ in inputs]))
      | "ToRecords" >> beam.Map(outputs.document_record)
      | "WriteDocuments" >> shards.WriteShards(args.output, "documents", out.num_shards, "jsonl.gz", 0, shuffle,
                                               stat_names=outputs.DOCUMENT_STATS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from corpora.kinds import KINDS
 from pipeline.algorithms import dedup, masking, packing, split
 from pipeline.beam import decontaminate as decontamination
 from pipeline.beam import dedup as deduplication
@@ -20,8 +21,7 @@ def why_empty(values: dict[str, int]) -> str:
                 "non-empty segments)")
     if empty:
         return f"none of its {empty:,} documents has any text left after tokenization"
-    read = {k: v for k, v in values.items()
-            if k.split("/")[0] in ("wikipedia", "books", "text", "jsonl", "parquet") and v}
+    read = {k: v for k, v in values.items() if k.split("/")[0] in KINDS and v}
     return f"it holds no documents ({', '.join(f'{k} {v:,}' for k, v in read.items()) or 'nothing read'})"
 
 
@@ -203,8 +203,7 @@ def _with_split(describe, params, role: str, written: list[dict], values: dict[s
 
 def documents_read(values: dict[str, int]) -> int:
     """The documents the corpus readers gave (before --dedup)."""
-    return sum(values.get(k, 0) for k in ("wikipedia/articles", "books/documents", "text/documents",
-                                          "jsonl/documents", "parquet/documents"))
+    return sum(values.get(kind.documents_read, 0) for kind in KINDS.values())
 
 
 def split_lost(values: dict[str, int], entering: int | None = None) -> list[str]:

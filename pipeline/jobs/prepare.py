@@ -26,7 +26,7 @@ from pipeline.jobs import launch, outputs, settings, sources
 
 def run(args, options) -> dict:
     """Plans, builds and runs the job; returns the manifest it published (None: left to run on Dataflow)."""
-    inputs = sources.corpus_inputs(args)   # [(kind, files, {file: bytes})], each file checked for its kind
+    inputs = sources.corpus_inputs(args.corpora, args.text_field)   # [(kind, files, {file: bytes})], each checked
     tokens_of = {kind: sizing.input_tokens(kind, sz) for kind, _, sz in inputs}
     documents_of = {kind: sizing.input_documents(kind, sz, tokens_of[kind]) for kind, _, sz in inputs}
     dupes = sources.corpus_dupes(args)
@@ -47,7 +47,7 @@ def run(args, options) -> dict:
     parallelism = launch.pair_parallelism(args, options)
     several = len(inputs) > 1
     job = publication(args, inputs, out, vocab, params, pack, deduplicate, dupes, split, decontaminate)
-    readers = [(kind, sources.corpus_reader(kind, fs, args)) for kind, fs, _ in inputs]
+    readers = [(kind, sources.corpus_reader(kind, fs, sources.read_params(args))) for kind, fs, _ in inputs]
     p = beam.Pipeline(options=options)
     pooled = pools(sources.read_corpora(p, readers), args, shuffle, deduplicate,
                    decontaminate and decontaminate[0], parallelism, sum(tokens_of.values()))
