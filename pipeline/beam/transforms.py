@@ -220,6 +220,11 @@ class SpreadDocuments(beam.PTransform):
                 | "ReadDocuments" >> tally.FlatMap(_read_documents))
 
 
+# What Tokenize counts that the manifests read (pipeline/jobs/outputs.py); also tokenize/sentences and /tokens
+TOKENIZED = "tokenize/documents"               # the documents with text left, passed on (a manifest's documents)
+EMPTY_DOCUMENTS = "tokenize/empty_documents"   # those with none: no instance from them
+
+
 class _Tokenize(tally.DoFn):
     def __init__(self, vocab_path: str, lowercase: bool):
         self.vocab_path, self.lowercase = vocab_path, lowercase
@@ -235,9 +240,9 @@ class _Tokenize(tally.DoFn):
         tokenized = pairs.TokenizedDocument.from_sentences(
             doc.id, tokenization.tokenize_sentences(self.tokenizer, sents) if sents else [])
         if tokenized.num_sentences == 0:
-            self.count("tokenize", "empty_documents")    # nothing left after tokenization: no instance from it
+            self.count(*tally.parts(EMPTY_DOCUMENTS))    # nothing left after tokenization: no instance from it
             return
-        self.count("tokenize", "documents")
+        self.count(*tally.parts(TOKENIZED))
         self.count("tokenize", "sentences", tokenized.num_sentences)
         self.count("tokenize", "tokens", len(tokenized.tokens))
         self.progress.add(documents=1, tokens=len(tokenized.tokens))
