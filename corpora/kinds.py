@@ -42,11 +42,12 @@ class Size:
 
 @dataclass(frozen=True)
 class Kind:
+    """A corpus kind, as every module that needs one reads it (module doc)."""
     name: str                       # --input NAME:GLOB, its documents' `source`, the start of their ids, and the
                                     # namespace of its reader's counts
-    ids: str                        # its documents' ids, in words (each unique across a job's inputs)
     extract: str                    # its Beam reader (pipeline/beam/transforms.py: EXTRACT): "dump", "books", or
                                     # "files" (a read unit a file, through `reader`)
+    ids: str                        # its documents' ids, in words (each unique across a job's inputs)
     reader: str = ""                # "files": "module:function" (path, name=..., **options) -> Documents, Counts
     options: tuple[str, ...] = ()   # the ReadParams fields its reader takes, as keywords
     check: str = ""                 # "module:function" (path, text_field) -> why a file given as this kind is
@@ -80,22 +81,22 @@ def load(ref: str) -> Callable:
 
 _RECORD_OPTIONS = ("text_field", "id_field", "strict", "skip_bad_files")
 
-WIKIPEDIA = Kind(
-    "wikipedia", "wikipedia:<dump>:<page id>, the dump's path relative to the dumps' common directory, less its "
-    ".xml/.bz2", "dump", check="corpora.wikipedia.dump:check_input", what="a MediaWiki XML dump",
-    suffixes=(".xml", ".xml.bz2", ".xml.gz"), documents="articles",
-    size=Size(tokens_per_byte=0.1, tokens_per_document=600))
-BOOKS = Kind("books", "books:<file>#<k> (books:<archive>/<member>#<k>), k the book's chunk", "books",
+WIKIPEDIA = Kind("wikipedia", extract="dump", documents="articles",
+                 ids="wikipedia:<dump>:<page id>, the dump named by its path below the dumps' common directory",
+                 check="corpora.wikipedia.dump:check_input", what="a MediaWiki XML dump",
+                 suffixes=(".xml", ".xml.bz2", ".xml.gz"), size=Size(tokens_per_byte=0.1, tokens_per_document=600))
+BOOKS = Kind("books", extract="books", ids="books:<file>#<k> (books:<archive>/<member>#<k>), k the book's chunk",
              size=Size(tokens_per_document=None))
-TEXT = Kind("text", "text:<file>:<n>, n the file's document from 0", "files", reader="corpora.text:read_text_documents")
-JSONL = Kind("jsonl", "jsonl:<file>:<id field>, else :<line from 1>; an id repeated in a file gets #<line>", "files",
-             reader="corpora.web:read_jsonl", options=_RECORD_OPTIONS, check="corpora.web:check_jsonl_input",
-             what="a JSON Lines file",
-             suffixes=(".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".jsonl.bz2", ".jsonl.xz"), records=True,
+TEXT = Kind("text", extract="files", reader="corpora.text:read_text_documents",
+            ids="text:<file>:<n>, n the file's document from 0")
+JSONL = Kind("jsonl", extract="files", reader="corpora.web:read_jsonl", options=_RECORD_OPTIONS, records=True,
+             ids="jsonl:<file>:<id field>, else :<line from 1>; an id repeated in a file gets #<line>",
+             check="corpora.web:check_jsonl_input", what="a JSON Lines file",
+             suffixes=(".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".jsonl.bz2", ".jsonl.xz"),
              size=Size(tokens_per_document=500))
-PARQUET = Kind("parquet", "parquet:<file>:<id column>, else :<row from 0>; an id repeated in a file gets #<row>",
-               "files", reader="corpora.web:read_parquet", options=_RECORD_OPTIONS,
-               check="corpora.web:check_parquet_input", what="a Parquet file", suffixes=(".parquet",), records=True,
+PARQUET = Kind("parquet", extract="files", reader="corpora.web:read_parquet", options=_RECORD_OPTIONS, records=True,
+               ids="parquet:<file>:<id column>, else :<row from 0>; an id repeated in a file gets #<row>",
+               check="corpora.web:check_parquet_input", what="a Parquet file", suffixes=(".parquet",),
                size=Size(tokens_per_byte=0.65, tokens_per_document=500, by_name=False))
 
 KINDS: dict[str, Kind] = {kind.name: kind for kind in (WIKIPEDIA, BOOKS, TEXT, JSONL, PARQUET)}
