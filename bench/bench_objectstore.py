@@ -56,7 +56,8 @@ def digests(bucket: str) -> dict[str, str]:
 
 
 def wikipedia(args, work: Path) -> None:
-    from corpora.wikipedia import make_multistream, plan_dumps
+    from corpora.wikipedia import plan_dumps
+    from corpora.wikipedia.builder import make_multistream
 
     dump, index = work / "enwiki-sample-multistream.xml.bz2", work / "enwiki-sample-multistream-index.txt.bz2"
     make_multistream(SHARED / "wikipedia" / "enwiki-sample-pages-articles.xml.bz2", dump, index, pages_per_stream=1)

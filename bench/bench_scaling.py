@@ -135,7 +135,8 @@ WIKI_SCRATCH = Path("/tmp/bertprep-bench-wikipedia")
 
 def _copy_pages(k: int, pages: list) -> list[bytes]:
     """Copy k of the sample's pages: new ids (k * 10^7 added) and titles, as bz2 streams of 100 pages."""
-    from corpora.wikipedia import Page, _page_xml
+    from corpora.wikipedia import Page
+    from corpora.wikipedia.builder import _page_xml
 
     streams = []
     for i in range(0, len(pages), 100):

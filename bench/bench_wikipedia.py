@@ -1,4 +1,4 @@
-"""Benchmark of corpora/wikipedia.py on the shared enwiki sample (206 pages, 6.1 MB of XML):
+"""Benchmark of corpora/wikipedia/ on the shared enwiki sample (206 pages, 6.1 MB of XML):
 
   1. speed: MB of wikitext per core-second for read_pages + page_to_document, against bare
      `mwparserfromhell.parse(text).strip_code()` on the same texts in the same run, and against the cleaner of
@@ -10,7 +10,7 @@
   3. template holes: paragraphs of >= 40 characters with an empty or separator-led bracket, a space before
      , ; or :, or a run of commas (HOLE below), ours, the baseline's and WikiExtractor 3.1.0's when it is
      installed (`pip install wikiextractor`, a comparison only); --templates adds how often each template
-     stands inside running text, the table corpora/templates.py was chosen by;
+     stands inside running text, the table corpora/wikipedia/templates.py was chosen by;
   4. other languages: the hand-written exports of tests/data/wikipedia/languages (own namespace names, aliases,
      disambiguation): text marked LEAK or a link prefix of the wiki in the output, and expected paragraphs missed;
   5. scaling: a multistream dump of >= --scale-mb MB of XML (the sample's pages repeated under new ids, built in
@@ -40,9 +40,10 @@ from pathlib import Path
 import mwparserfromhell
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from corpora import templates, wikipedia  # noqa: E402
-from corpora.wikipedia import (Page, ReadRange, clean_wikitext, make_multistream, page_to_document,  # noqa: E402
-                               plan_reads, read_pages)
+from corpora.wikipedia import (Page, ReadRange, clean_wikitext, page_to_document, plan_reads,  # noqa: E402
+                               read_pages, templates)
+from corpora.wikipedia import wikitext as wikipedia  # noqa: E402  (its cleaning's patterns)
+from corpora.wikipedia.builder import make_multistream  # noqa: E402
 from pipeline.formats.documents import Count, Document  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,11 +67,15 @@ def read_all(path: str) -> list[Page]:
 
 
 def load_baseline(checkout: str):
-    """corpora/wikipedia.py of another checkout, imported beside ours (it shares our document contract, which a
-    checkout from before pipeline/ had layers imports as pipeline.documents)."""
+    """corpora/wikipedia.py of a checkout from before it became the corpora/wikipedia/ package, imported beside ours
+    (it shares our document contract, which a checkout from before pipeline/ had layers imports as
+    pipeline.documents, and imports our templates, sites and units by their old names)."""
+    from corpora.wikipedia import sites, units
     from pipeline.formats import documents
 
     sys.modules.setdefault("pipeline.documents", documents)
+    for old, moved in (("corpora.templates", templates), ("corpora.wikisites", sites), ("corpora.units", units)):
+        sys.modules.setdefault(old, moved)
     path = Path(checkout) / "corpora" / "wikipedia.py"
     spec = importlib.util.spec_from_file_location("baseline_wikipedia", path)
     module = importlib.util.module_from_spec(spec)

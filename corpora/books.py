@@ -76,6 +76,7 @@ from typing import Iterable, Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
+from corpora.kinds import DOCUMENTS
 from corpora.text import READ_BLOCK_BYTES, Decoded, basename, open_decoded, open_path, rewound
 from pipeline.formats import storage
 from pipeline.formats.documents import Count, Document
@@ -304,7 +305,7 @@ def _book_events(decoded: Decoded, id_base: str, default_title: str,
         if n:
             yield Count(name, n)
     if k:
-        yield Count("documents", k)
+        yield Count(DOCUMENTS, k)
         yield Count("books_kept")
     else:
         yield Count("empty")

@@ -34,8 +34,10 @@ from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from corpora.kinds import DOCUMENTS
 from pipeline.formats.documents import Count, Document
 
+HARD_WRAPPED_FILES = "hard_wrapped_files"   # the count of files that look like wrapped prose (jobs/sources.py)
 READ_BLOCK_BYTES = 1 << 20      # read and decode unit; files up to this size are read once, whole
 BINARY_SNIFF_BYTES = 8192       # a NUL in this prefix marks a file as binary
 _CP1252_UNDEFINED = (b"\x81", b"\x8d", b"\x8f", b"\x90", b"\x9d")   # bytes cp1252 cannot decode
@@ -223,8 +225,8 @@ def read_text_documents(path: str, name: str | None = None) -> Iterator[Document
         yield Document(id=f"text:{name}:{n}", source="text", title="", paragraphs=lines, presplit=True)
         n += 1
     if ends.hard_wrapped():
-        yield Count("hard_wrapped_files")
+        yield Count(HARD_WRAPPED_FILES)
     if n:
-        yield Count("documents", n)
+        yield Count(DOCUMENTS, n)
     elif decoded.encoding is not None:
         yield Count("empty")

@@ -42,7 +42,8 @@ hold no text), so they are counted either way. Other counters: `files`, `bytes` 
 with `skip_bad_files=True`, `bad_file` for a file that cannot be opened or decompressed (or is no Parquet file),
 whose documents read before the damage are kept (a file that fails without it fails the job).
 
-Before the job (`check_jsonl`, `check_parquet`; pipeline/jobs/sources.py calls them): a Parquet file whose schema
+Before the job (`check_jsonl_input`, `check_parquet_input`: the kinds' checks, corpora/kinds.py): a directory, a
+Parquet file whose schema
 (only its footer is read) lacks the text column, or holds no text in it, and a JSON Lines file none of whose first
 `HEAD_LINES` non-blank lines is a record with the text field, are refused in one line naming the file and what it
 holds. One bad line among good ones passes: the job counts it.
@@ -62,7 +63,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from corpora.kinds import DOCUMENTS
 from corpora.text import READ_BLOCK_BYTES, basename, open_path
+from pipeline.formats import storage
 from pipeline.formats.documents import Count, Document
 
 HEAD_LINES = 8          # non-blank lines of a JSON Lines file read before the job
@@ -268,7 +271,7 @@ def _document(ids: FileIds, source: str, text: str, key: str | None, position: i
         key = _no_surrogates(key)[0]
     doc_id, repeated = ids.make(key, position)
     stats["duplicate_ids"] += repeated
-    stats["documents"] += 1
+    stats[DOCUMENTS] += 1
     return Document(id=doc_id, source=source, title=_no_surrogates(title)[0], paragraphs=paragraphs)
 
 
@@ -297,6 +300,18 @@ def check_jsonl(path: str, text_field: str) -> str | None:
     which = f"none of its first {seen} non-blank lines is" if seen > 1 else "not"
     return (f"{path}: line {lineno}: {skip.what}; {which} a JSON record with a {text_field!r} text field "
             "(--text-field names another field)")
+
+
+def check_jsonl_input(path: str, text_field: str) -> str | None:
+    """Before the job: why `path`, given as jsonl, is refused (a directory; a local file whose first lines hold no
+    record with `text_field`: a remote one is only counted, by the job), as one line, or None."""
+    return _directory(path, "jsonl", "jsonl.gz") or (check_jsonl(path, text_field) if storage.is_local(path) else None)
+
+
+def _directory(path: str, kind: str, suffix: str) -> str | None:
+    if storage.is_dir(path):
+        return f"{path}: a directory given as {kind}: give its files as a glob (e.g. {path.rstrip('/')}/*.{suffix})"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- Parquet
@@ -339,6 +354,11 @@ def check_parquet(path: str, text_field: str) -> str | None:
         return f"{path}: not a Parquet file ({e})"
     problem = parquet_columns(schema, text_field, "")[1]
     return f"{path}: {problem}" if problem else None
+
+
+def check_parquet_input(path: str, text_field: str) -> str | None:
+    """Before the job: why `path`, given as parquet, is refused (a directory, check_parquet), as one line, or None."""
+    return _directory(path, "parquet", "parquet") or check_parquet(path, text_field)
 
 
 def read_parquet(path: str, *, text_field: str, id_field: str, strict: bool = False, skip_bad_files: bool = False,

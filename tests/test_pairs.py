@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from pipeline.algorithms import pairs
-from pipeline.algorithms.pool import TokenSpan
+from pipeline.algorithms.pool import TokenSpan, spill_pool
 from pipeline.beam import runfiles, shuffle, transforms
 from pipeline.text import sentences, tokenization
 from tests.conftest import SAMPLES, UNCASED_VOCAB
@@ -197,7 +197,7 @@ def test_a_spilled_pool_gives_the_same_instances(pool, tmp_path):
     params = pairs.PairParams(dupe_factor=2)
     in_memory = list(pairs.pairs_for_pool(docs, params, word_starts, seed=4))
     with open(tmp_path / "spill", "w+b") as spill:
-        spilled = pairs.spill_pool((d.to_bytes() for d in docs), spill)
+        spilled = spill_pool((d.to_bytes() for d in docs), spill)
         assert all(isinstance(d.tokens, TokenSpan) for d in spilled)
         assert np.array_equal(spilled[1].tokens[5:40], docs[1].tokens[5:40])
         assert len(spilled[1].tokens[10**9:]) == 0

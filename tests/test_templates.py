@@ -1,11 +1,11 @@
-"""corpora/templates.py and corpora/units.py: each rendering against what English Wikipedia shows, table by
+"""corpora/wikipedia/templates.py and units.py: each rendering against what English Wikipedia shows, table by
 table; unknown templates and broken parameters give None (dropped), never an error."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpora.templates import RENDERED, is_rendered, normal_name, render
-from corpora.units import convert
+from corpora.wikipedia.templates import RENDERED, is_rendered, normal_name, render
+from corpora.wikipedia.units import convert
 
 
 @pytest.mark.parametrize("name, pos, named, shown", [

@@ -223,7 +223,7 @@ def test_plugs_into_a_subcommand_table(shards, tmp_path, uncased, capsys):
 
 def mixed_language_documents() -> list[Document]:
     """English books, the UD PUD slices in six languages (each file one document per gold paragraph), and the
-    articles of the hand-written exports in eight languages as corpora/wikipedia.py extracts them."""
+    articles of the hand-written exports in eight languages as corpora/wikipedia/ extracts them."""
     from corpora import wikipedia
 
     docs = book_documents()[:20]

@@ -1,4 +1,4 @@
-"""corpora/wikipedia.py: cleaning on hand-written fixtures, counts on the bundled real sample, multistream
+"""corpora/wikipedia/: cleaning on hand-written fixtures, counts on the bundled real sample, multistream
 splitting, damaged dumps, and a property test that no wikitext makes the cleaner raise."""
 import bz2
 import collections
@@ -11,9 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corpora import wikipedia
-from corpora.wikipedia import (BadDumpError, Page, ReadRange, clean_wikitext, is_disambiguation,
-                               make_multistream, page_to_document, plan_reads, read_pages)
-from corpora.wikisites import ENGLISH, site_from_siteinfo
+from corpora.wikipedia import (BadDumpError, Page, ReadRange, builder, clean_wikitext, is_disambiguation,
+                               page_to_document, plan_reads, read_pages)
+from corpora.wikipedia import wikitext as cleaning
+from corpora.wikipedia.builder import make_multistream
+from corpora.wikipedia.sites import ENGLISH, site_from_siteinfo
 from pipeline.formats.documents import Count, Document
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,7 +153,7 @@ def test_clean_wikitext_cases(wikitext, expected):
 
 
 @pytest.mark.parametrize("wikitext,expected", [
-    # templates that carry prose are rendered, their parameters expanded first (corpora/templates.py)
+    # templates that carry prose are rendered, their parameters expanded first (corpora/wikipedia/templates.py)
     ("It is {{convert|10|km|mi}} long.{{citation needed|date=May 2010}}", "It is 10 kilometres (6.2 mi) long."),
     ("He said ''{{lang|fr|[[bonjour]]}}'' {{small|(once)}}.", "He said bonjour (once)."),
     ("{{As of|2010}}, it had {{nowrap|{{convert|5|km}} of road}}.",
@@ -299,7 +301,7 @@ def test_parse_error_counted_and_rest_of_file_kept(fixture_pages, monkeypatch):
             raise RecursionError("simulated parser failure")
         return real(text, site)
 
-    monkeypatch.setattr(wikipedia, "clean_wikitext", failing)
+    monkeypatch.setattr(cleaning, "clean_wikitext", failing)
     counts, _, docs = extract(fixture_pages)
     assert counts["parse_error"] == 1 and counts["articles"] == len(EXPECTED) - 1
     assert sum(counts.values()) == len(fixture_pages)
@@ -420,9 +422,9 @@ def test_large_page_streams_with_bounded_memory(tmp_path):
     small = [Page(i, 0, f"P{i}", "filler text " * 20_000, False) for i in range(1, 121)]   # 120 x 240 kB
     path = tmp_path / "big.xml"
     with open(path, "wb") as f:
-        f.write(wikipedia._MINIMAL_HEADER)
+        f.write(builder._MINIMAL_HEADER)
         for page in small[:60] + [Page(999, 0, "Big", big_text, False)] + small[60:]:
-            f.write(wikipedia._page_xml(page))
+            f.write(builder._page_xml(page))
         f.write(b"</mediawiki>\n")
     assert path.stat().st_size > 38_000_000
     tracemalloc.start()

@@ -1,4 +1,4 @@
-"""corpora/wikipedia.py's planning at scale: a multistream dump without its index splits by scanning for its bz2
+"""corpora/wikipedia/dump.py's planning at scale: a multistream dump without its index splits by scanning for its bz2
 streams (the same cuts as the index gives), the index is streamed, a bad index fails when planning in one line, and
 on an object store each range downloads only its own bytes."""
 import collections
@@ -13,7 +13,9 @@ import tracemalloc
 import pytest
 
 from corpora import wikipedia
-from corpora.wikipedia import BadDumpError, Page, make_multistream, page_to_document, plan_dumps, plan_reads, read_pages
+from corpora.wikipedia import BadDumpError, Page, page_to_document, plan_dumps, plan_reads, read_pages
+from corpora.wikipedia import dump as wikidump
+from corpora.wikipedia.builder import make_multistream
 from pipeline.formats.documents import Document
 from tests import simstore
 from tests.conftest import REPO
@@ -59,7 +61,7 @@ def test_ids_carry_the_dump_name_so_two_dumps_never_collide(tmp_path):
     (1, 1, 1 << 20), (2, 3, 3000), (5, 10, 1500), (3, 100, 1 << 20)])
 def test_scanned_ranges_equal_the_indexed_ones(tmp_path, monkeypatch, pages_per_stream, streams_per_read,
                                                read_bytes):
-    monkeypatch.setattr(wikipedia, "_READ_BYTES", read_bytes)   # small reads: stream headers across read ends
+    monkeypatch.setattr(wikidump, "_READ_BYTES", read_bytes)   # small reads: stream headers across read ends
     dump, index = repack(tmp_path, pages_per_stream)
     scanned, indexed = plan_reads([dump], streams_per_read=streams_per_read), \
         plan_reads([dump], index_path=index, streams_per_read=streams_per_read)
@@ -93,7 +95,7 @@ def test_a_false_stream_start_is_skipped(tmp_path):
         f.write(b"BZh91AY&SY" + random.Random(0).randbytes(3000))
     assert plan_reads([dump], streams_per_read=4) == plan_reads([dump], index_path=index, streams_per_read=4)
     rng = random.Random(1)
-    assert all(wikipedia._probe(b"BZh" + rng.choice([b"1", b"9"]) + b"1AY&SY" + rng.randbytes(1014)) is None
+    assert all(wikidump._probe(b"BZh" + rng.choice([b"1", b"9"]) + b"1AY&SY" + rng.randbytes(1014)) is None
                for _ in range(500))
 
 
@@ -129,7 +131,7 @@ def test_the_index_is_streamed_holding_only_the_cuts(tmp_path):
     index.write_bytes(b"".join(b"%d:%d:Title %d\n%d:%d:Other\n" % (o, o, o, o, o + 1) for o in offsets))
     tracemalloc.start()
     try:
-        cuts, first, last = wikipedia._every_nth(wikipedia._index_offsets(str(index)), 1000)
+        cuts, first, last = wikidump._every_nth(wikidump._index_offsets(str(index)), 1000)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

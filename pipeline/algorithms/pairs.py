@@ -37,8 +37,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from pipeline.algorithms import objectives
-from pipeline.algorithms.pool import (OBJECTIVES, PairParams, SpilledDocument, TokenizedDocument,  # noqa: F401
-                                      spill_pool)   # (OBJECTIVES, spill_pool: commands/ and beam/ name them pairs.X)
+from pipeline.algorithms.pool import PairParams, SpilledDocument, TokenizedDocument
 from pipeline.formats.pair_records import PairInstance
 
 

@@ -62,6 +62,9 @@ class Contaminants(beam.PTransform):
                 | "ReadExamples" >> tally.FlatMap(_contaminants, self.params))
 
 
+DROPPED = "decontaminate/dropped"   # documents dropped whole (_Clean counts each by its report entry's action)
+
+
 class _Clean(tally.DoFn):
     def process(self, doc: Document, found: decontaminate.Contaminants):
         self.count("decontaminate", "documents")

@@ -18,6 +18,7 @@ Every decision is a function of the documents' ids and texts: any worker count k
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import json
 from typing import Iterator
@@ -343,10 +344,25 @@ def lost(values: dict[str, int], params: dedup.DedupParams) -> list[str]:
     report accounts for every document a cluster removed."""
     c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
     wrong = []
-    removed = c("removed_exact") + c("removed_near") + c("removed_emptied")
-    if c("documents") != c("kept") + removed:
-        wrong.append(f"dedup: {c('documents'):,} documents in, {c('kept'):,} kept and {removed:,} removed")
+    if c("documents") != c("kept") + removed(values):
+        wrong.append(f"dedup: {c('documents'):,} documents in, {c('kept'):,} kept and {removed(values):,} removed")
     if c("report_removed_exact") + c("report_removed_near") != c("removed_exact") + c("removed_near"):
         wrong.append(f"dedup: the report removes {c('report_removed_exact') + c('report_removed_near'):,} "
                      f"documents, the documents step {c('removed_exact') + c('removed_near'):,}")
     return wrong
+
+
+def removed(values: dict[str, int]) -> int:
+    """The documents dedup removed: exact and near duplicates, and those its paragraph pass left empty."""
+    return sum(values.get(f"dedup/{k}", 0) for k in ("removed_exact", "removed_near", "removed_emptied"))
+
+
+def summary(params: dedup.DedupParams, values: dict[str, int], report: str | None) -> dict:
+    """The manifest's `dedup` entry: the parameters, what each pass kept and removed, and its report's name (None
+    when there is none)."""
+    c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
+    return {"parameters": dataclasses.asdict(params), "documents_in": c("documents"), "kept": c("kept"),
+            "removed_exact": c("removed_exact"), "removed_near": c("removed_near"),
+            "removed_emptied": c("removed_emptied"), "clusters": c("clusters"),
+            "empty_documents": c("empty_documents"), "repeated_paragraphs": c("repeated_paragraphs"),
+            "paragraphs_dropped": c("paragraphs_dropped"), "report": report}

@@ -61,13 +61,18 @@ def _write_jsonl_gz(f, frames: Iterable[bytes]) -> None:
 FORMATS = {"tfrecord": (".tfrecord", _write_tfrecord), "jsonl.gz": (".jsonl.gz", _write_jsonl_gz)}
 
 
+# What packing counts (pipeline/jobs/outputs.py: packing_lost, packing_entry)
+PACKED_IN, PACKED_OUT = "pack/instances_in", "pack/instances_out"   # instances read, and put into rows
+PACKED_ROWS, ROWS_SPLIT = "pack/rows", "pack/rows_split"
+
+
 def _packed(frames: Iterator[bytes], params: packing.PackParams, count) -> Iterator[bytes]:
     """A group's frames of google-layout records -> frames of packed rows; counts what went in and out."""
     done = packing.Tally()
     yield from map(tfrecord.frame, packing.pack_records(_payloads(frames), params, done))
-    for name, n in (("instances_in", done.instances_in), ("instances_out", done.instances_out),
-                    ("rows", done.rows), ("rows_split", done.split)):
-        count("pack", name, n)
+    for counter, n in ((PACKED_IN, done.instances_in), (PACKED_OUT, done.instances_out), (PACKED_ROWS, done.rows),
+                       (ROWS_SPLIT, done.split)):
+        count(*tally.parts(counter), n)
 
 
 class _Sized:

@@ -106,6 +106,16 @@ plan_ranges = plan_shards   # `n` work items to deal records over
 
 # ---------------------------------------------------------------------------------------------- accounting
 
+def given_counter(name: str) -> str:
+    """The count of the records shuffle `name` was given ("shuffle/NAME_in")."""
+    return f"shuffle/{name}_in"
+
+
+def delivered_counter(name: str) -> str:
+    """The count of the records shuffle `name` handed on ("shuffle/NAME_out"): all it was given, once it ends."""
+    return f"shuffle/{name}_out"
+
+
 def _delivered(records: Iterator, piece: Slice, name: str, count) -> Iterator:
     """`records` passed on, counted by the consumer's `count` (tally.DoFn.count) once they are all out (for part 0
     only: every part of a group in parts gets the whole group). A group read only in part is not counted, and
@@ -115,7 +125,7 @@ def _delivered(records: Iterator, piece: Slice, name: str, count) -> Iterator:
         n += 1
         yield record
     if piece.part == 0:
-        count("shuffle", f"{name}_out", n)
+        count(*tally.parts(delivered_counter(name)), n)
 
 
 def undelivered(counters: dict[str, int]) -> list[str]:
@@ -125,9 +135,9 @@ def undelivered(counters: dict[str, int]) -> list[str]:
     for key in sorted(counters):
         if key.startswith("shuffle/") and key.endswith("_in"):
             name = key[len("shuffle/"):-len("_in")]
-            given, out = counters[key], counters.get(f"shuffle/{name}_out", 0)
-            if given != out:
-                wrong.append(f"{name}: {out:,} of {given:,} records")
+            n, out = counters[key], counters.get(delivered_counter(name), 0)
+            if n != out:
+                wrong.append(f"{name}: {out:,} of {n:,} records")
     return wrong
 
 
@@ -204,7 +214,7 @@ class _SortRuns(tally.DoFn):
         self._bytes = 0
 
     def process(self, batch: list[Record]):
-        self.count("shuffle", f"{self.name}_in", len(batch))
+        self.count(*tally.parts(given_counter(self.name)), len(batch))
         for record in batch:   # a run may end inside a batch: runs are as small as --sort-buffer-mb says
             self._records.append(record)
             self._bytes += len(record[1])
@@ -254,7 +264,7 @@ class _ShuffleFiles(beam.PTransform):
 
 def _hash_batch(batch: list[Record], salt: str, num_stats: int, name: str, count):
     """A batch -> (hashes (n, 2) uint64, payloads, stats (n, k) int64)."""
-    count("shuffle", f"{name}_in", len(batch))
+    count(*tally.parts(given_counter(name)), len(batch))
     stats = np.array([r[2] for r in batch], np.int64).reshape(len(batch), num_stats)
     return key_hashes(salt, [r[0] for r in batch]), [r[1] for r in batch], stats
 

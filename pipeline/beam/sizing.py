@@ -14,49 +14,48 @@ from __future__ import annotations
 import math
 import os
 
+from corpora.kinds import KINDS, Size
 from pipeline.formats import storage
 
 MiB = 1 << 20
 TARGET_FILE_BYTES = 128 * MiB   # estimated bytes per output file: <= 256 MiB even if the estimate is 2x low
 
-# WordPieces per input byte, by what the input is (high side of what was measured)
-_TOKENS_PER_BYTE = {"bz2": 0.35, "gz": 0.75, "zst": 0.95, "xml": 0.1, "text": 0.3, "parquet": 0.65}
-
-
-def input_tokens(corpus: str, sizes: dict[str, int]) -> float:
-    """Estimated WordPieces in input files {path: bytes} of a corpus kind (wikipedia, books, text, jsonl, parquet,
-    documents)."""
-    total = 0.0
-    for path, size in sizes.items():
-        name = path.lower()
-        if corpus == "parquet":   # compressed inside, whatever its name
-            kind = "parquet"
-        elif name.endswith(".bz2"):
-            kind = "bz2"
-        elif name.endswith((".gz", ".tgz")):
-            kind = "gz"
-        elif name.endswith((".zst", ".zstd", ".xz", ".txz")):
-            kind = "zst"
-        elif corpus == "wikipedia":
-            kind = "xml"
-        else:
-            kind = "text"
-        total += size * _TOKENS_PER_BYTE[kind]
-    return total
-
+# WordPieces per byte of a compressed input file, by its compression (high side of what was measured); a plain
+# file's figure, and one compressed inside (Parquet), are its kind's (corpora/kinds.py: Size)
+_COMPRESSED = (((".bz2",), 0.35), ((".gz", ".tgz"), 0.75), ((".zst", ".zstd", ".xz", ".txz"), 0.95))
 
 # WordPieces a document, to expect a document count before a job (random-next buckets are planned from it): an
 # English Wikipedia article's text holds ~600 (3.4 B words in 6.7 M articles); google-format text and document
 # files of unknown kind are taken as ~1,000; a book is one document a file; a record of a web corpus as ~500 (C4
 # averages ~480 T5 tokens a page, FineWeb ~1,000 GPT-2 tokens: the low side, so more, smaller buckets).
-_TOKENS_PER_DOCUMENT = {"wikipedia": 600, "text": 1000, "documents": 1000, "jsonl": 500, "parquet": 500}
+DOCUMENTS = Size(tokens_per_byte=0.3, tokens_per_document=1000)   # document shards (extract's), as text
+_SIZES = {**{name: kind.size for name, kind in KINDS.items()}, "documents": DOCUMENTS}
+
+
+def input_tokens(corpus: str, sizes: dict[str, int]) -> float:
+    """Estimated WordPieces in input files {path: bytes} of a corpus kind (wikipedia, books, text, jsonl, parquet,
+    documents)."""
+    figures = _SIZES[corpus]
+    total = 0.0
+    for path, size in sizes.items():
+        total += size * _tokens_per_byte(path.lower(), figures)
+    return total
+
+
+def _tokens_per_byte(name: str, figures: Size) -> float:
+    if figures.by_name:
+        for suffixes, tokens in _COMPRESSED:
+            if name.endswith(suffixes):
+                return tokens
+    return figures.tokens_per_byte
 
 
 def input_documents(corpus: str, sizes: dict[str, int], tokens: float) -> float:
     """Expected documents in input files {path: bytes} of a corpus kind holding about `tokens` WordPieces."""
-    if corpus == "books":
+    per_document = _SIZES[corpus].tokens_per_document
+    if per_document is None:   # a document a file (books)
         return float(len(sizes))
-    return tokens / _TOKENS_PER_DOCUMENT[corpus]
+    return tokens / per_document
 
 
 def text_bytes(tokens: float) -> float:

@@ -24,6 +24,10 @@ from pipeline.formats import heldout
 from pipeline.formats.documents import Document
 
 TRAINING, VALIDATION = "training", "validation"
+# What SplitValidation counts of each side, and ListHeldOut of its list (pipeline/jobs/outputs.py reconciles them)
+SIDE_DOCUMENTS = {TRAINING: "split/training_documents", VALIDATION: "split/validation_documents"}
+TRAINING_DOCUMENTS, HELD_OUT_DOCUMENTS = SIDE_DOCUMENTS[TRAINING], SIDE_DOCUMENTS[VALIDATION]
+LISTED_DOCUMENTS = "split/listed_documents"
 
 
 class _Draws(beam.CombineFn):
@@ -71,13 +75,13 @@ class _Split(tally.DoFn):
     def process(self, doc: Document, limits=None):
         side = VALIDATION if split.held_out(self.params, doc.source or corpus_of(doc.id), doc.id, limits) \
             else TRAINING
-        self.count("split", f"{side}_documents")
+        self.count(*tally.parts(SIDE_DOCUMENTS[side]))
         yield beam.pvalue.TaggedOutput(side, doc)
 
 
 class SplitValidation(beam.PTransform):
-    """Documents -> tagged outputs .training and .validation (counted: split/training_documents,
-    split/validation_documents). `limits`: the Thresholds of a count (a PCollection of one dict), else None."""
+    """Documents -> tagged outputs .training and .validation (counted: SIDE_DOCUMENTS). `limits`: the Thresholds
+    of a count (a PCollection of one dict), else None."""
 
     def __init__(self, params: split.SplitParams, limits=None):
         super().__init__()
@@ -97,7 +101,7 @@ class _WriteList(tally.DoFn):
         path = FileSystems.join(self.directory, INCOMPLETE, heldout.NAME)
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             heldout.write(f, lines)   # a retried bundle writes the same bytes
-        self.count("split", "listed_documents", len(lines))
+        self.count(*tally.parts(LISTED_DOCUMENTS), len(lines))
         yield path
 
 

@@ -9,6 +9,7 @@ any runner.
 
     out = pcoll | "Step" >> tally.ParDo(MyFn())       # MyFn(tally.DoFn) calls self.count("ns", "name", n)
     out = pcoll | "Step" >> tally.FlatMap(fn, arg)    # fn(element, arg, count=...) counts through `count`
+    self.count(*tally.parts(TOKENIZED))               # a count other modules read: its full name, a constant
     counts = tally.total(pipeline)                    # the last step built: one dict of every tally, summed
 
 A ParDo registers its tally with its pipeline; `total` takes every one registered, so it is built last (a
@@ -63,6 +64,13 @@ class _Calls(DoFn):
 
     def process(self, element):
         return self.fn(element, *self.args, count=self.count, **self.kwargs)
+
+
+def parts(counter: str) -> tuple[str, str]:
+    """A count's full name ("namespace/name", as the tallies, the manifest and other modules read it) -> (namespace,
+    name): a count named by a constant is counted as count(*parts(C), n)."""
+    namespace, _, name = counter.partition("/")
+    return namespace, name
 
 
 def _register(pipeline: beam.Pipeline, tally) -> None:

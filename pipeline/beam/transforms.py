@@ -2,8 +2,7 @@
 pure functions in corpora/, pipeline/text/, pipeline/algorithms/ and pipeline/formats/ (cleaning, splitting,
 pairing, masking, encoding).
 
-    ExtractWikipedia | ExtractBooks | ExtractText    files       -> Document
-    ExtractRecords                                   JSON Lines or Parquet files -> Document
+    ExtractWikipedia | ExtractBooks | ExtractFiles   files       -> Document (`extract`: a corpus kind's)
     ReadDocuments                                    doc shards  -> Document
     SpreadDocuments                                  Document    -> Document, dealt over the workers (run files)
     Tokenize                                         Document    -> TokenizedDocument
@@ -33,7 +32,10 @@ from typing import Callable, Iterable, Iterator
 import apache_beam as beam
 import numpy as np
 
+from corpora import kinds
+from corpora.kinds import Kind, ReadParams
 from pipeline.algorithms import masking, pairs
+from pipeline.algorithms.pool import spill_pool
 from pipeline.beam import shuffle, tally
 from pipeline.formats import documents, pair_records, schema, tfrecord
 from pipeline.formats.documents import Count, Document
@@ -87,14 +89,15 @@ def _read_named(unit: tuple[str, str], reader: Callable[..., Iterable], **kwargs
 class ExtractWikipedia(beam.PTransform):
     """MediaWiki XML dumps -> article Documents. Multistream dumps are read in parallel ranges."""
 
-    def __init__(self, files: list[str], index: str | None = None, skip_disambiguation: bool = True,
-                 skip_bad_files: bool = False, streams_per_read: int = 10, disambiguation_templates=()):
-        from corpora import templates, wikipedia
+    def __init__(self, files: list[str], read: ReadParams = ReadParams(), kind: Kind = kinds.WIKIPEDIA,
+                 streams_per_read: int = 10):
+        from corpora import wikipedia
+        from corpora.wikipedia import templates
 
         super().__init__()
-        self.skip_disambiguation, self.skip_bad_files = skip_disambiguation, skip_bad_files
-        self.disambiguation_templates = frozenset(map(templates.normal_name, disambiguation_templates))
-        self.dumps = wikipedia.plan_dumps(files, index, streams_per_read)   # read units, planned once
+        self.kind, self.skip_disambiguation, self.skip_bad_files = kind, read.skip_disambiguation, read.skip_bad_files
+        self.disambiguation_templates = frozenset(map(templates.normal_name, read.disambiguation_templates))
+        self.dumps = wikipedia.plan_dumps(files, read.wiki_index, streams_per_read)   # read units, planned once
 
     @property
     def reads(self) -> list:   # the read units (ranges), as for the other corpora
@@ -111,11 +114,11 @@ class ExtractWikipedia(beam.PTransform):
                 | "PlanReads" >> beam.Create(self.dumps)
                 | "CutRanges" >> beam.FlatMap(wikipedia.DumpPlan.ranges)   # here, not in the job graph
                 | "SpreadReads" >> beam.Reshuffle()
-                | "ReadPages" >> tally.ParDo(_Counted("wikipedia", wikipedia.read_pages,
+                | "ReadPages" >> tally.ParDo(_Counted(self.kind.name, wikipedia.read_pages,
                                                      skip_bad_files=self.skip_bad_files))
                 # no Reshuffle of pages: the local runner would hold a whole dump's wikitext in memory. Work is
                 # spread by the read ranges instead (about 1,000 pages each in a multistream dump).
-                | "CleanPages" >> tally.ParDo(_Counted("wikipedia", wikipedia.page_to_document,
+                | "CleanPages" >> tally.ParDo(_Counted(self.kind.name, wikipedia.page_to_document,
                                                       skip_disambiguation=self.skip_disambiguation,
                                                       disambiguation_templates=self.disambiguation_templates)))
 
@@ -123,13 +126,11 @@ class ExtractWikipedia(beam.PTransform):
 class ExtractBooks(beam.PTransform):
     """Book files, directories or tar archives -> one Document per book (or per bounded chunk of a big one)."""
 
-    def __init__(self, files: list[str], max_document_bytes: int | None = None, skip_bad_files: bool = False):
-        from corpora import books
-
-        from corpora import text
+    def __init__(self, files: list[str], read: ReadParams = ReadParams(), kind: Kind = kinds.BOOKS):
+        from corpora import books, text
 
         super().__init__()
-        self.max_document_bytes, self.skip_bad_files = max_document_bytes, skip_bad_files
+        self.kind, self.max_document_bytes, self.skip_bad_files = kind, read.max_document_bytes, read.skip_bad_files
         paths = books.plan_reads(files)
         names = text.relative_names(paths)   # ids unique whatever the layout
         self.reads = [(p, names[p]) for p in paths]   # read units, planned once
@@ -143,52 +144,39 @@ class ExtractBooks(beam.PTransform):
         return (pipeline
                 | "ListBooks" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadBooks" >> tally.ParDo(_Counted("books", _read_named, reader=books.read_books, **kwargs)))
+                | "ReadBooks" >> tally.ParDo(_Counted(self.kind.name, _read_named, reader=books.read_books,
+                                                      **kwargs)))
 
 
-class ExtractText(beam.PTransform):
-    """google's input format (one sentence per line, blank line between documents) -> presplit Documents."""
+class ExtractFiles(beam.PTransform):
+    """Files of a kind read a unit a file by its entry's reader (corpora/kinds.py) -> Documents: google's format
+    (a sentence a line, a blank line between documents: presplit), JSON Lines or Parquet (C4, Dolma, FineWeb: a
+    Document a record, its line numbers and row indexes naming documents and its ids kept unique)."""
 
-    def __init__(self, files: list[str]):
+    def __init__(self, files: list[str], read: ReadParams = ReadParams(), kind: Kind = kinds.TEXT):
         from corpora import text
 
         super().__init__()
+        self.kind, self.kwargs = kind, {option: getattr(read, option) for option in kind.options}
         names = text.relative_names(sorted(files))   # ids unique whatever the layout
         self.reads = [(f, names[f]) for f in sorted(files)]   # read units: one per file
 
     def expand(self, pipeline):
-        from corpora import text
-
+        name = self.kind.name
         return (pipeline
                 | "ListFiles" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadText" >> tally.ParDo(_Counted("text", _read_named, reader=text.read_text_documents)))
+                | f"Read{name.capitalize()}" >> tally.ParDo(_Counted(name, _read_named, reader=kinds.load(
+                    self.kind.reader), **self.kwargs)))
 
 
-class ExtractRecords(beam.PTransform):
-    """JSON Lines or Parquet files (`kind` "jsonl" or "parquet": C4, Dolma, FineWeb) -> a Document a record, one
-    read unit a file (its line numbers and row indexes name documents, and its ids are kept unique)."""
+EXTRACT = {"dump": ExtractWikipedia, "books": ExtractBooks, "files": ExtractFiles}   # by a kind's `extract`
 
-    def __init__(self, kind: str, files: list[str], text_field: str, id_field: str, strict: bool = False,
-                 skip_bad_files: bool = False):
-        from corpora import text
 
-        super().__init__()
-        self.kind = kind
-        self.kwargs = {"text_field": text_field, "id_field": id_field, "strict": strict,
-                       "skip_bad_files": skip_bad_files}
-        names = text.relative_names(sorted(files))   # ids unique whatever the layout
-        self.reads = [(f, names[f]) for f in sorted(files)]   # read units: one per file
-
-    def expand(self, pipeline):
-        from corpora import web
-
-        reader = {"jsonl": web.read_jsonl, "parquet": web.read_parquet}[self.kind]
-        return (pipeline
-                | "ListFiles" >> beam.Create(self.reads)
-                | "SpreadFiles" >> beam.Reshuffle()
-                | f"Read{self.kind.capitalize()}" >> tally.ParDo(_Counted(self.kind, _read_named, reader=reader,
-                                                                          **self.kwargs)))
+def extract(kind: str, files: list[str], read: ReadParams) -> beam.PTransform:
+    """The reader of a corpus kind's files: the Extract transform its entry names (corpora/kinds.py)."""
+    entry = kinds.KINDS[kind]
+    return EXTRACT[entry.extract](files, read, entry)
 
 
 class ReadDocuments(beam.PTransform):
@@ -233,6 +221,11 @@ class SpreadDocuments(beam.PTransform):
                 | "ReadDocuments" >> tally.FlatMap(_read_documents))
 
 
+# What Tokenize counts that the manifests read (pipeline/jobs/outputs.py); also tokenize/sentences and /tokens
+TOKENIZED = "tokenize/documents"               # the documents with text left, passed on (a manifest's documents)
+EMPTY_DOCUMENTS = "tokenize/empty_documents"   # those with none: no instance from them
+
+
 class _Tokenize(tally.DoFn):
     def __init__(self, vocab_path: str, lowercase: bool):
         self.vocab_path, self.lowercase = vocab_path, lowercase
@@ -248,9 +241,9 @@ class _Tokenize(tally.DoFn):
         tokenized = pairs.TokenizedDocument.from_sentences(
             doc.id, tokenization.tokenize_sentences(self.tokenizer, sents) if sents else [])
         if tokenized.num_sentences == 0:
-            self.count("tokenize", "empty_documents")    # nothing left after tokenization: no instance from it
+            self.count(*tally.parts(EMPTY_DOCUMENTS))    # nothing left after tokenization: no instance from it
             return
-        self.count("tokenize", "documents")
+        self.count(*tally.parts(TOKENIZED))
         self.count("tokenize", "sentences", tokenized.num_sentences)
         self.count("tokenize", "tokens", len(tokenized.tokens))
         self.progress.add(documents=1, tokens=len(tokenized.tokens))
@@ -286,7 +279,7 @@ class _PairBucket(tally.DoFn):
         # the bucket's documents (the whole pool), spilled to a local file so that only their sentence ends stay
         # in memory
         with tempfile.TemporaryFile(prefix="bertprep-pool-") as spill:
-            pool = pairs.spill_pool(group.payloads(self.count), spill)
+            pool = spill_pool(group.payloads(self.count), spill)
             mine = pairs.split_pool(pool, work.parts)[work.part]   # every part pairs its share of the whole pool
             batch, left_out = [], collections.Counter()
             for instance in pairs.pairs_for_pool(pool, self.params, self.word_starts, self.seed, only=mine,

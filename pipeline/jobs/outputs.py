@@ -2,32 +2,32 @@
 `Publication` functions Publish calls once every write is done, plus the checks it makes before publishing."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 
+from corpora.kinds import KINDS
 from pipeline.algorithms import dedup, masking, packing, split
 from pipeline.beam import decontaminate as decontamination
 from pipeline.beam import dedup as deduplication
-from pipeline.beam import transforms
+from pipeline.beam import shards, shuffle, transforms
+from pipeline.beam import split as splitting
 from pipeline.formats import heldout, manifest
 
 
 def why_empty(values: dict[str, int]) -> str:
     """Why a run produced no record, from its counters."""
-    docs, empty = values.get("tokenize/documents", 0), values.get("tokenize/empty_documents", 0)
+    docs, empty = values.get(transforms.TOKENIZED, 0), values.get(transforms.EMPTY_DOCUMENTS, 0)
     if docs:
         return (f"none of its {docs:,} documents is long enough for one instance ([CLS] A [SEP] B [SEP] needs two "
                 "non-empty segments)")
     if empty:
         return f"none of its {empty:,} documents has any text left after tokenization"
-    read = {k: v for k, v in values.items()
-            if k.split("/")[0] in ("wikipedia", "books", "text", "jsonl", "parquet") and v}
+    read = {k: v for k, v in values.items() if k.split("/")[0] in KINDS and v}
     return f"it holds no documents ({', '.join(f'{k} {v:,}' for k, v in read.items()) or 'nothing read'})"
 
 
 def why_held_out_empty(values: dict[str, int]) -> str:
     """Why a validation set holds no record."""
-    held = values.get("split/validation_documents", 0)
+    held = values.get(HELD_OUT_DOCUMENTS, 0)
     if not held:
         return "the split held out no document (a fraction too small for this input?)"
     return (f"none of its {held:,} documents is long enough for one instance ([CLS] A [SEP] B [SEP] needs two "
@@ -69,7 +69,7 @@ def objective_counts(objective: str, counts: dict, max_seq_length: int) -> dict:
     return {"row_fill": counts["tokens"] / (n * max_seq_length)}
 
 
-COUNTED = "tokenize/documents"   # a manifest's documents as the counter of those the job tokenized
+COUNTED = transforms.TOKENIZED   # a manifest's documents as the counter of those the job tokenized
 
 
 def documents_of(documents: int | str | None, values: dict[str, int]) -> int | None:
@@ -129,13 +129,14 @@ def packing_entry(pack: packing.PackParams, written: list[dict], counts: dict, v
             "max_predictions_per_row": pack.max_row_predictions, "rows": rows, "instances": counts["instances"],
             "efficiency": packing.efficiency(counts["tokens"], rows, L),
             "unpacked_efficiency": packing.efficiency(counts["tokens"], counts["instances"], L),
-            "rows_split": values.get("pack/rows_split", 0)}
+            "rows_split": values.get(shards.ROWS_SPLIT, 0)}
 
 
 def packing_lost(values: dict[str, int]) -> list[str]:
     """Packing must put every instance the shuffles delivered into a row (a validation set's packed too)."""
-    given = values.get("shuffle/shard_out", 0) + values.get(f"shuffle/{HELD_OUT_SHARDS}_out", 0)
-    packed_in, packed_out = values.get("pack/instances_in", 0), values.get("pack/instances_out", 0)
+    given = (values.get(shuffle.delivered_counter("shard"), 0)   # WriteShards' shuffle is named for its files
+             + values.get(shuffle.delivered_counter(HELD_OUT_SHARDS), 0))
+    packed_in, packed_out = values.get(shards.PACKED_IN, 0), values.get(shards.PACKED_OUT, 0)
     if given == packed_in == packed_out:
         return []
     return [f"packing put {packed_out:,} instances into rows, of {packed_in:,} read and {given:,} delivered"]
@@ -162,19 +163,14 @@ def dedup_side_files(params: dedup.DedupParams | None) -> tuple[str, ...]:
 
 
 def dedup_summary(params: dedup.DedupParams, values: dict[str, int]) -> dict:
-    """The manifest's `dedup` entry: the parameters, and what each pass kept and removed."""
-    c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
-    return {"parameters": dataclasses.asdict(params), "documents_in": c("documents"), "kept": c("kept"),
-            "removed_exact": c("removed_exact"), "removed_near": c("removed_near"),
-            "removed_emptied": c("removed_emptied"), "clusters": c("clusters"),
-            "empty_documents": c("empty_documents"), "repeated_paragraphs": c("repeated_paragraphs"),
-            "paragraphs_dropped": c("paragraphs_dropped"), "report": (dedup_side_files(params) or [None])[0]}
+    """The manifest's `dedup` entry (pipeline/beam/dedup.py: summary)."""
+    return deduplication.summary(params, values, (dedup_side_files(params) or [None])[0])
 
 
 # ---------------------------------------------------------------------------------------------- a validation split
 
 HELD_OUT_SHARDS = "validation_shard"   # the validation set's shard shuffle (its counters apart from the training's)
-TRAINING_DOCUMENTS, HELD_OUT_DOCUMENTS = "split/training_documents", "split/validation_documents"
+TRAINING_DOCUMENTS, HELD_OUT_DOCUMENTS = splitting.TRAINING_DOCUMENTS, splitting.HELD_OUT_DOCUMENTS   # the counts
 
 
 def split_entry(params: split.SplitParams | dict, role: str, values: dict[str, int]) -> dict:
@@ -203,8 +199,7 @@ def _with_split(describe, params, role: str, written: list[dict], values: dict[s
 
 def documents_read(values: dict[str, int]) -> int:
     """The documents the corpus readers gave (before --dedup)."""
-    return sum(values.get(k, 0) for k in ("wikipedia/articles", "books/documents", "text/documents",
-                                          "jsonl/documents", "parquet/documents"))
+    return sum(values.get(kind.documents_read, 0) for kind in KINDS.values())
 
 
 def split_lost(values: dict[str, int], entering: int | None = None) -> list[str]:
@@ -212,8 +207,8 @@ def split_lost(values: dict[str, int], entering: int | None = None) -> list[str]
     documents that reached it (`entering`: those read less those --dedup removed; None: not known apart)."""
     training, held = values.get(TRAINING_DOCUMENTS, 0), values.get(HELD_OUT_DOCUMENTS, 0)
     wrong = []
-    if values.get("split/listed_documents", 0) != held:
-        wrong.append(f"split: the held-out list names {values.get('split/listed_documents', 0):,} of {held:,} "
+    if values.get(splitting.LISTED_DOCUMENTS, 0) != held:
+        wrong.append(f"split: the held-out list names {values.get(splitting.LISTED_DOCUMENTS, 0):,} of {held:,} "
                      "validation documents")
     if entering is not None and training + held != entering:
         wrong.append(f"split: {training:,} training and {held:,} validation documents of {entering:,} in")
@@ -223,6 +218,5 @@ def split_lost(values: dict[str, int], entering: int | None = None) -> list[str]
 def prepare_split_lost(values: dict[str, int]) -> list[str]:
     """split_lost for prepare: the documents in are those read, less those --dedup removed and --decontaminate
     dropped."""
-    removed = sum(values.get(f"dedup/{k}", 0) for k in ("removed_exact", "removed_near", "removed_emptied"))
-    removed += values.get("decontaminate/dropped", 0)
+    removed = deduplication.removed(values) + values.get(decontamination.DROPPED, 0)
     return split_lost(values, documents_read(values) - removed)

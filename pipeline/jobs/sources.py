@@ -9,9 +9,10 @@ import sys
 
 import apache_beam as beam
 
-from corpora import RECORD_KINDS, ReadParams
+from corpora import kinds, text
+from corpora.kinds import RECORD_KINDS, ReadParams
 from pipeline.beam import sizing, transforms
-from pipeline.formats import manifest, storage
+from pipeline.formats import evalsets, manifest, storage
 from pipeline.jobs.errors import Refused
 
 
@@ -31,47 +32,26 @@ def expand_inputs(spec: str, what: str = "input") -> list[str]:
     return sorted(set(paths))
 
 
-# What a file's name says it is, for the kinds a name tells: (kind, what it is in words, suffixes)
-_NAMED_KINDS = (("wikipedia", "a MediaWiki XML dump", (".xml", ".xml.bz2", ".xml.gz")),
-                ("parquet", "a Parquet file", (".parquet",)),
-                ("jsonl", "a JSON Lines file", (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".jsonl.bz2",
-                                                ".jsonl.xz")))
 
 
 def check_kind(kind: str, files: list[str], text_field: str | None = None) -> None:
-    """Refuses, before the job, a file given as a corpus it is not: a MediaWiki dump, a Parquet or JSON Lines file
-    given as another kind (by its name); as wikipedia anything that does not start as bz2 or XML does (a 4-byte
-    read per dump); as parquet a file without a `text_field` text column (its footer read); as jsonl a local file
-    whose first lines hold no JSON record with `text_field` (corpora/web.py: check_jsonl, check_parquet).
-    `text_field` (--text-field) is needed for those two kinds only."""
-    from corpora import web, wikipedia
-
+    """Refuses, before the job, a file given as a corpus it is not: a file whose name says it is another kind (a
+    MediaWiki dump, a Parquet or JSON Lines file), or one its kind's check refuses (corpora/kinds.py: as wikipedia
+    anything that does not start as bz2 or XML does, a 4-byte read per dump; as parquet a file without a
+    `text_field` text column, its footer read; as jsonl a local file whose first lines hold no JSON record with
+    `text_field`). `text_field` (--text-field) is needed for those two kinds only."""
+    entry = kinds.KINDS[kind]
     for f in files:
-        for named, what, suffixes in _NAMED_KINDS:
-            if kind != named and f.lower().endswith(suffixes):
-                raise manifest.ManifestError(f"{f}: {what} given as {kind} (give it as --input {named}:...)")
-        if kind == "wikipedia":
-            if storage.is_dir(f):
-                raise manifest.ManifestError(f"{f}: a directory given as wikipedia (a dump is one .xml or .xml.bz2 "
-                                             "file; books go as --input books:...)")
-            head = wikipedia.not_a_dump(f)
-            if head is not None:
-                raise manifest.ManifestError(f"{f}: not a MediaWiki XML dump (it starts {head!r}), given as "
-                                             "wikipedia (books go as --input books:...)")
-        if kind in RECORD_KINDS:
-            if storage.is_dir(f):
-                raise manifest.ManifestError(f"{f}: a directory given as {kind}: give its files as a glob (e.g. "
-                                             f"{f.rstrip('/')}/*.{'parquet' if kind == 'parquet' else 'jsonl.gz'})")
-            if kind == "parquet":
-                problem = web.check_parquet(f, text_field)
-            else:   # the first lines of a local file (a remote one is only counted, by the job)
-                problem = web.check_jsonl(f, text_field) if storage.is_local(f) else None
-            if problem:
-                raise manifest.ManifestError(problem)
+        for named in kinds.KINDS.values():
+            if named.name != kind and f.lower().endswith(named.suffixes):
+                raise manifest.ManifestError(f"{f}: {named.what} given as {kind} (give it as --input {named.name}:...)")
+        problem = entry.refusal(f, text_field)
+        if problem:
+            raise manifest.ManifestError(problem)
 
 
-def corpus_inputs(corpora, text_field: str) -> list[tuple[str, list[str], dict[str, int]]]:
-    """(kind, files, {file: bytes}) for each corpus (kind, comma-joined globs) of --input, in the order given, each
+def corpus_inputs(corpora: list[tuple[str, str]], text_field: str) -> list[tuple[str, list[str], dict[str, int]]]:
+    """(kind, files, {file: bytes}) for each corpus [(kind, comma-joined globs)] (--input), in the order given, each
     file checked for its kind at planning time."""
     found = []
     for kind, spec in corpora:
@@ -81,15 +61,13 @@ def corpus_inputs(corpora, text_field: str) -> list[tuple[str, list[str], dict[s
     return found
 
 
-HARD_WRAPPED = "text/hard_wrapped_files"   # the text reader's count of them (corpora/text.py)
+HARD_WRAPPED = kinds.TEXT.counter(text.HARD_WRAPPED_FILES)   # the text reader's count of them
 
 
 def hard_wrapped_warning(inputs, sample_files: int = 8, sample_bytes: int = 1 << 16) -> str | None:
     """Before the job: the warning for a local text input that looks like wrapped prose (corpora.text.looks_hard_
     wrapped on the head of the first few files), which google's format would cut into documents of line fragments;
     None if none does. The job counts every such file (HARD_WRAPPED) whatever the file system."""
-    from corpora import text
-
     for kind, files, _ in inputs:
         for f in [f for f in files if kind == "text" and os.path.isfile(f.removeprefix("file://"))][:sample_files]:
             with open(f.removeprefix("file://"), "rb") as stream:
@@ -121,18 +99,7 @@ def joined(read: dict):
 
 
 def corpus_reader(kind: str, files: list[str], read: ReadParams) -> beam.PTransform:
-    if kind == "wikipedia":
-        return transforms.ExtractWikipedia(files, index=read.wiki_index,
-                                           skip_disambiguation=read.skip_disambiguation,
-                                           disambiguation_templates=read.disambiguation_templates,
-                                           skip_bad_files=read.skip_bad_files)
-    if kind == "books":
-        return transforms.ExtractBooks(files, max_document_bytes=read.max_document_bytes,
-                                       skip_bad_files=read.skip_bad_files)
-    if kind in RECORD_KINDS:
-        return transforms.ExtractRecords(kind, files, text_field=read.text_field, id_field=read.id_field,
-                                         strict=read.strict, skip_bad_files=read.skip_bad_files)
-    return transforms.ExtractText(files)
+    return transforms.extract(kind, files, read)
 
 
 def record_parameters(read: ReadParams, inputs) -> dict:
@@ -154,9 +121,6 @@ def eval_sets(spec: str, fields: tuple[str, ...], flag: str = "against") -> tupl
     """--against (or --decontaminate) FILE[,FILE...] -> (paths, their names for the report, the manifest's entry of
     each: path, sha256, examples). Every file is read and parsed here, before the job, so one that is missing, empty
     or not an eval set is refused in one line naming it (pipeline/formats/evalsets.py); the job reads them again."""
-    from corpora import text
-    from pipeline.formats import evalsets
-
     paths = expand_inputs(spec, flag)
     names = text.relative_names(paths)
     entries = []

@@ -56,7 +56,7 @@ LINK_PREFIX_ALIASES = {
     "zh": "File 文件 檔案 档案 图像 圖像 Media 媒体 媒體 Category 分类 分類",
 }
 
-# Per language: the disambiguation templates (names as `corpora.templates.normal_name` gives them).
+# Per language: the disambiguation templates (names as `templates.normal_name` gives them).
 DISAMBIGUATION_TEMPLATES = {
     # Template:Disambiguation, its redirects and its specialised variants. Hatnotes that merely point to a
     # disambiguation page ({{about}}, {{redirect}}, {{other uses}}) and {{disambiguation needed}} are not here.

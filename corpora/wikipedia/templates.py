@@ -31,7 +31,7 @@ import calendar
 import re
 from typing import Callable
 
-from corpora.units import convert
+from corpora.wikipedia.units import convert
 
 Renderer = Callable[[list[str], dict[str, str]], "str | None"]
 
