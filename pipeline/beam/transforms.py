@@ -32,11 +32,12 @@ from typing import Callable, Iterable, Iterator
 import apache_beam as beam
 import numpy as np
 
-from corpora import kinds
+from corpora import books, kinds, text
 from corpora.kinds import Kind, ReadParams
 from pipeline.algorithms import masking, pairs
 from pipeline.algorithms.pool import spill_pool
 from pipeline.beam import shuffle, tally
+from pipeline.beam.options import is_local_runner
 from pipeline.formats import documents, pair_records, schema, tfrecord
 from pipeline.formats.documents import Count, Document
 from pipeline.text import sentences, tokenization
@@ -91,7 +92,7 @@ class ExtractWikipedia(beam.PTransform):
 
     def __init__(self, files: list[str], read: ReadParams = ReadParams(), kind: Kind = kinds.WIKIPEDIA,
                  streams_per_read: int = 10):
-        from corpora import wikipedia
+        from corpora import wikipedia   # mwparserfromhell and the wikitext tables: for a job that reads dumps only
         from corpora.wikipedia import templates
 
         super().__init__()
@@ -104,8 +105,7 @@ class ExtractWikipedia(beam.PTransform):
         return [read for dump in self.dumps for read in dump.ranges()]
 
     def expand(self, pipeline):
-        from corpora import wikipedia
-        from pipeline.beam.options import is_local_runner
+        from corpora import wikipedia   # as in __init__
 
         if not is_local_runner(pipeline.pipeline.options):   # where many workers wait on one
             for line in wikipedia.unsplit_warnings(self.dumps):
@@ -127,8 +127,6 @@ class ExtractBooks(beam.PTransform):
     """Book files, directories or tar archives -> one Document per book (or per bounded chunk of a big one)."""
 
     def __init__(self, files: list[str], read: ReadParams = ReadParams(), kind: Kind = kinds.BOOKS):
-        from corpora import books, text
-
         super().__init__()
         self.kind, self.max_document_bytes, self.skip_bad_files = kind, read.max_document_bytes, read.skip_bad_files
         paths = books.plan_reads(files)
@@ -136,8 +134,6 @@ class ExtractBooks(beam.PTransform):
         self.reads = [(p, names[p]) for p in paths]   # read units, planned once
 
     def expand(self, pipeline):
-        from corpora import books
-
         kwargs = {"skip_bad_files": self.skip_bad_files}
         if self.max_document_bytes:
             kwargs["max_document_bytes"] = self.max_document_bytes
@@ -154,8 +150,6 @@ class ExtractFiles(beam.PTransform):
     Document a record, its line numbers and row indexes naming documents and its ids kept unique)."""
 
     def __init__(self, files: list[str], read: ReadParams = ReadParams(), kind: Kind = kinds.TEXT):
-        from corpora import text
-
         super().__init__()
         self.kind, self.kwargs = kind, {option: getattr(read, option) for option in kind.options}
         names = text.relative_names(sorted(files))   # ids unique whatever the layout

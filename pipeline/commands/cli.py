@@ -34,9 +34,9 @@ def add_inspect(p: flags.Parser) -> None:
 
 def add_verify(p: flags.Parser) -> None:
     p.add_argument("directory")
-    p.add_argument("--max-seq-length", type=nonnegative_int, default=0,
+    p.add_argument("--max-seq-length", type=nonnegative_int, default=None,
                    help="for shards without a manifest (google's)")
-    p.add_argument("--max-predictions-per-seq", type=nonnegative_int, default=0,
+    p.add_argument("--max-predictions-per-seq", type=nonnegative_int, default=None,
                    help="for shards without a manifest")
     p.add_argument("--vocab-size", type=nonnegative_int, default=0,
                    help="for shards without a manifest: check ids below it")

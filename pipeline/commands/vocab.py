@@ -40,7 +40,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.formats import manifest
-from pipeline.formats.documents import FILE_PATTERN, Document, read_gzip_jsonl
+from pipeline.formats.documents import Document, read_gzip_jsonl
 from pipeline.text import tokenization
 
 GOOGLE_UNUSED_BEFORE_UNK = 99  # google puts [unused0..98] between [PAD] and [UNK]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
-from pipeline.algorithms import split
+from pipeline.algorithms.split import SplitParams
 from pipeline.beam import shards, sizing, transforms
 from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
@@ -31,7 +31,7 @@ class Plan:
     input: str                                  # document directories or globs
     pairing: settings.Pairing
     allow_incomplete: bool = False
-    split: split.SplitParams | None = None
+    split: SplitParams | None = None
     seed: int = settings.SEED
     num_shards: int = 0
 

@@ -18,7 +18,9 @@ from typing import Mapping
 import apache_beam as beam
 
 from corpora import ReadParams
-from pipeline.algorithms import dedup, masking, split
+from pipeline.algorithms import masking
+from pipeline.algorithms.dedup import DedupParams
+from pipeline.algorithms.split import SplitParams
 from pipeline.beam import decontaminate as decontamination
 from pipeline.beam import dedup as deduplication
 from pipeline.beam import sizing, tally, transforms
@@ -37,8 +39,8 @@ class Plan:
     pairing: settings.Pairing
     masking: settings.Masking
     sequences_per_pack: int | None = None            # --pack: instances a row holds at most
-    split: split.SplitParams | None = None
-    dedup: dedup.DedupParams | None = None
+    split: SplitParams | None = None
+    dedup: DedupParams | None = None
     decontaminate: settings.Decontamination | None = None
     corpus_weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
     mix_corpora: bool = False
