@@ -2,6 +2,7 @@
 the ranks do not share stops them all, and a rank that dies ends the others. CPU ranks (gloo) spawned as torchrun
 would start them, each run bounded by a timeout so that a hang fails the test, not the CI run."""
 import datetime
+import faulthandler
 import json
 import multiprocessing
 import os
@@ -152,6 +153,9 @@ def one_step(rank: int, world: int, rows: dict, accum: int, out: str, port: int 
 
 
 def _step_rank(rank: int, world: int, port: int, out: str) -> None:
+    # seen once in a full suite (2026-11-27): rank 1 still running after 120 s, rank 0 done, nothing printed and
+    # not reproduced alone; a rank that hangs prints every thread's stack first, for the next one to read
+    faulthandler.dump_traceback_later(100)
     rows = _batch(8)
     try:
         one_step(rank, world, {k: v[rank * 4:(rank + 1) * 4] for k, v in rows.items()}, 1, out, port)
