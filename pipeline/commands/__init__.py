@@ -13,6 +13,6 @@ training     `bertprep train`, `export-hf`, `plot`: the trainer's flags, its Tra
 
 The top layer: may import every layer below (the jobs, the trainer). A new stage is a module of pipeline/jobs/ (its
 Plan and its job, one chain of labelled transforms), an entry of plans.COMMANDS (its flag groups, named for the
-Plan's fields), a row of cli.COMMANDS and of run.STAGES; its invariants go into verify and its statistics into
+Plan's fields), and a row of cli.COMMANDS; its invariants go into verify and its statistics into
 inspection.
 """

@@ -2,7 +2,7 @@
 
 A command is its job's module and its groups in --help's order, each named for the field of the job's `Plan` it
 fills (None: a group that fills several, or none). Parsing checks every group (groups.py: one line naming the
-flag); `plan(command, args)` builds each group's value and hands them to the job's `Plan`, so a job never sees a
+flag); `Command.plan(args)` builds each group's value and hands them to the job's `Plan`, so a job never sees a
 flag: it runs as `run(plan, options)`.
 """
 from __future__ import annotations
@@ -100,7 +100,12 @@ class Command:
         for _, group in self.groups:
             group.check(p, args)
 
+    def module(self):
+        """The job's module: Beam's modules are imported when a job runs, not when its flags parse."""
+        return importlib.import_module(self.job)
+
     def plan(self, args: argparse.Namespace):
+        """The job's Plan: each group's value, by the field it names."""
         values = {}
         for name, group in self.groups:
             built = group.build(args)
@@ -108,8 +113,7 @@ class Command:
                 values[name] = built
             elif built:
                 values.update(built)
-        job = importlib.import_module(self.job)   # Beam's modules: imported when a job runs, not when flags parse
-        return job.Plan(**values)
+        return self.module().Plan(**values)
 
 
 COMMANDS = {
@@ -192,9 +196,3 @@ COMMANDS = {
 def adder(command: str):
     """The `add_arguments` of a Beam command's parser."""
     return COMMANDS[command].add
-
-
-def plan(command: str, args: argparse.Namespace):
-    """The typed plan of a Beam command's job, from its parsed (and checked) flags."""
-    return COMMANDS[command].plan(args)
-

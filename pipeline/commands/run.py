@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from pipeline.beam import options
 from pipeline.commands import flags, plans
 from pipeline.formats import manifest, storage
-from pipeline.jobs import convert, decontaminate, dedup, extract, launch, mask, pack, pairs, prepare
+from pipeline.jobs import launch
 
 
 def _worker_paths(args) -> list[tuple[str, str]]:
@@ -20,10 +20,6 @@ def _worker_paths(args) -> list[tuple[str, str]]:
     keys = (("input", "output") + (("vocab",) if args.command in ("pairs", "prepare") else ())
             + ("wiki_index", "against", "decontaminate"))
     return [(k, path.strip()) for k in keys for path in (getattr(args, k, None) or "").split(",") if path.strip()]
-
-
-STAGES = {"extract": extract.run, "pairs": pairs.run, "mask": mask.run, "prepare": prepare.run, "pack": pack.run,
-          "dedup": dedup.run, "decontaminate": decontaminate.run, "convert": convert.run}
 
 
 def main(args) -> int:
@@ -61,7 +57,8 @@ def main(args) -> int:
     storage.check_reachable([value for _, value in _worker_paths(args)]
                             + ([] if options.is_dry_run(opts) else [args.gcs_bucket or ""]))
     try:
-        published = STAGES[args.command](plans.plan(args.command, args), opts)
+        command = plans.COMMANDS[args.command]
+        published = command.module().run(command.plan(args), opts)
     except launch.DryRun as e:   # translated and staged for Dataflow, nothing ran: nothing was written
         print(e, file=sys.stderr)
         return 0

@@ -47,6 +47,11 @@ def print_counters(title: str, values: dict[str, int], seconds: float) -> None:
         print(f"  {k:<{width}}  {v:>12,}", file=sys.stderr)
 
 
+def warn(message: str) -> None:
+    """A warning about a job, on stderr as the command line's (pipeline/commands/flags.py) are."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 class DryRun(Exception):
     """A Dataflow `--dry_run=True`: the job was translated and staged but never submitted, so nothing ran and
     there is nothing to publish."""
@@ -150,7 +155,9 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
     if not wait and shuffle is not None and shuffle.backend == "files":
         raise Refused("--no-wait with --shuffle files: the run files live on this machine, which the job needs "
                          "until it ends (use --shuffle groupbykey, or wait)")
-    for line in [f"warning: {w}" for w in warnings] + plan_lines(title, p, shuffle, out, basis, notes):
+    for w in warnings:
+        warn(w)
+    for line in plan_lines(title, p, shuffle, out, basis, notes):
         print(line, file=sys.stderr)
     start = time.time()
     temporary = temporary_runs_dir(shuffle)

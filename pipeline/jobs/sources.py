@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 
 import apache_beam as beam
 
@@ -13,6 +12,7 @@ from corpora import kinds, text
 from corpora.kinds import RECORD_KINDS, ReadParams
 from pipeline.beam import sizing, transforms
 from pipeline.formats import evalsets, manifest, storage
+from pipeline.jobs import launch
 from pipeline.jobs.errors import Refused
 
 
@@ -83,9 +83,8 @@ def warn_hard_wrapped_after(m: dict | None, warned: bool) -> None:
     """After the job, the same warning from the job's count, unless it was given before."""
     n = (m or {}).get("counts", {}).get("counters", {}).get(HARD_WRAPPED, 0)
     if n and not warned:
-        print(f"warning: {n:,} text input file(s) end most lines mid-sentence, as wrapped prose does, not as google's "
-                   f"format (a sentence a line): a book goes as --input books:... ({HARD_WRAPPED} in the manifest)",
-              file=sys.stderr)
+        launch.warn(f"{n:,} text input file(s) end most lines mid-sentence, as wrapped prose does, not as google's "
+                   f"format (a sentence a line): a book goes as --input books:... ({HARD_WRAPPED} in the manifest)")
 
 
 def read_corpora(p: beam.Pipeline, readers: list[tuple[str, beam.PTransform]]):
