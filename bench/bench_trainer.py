@@ -46,7 +46,7 @@ sys.path.insert(0, ROOT)
 from model import config as config_lib  # noqa: E402
 from model import data  # noqa: E402
 from model.bert import Bert, pretraining_flops  # noqa: E402
-from model.export_hf import hf_config, to_hf_state_dict  # noqa: E402
+from model.hf import hf_config, to_hf_state_dict  # noqa: E402
 from pipeline.algorithms import packing  # noqa: E402
 from pipeline.formats import schema, tfrecord  # noqa: E402
 

@@ -9,6 +9,8 @@ train        the run: set-up, the loop, one optimizer step and its loss, evaluat
 ranks        torchrun's ranks, the shared --output check, the stop they agree on, a failed collective
 checkpoints  a checkpoint's contents, its writer thread, and the decisions of a resume
 metrics      the statistics a step sums on the device, the records made of them, the run's log
+hf           transformers' BERT: config.json both ways, one table of tensor names both ways
+init_from    a new run from trained weights (a bertprep run, a checkpoint, an HF directory), checked against the data
 export_hf    a run's checkpoint as a Hugging Face model directory
 plot         a run's loss and accuracy curves as a PNG
 

@@ -3,8 +3,9 @@
 A checkpoint is one torch.save'd dict: step; the model's, optimizer's and schedule's states; config (the model's
 JSON); ranks (each rank's RNG states and data position, so every rank resumes exactly); args (the run's TrainPlan as
 a dict, what a resume compares with); objective, vocab (the manifest's entry) and max_seq_length (export-hf's);
-warmup. Older checkpoints lack the last four: they are nsp runs, export-hf looks their vocab up in --data's
-manifest, and their warmup is worked out from args.
+warmup; data, the identity of the training data (manifest.fingerprint), which a resume must hold again. Older
+checkpoints lack the last five: they are nsp runs, export-hf looks their vocab up in --data's manifest, their warmup
+is worked out from args, and they resume on the data the other checks accept.
 
 Rank 0 writes them in a background thread (`CheckpointWriter`), atomically, keeping the last --keep-checkpoints.
 Rank 0 alone also decides what to do with --output (refuse, clear, resume from which checkpoint) and tells the other
@@ -76,7 +77,7 @@ def save_checkpoint(session, step: int) -> str:
                       "scheduler": session.scheduler.state_dict(), "config": session.config.to_json(), "ranks": ranks,
                       "args": dataclasses.asdict(session.args), "objective": session.shards.objective,
                       "vocab": session.shards.vocab, "max_seq_length": session.shards.shape.max_seq_length,
-                      "warmup": session.warmup}
+                      "warmup": session.warmup, "data": session.shards.fingerprint}
         session.writer.write(_copied(checkpoint), path, session.args.keep_checkpoints)
     return path
 
@@ -140,6 +141,11 @@ def restore(checkpoint: dict, model, optimizer, scheduler, loader, rank: int) ->
     return checkpoint["step"]
 
 
+def _data(fingerprint: dict) -> str:
+    return (f"{fingerprint['files']} file(s) of {fingerprint['bytes']:,} bytes (fingerprint "
+            f"{fingerprint['sha256'][:12]})")
+
+
 def start_run_dir(args: TrainPlan, ranks: Ranks) -> str | None:
     """Readies --output: refuses an old run unless --resume or --overwrite (which clears it); returns the
     checkpoint to resume from, if any.
@@ -177,10 +183,17 @@ def _run_dir_decision(args: TrainPlan) -> dict:
 
 
 def check_resumable(checkpoint: dict, args: TrainPlan, ranks: Ranks, objective: str, train_files: int,
-                    micro_batch: int) -> None:
-    """Refuses a resume that cannot go on where the checkpoint stopped, naming what differs: the objective (of --data:
-    `objective`), --steps, or what the data position depends on (world size, readers, rows per micro-step, the
-    `train_files` training files)."""
+                    micro_batch: int, fingerprint: dict | None = None) -> None:
+    """Refuses a resume that cannot go on where the checkpoint stopped, naming what differs: the data (--data's
+    `fingerprint`: --resume is the same run, --init-from a new one), the objective (of --data: `objective`),
+    --steps, or what the data position depends on (world size, readers, rows per micro-step, the `train_files`
+    training files)."""
+    then = checkpoint.get("data")
+    if then and fingerprint and then["sha256"] != fingerprint["sha256"]:
+        raise RunError(f"cannot resume {args.output} on this --data: it was trained on {_data(then)} and --data now "
+                       f"holds {_data(fingerprint)}, other data. --resume continues the same run on the same data; to "
+                       f"go on from its weights on these shards (a new phase), start a new run with --init-from "
+                       f"{args.output} --output NEW_DIR")
     if checkpoint_objective(checkpoint) != objective:
         raise RunError(f"{args.output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
                        f"holds objective {objective} shards: resume on the same objective, or start a new run")

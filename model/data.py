@@ -50,6 +50,7 @@ class ShardSet:
     objective: str = "nsp"       # manifest.OBJECTIVES: nsp | sop | none (MLM only); google-made shards are nsp
     vocab: dict | None = None    # the manifest's vocab entry (path, sha256, size, lowercase, ids); None: google's
     validation: str | None = None   # the validation set the output was made with (DIR/validation), if any
+    fingerprint: dict | None = None  # manifest.fingerprint: what a checkpoint resumes on
 
 
 def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int | None = None,
@@ -82,7 +83,7 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
     if m is None:
         shape = (schema.Shape(max_seq_length, max_predictions_per_seq) if google
                  else _shape_of_first_record(opened.files[0]))
-        return ShardSet(opened.files, shape, None, opened.records)
+        return ShardSet(opened.files, shape, None, opened.records, fingerprint=manifest.fingerprint(opened))
     unlisted = [f for f in opened.files if f not in opened.records]
     if manifest.packed(m) and unlisted:
         raise ShardSpecError(f"{unlisted[0]} has no {MANIFEST} to say whether it is packed, and "
@@ -101,7 +102,7 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
                                      f"{symbol}={given}: give shards of the same lengths")
             raise ShardSpecError(f"{pattern}: {flag} {given} but the shards were made with {have}")
     return ShardSet(opened.files, manifest.shard_shape(m), data_vocab, opened.records, manifest.objective(m),
-                    m["vocab"], validation_of(opened))
+                    m["vocab"], validation_of(opened), manifest.fingerprint(opened))
 
 
 def validation_of(opened: manifest.Opened) -> str | None:
@@ -212,7 +213,7 @@ def open_pairs(pattern: str, max_predictions_per_seq: int | None = None, masked_
     length = int(m["max_seq_length"])
     shape = schema.Shape(length, max_predictions_per_seq or masking.default_max_predictions(length, masked_lm_prob))
     return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records, manifest.objective(m), m["vocab"],
-                     validation_of(opened)),
+                     validation_of(opened), manifest.fingerprint(opened)),
             masking.VocabIds.from_json(m["vocab"]["ids"]))
 
 

@@ -5,7 +5,8 @@ no sentence head, as HF's class).
 
 Writes into OUT_DIR:
     config.json              the HF BertConfig
-    model.safetensors        the weights (the `safetensors` package); `from_pretrained` finds no missing or
+    model.safetensors        the weights (the `safetensors` package), named by model/hf.py's table (the one
+                             `train --init-from` reads HF directories with); `from_pretrained` finds no missing or
                              unexpected keys. The tied decoder weight and bias are left to HF's tying, as HF's own
                              save_pretrained does; the sentence head keeps HF's name, cls.seq_relationship, for SOP too
     vocab.txt                the exact bytes of the vocab the run's shards were made with: the file their manifest
@@ -36,82 +37,13 @@ import os
 from dataclasses import dataclass
 
 import safetensors.torch
-import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from model import checkpoints
 from model.config import BertConfig
+from model.hf import TIED, hf_architecture, hf_config, to_hf_state_dict
 from pipeline.formats import manifest, storage
 from pipeline.text import tokenization
-
-# HF ties these to bert.embeddings.word_embeddings.weight and cls.predictions.bias; they are not stored.
-TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-
-
-def hf_architecture(objective: str) -> str:
-    """The HF class of a model trained on `objective`: masked LM only for none, both heads for nsp and sop."""
-    return "BertForMaskedLM" if objective == "none" else "BertForPreTraining"
-
-
-def hf_config(config: BertConfig, objective: str = "nsp") -> dict:
-    """transformers.BertConfig fields for our config (GELU is erf-GELU, "gelu" in HF's ACT2FN)."""
-    return {
-        "architectures": [hf_architecture(objective)],
-        "model_type": "bert",
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads,
-        "intermediate_size": config.intermediate_size,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": config.dropout,
-        "attention_probs_dropout_prob": config.attention_probs_dropout,
-        "max_position_embeddings": config.max_position_embeddings,
-        "type_vocab_size": config.type_vocab_size,
-        "initializer_range": config.initializer_range,
-        "layer_norm_eps": config.layer_norm_eps,
-        "pad_token_id": 0,
-        "position_embedding_type": "absolute",
-        "torch_dtype": "float32",
-    }
-
-
-def to_hf_state_dict(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
-    """Our Bert state dict under HF BertForPreTraining's names (tied keys included, for load_state_dict); a model
-    without the sentence head (objective none) has BertForMaskedLM's, which are the same less the pooler and
-    cls.seq_relationship."""
-    H = config.hidden_size
-    out = {
-        "bert.embeddings.word_embeddings.weight": state["embeddings.word.weight"],
-        "bert.embeddings.position_embeddings.weight": state["embeddings.position.weight"],
-        "bert.embeddings.token_type_embeddings.weight": state["embeddings.segment.weight"],
-        "bert.embeddings.LayerNorm.weight": state["embeddings.ln.weight"],
-        "bert.embeddings.LayerNorm.bias": state["embeddings.ln.bias"],
-        "cls.predictions.transform.dense.weight": state["mlm_dense.weight"],
-        "cls.predictions.transform.dense.bias": state["mlm_dense.bias"],
-        "cls.predictions.transform.LayerNorm.weight": state["mlm_ln.weight"],
-        "cls.predictions.transform.LayerNorm.bias": state["mlm_ln.bias"],
-        "cls.predictions.bias": state["mlm_bias"],
-        "cls.predictions.decoder.weight": state["embeddings.word.weight"],
-        "cls.predictions.decoder.bias": state["mlm_bias"],
-    }
-    if "nsp.weight" in state:  # the sentence head
-        out.update({"bert.pooler.dense.weight": state["pooler.weight"], "bert.pooler.dense.bias": state["pooler.bias"],
-                    "cls.seq_relationship.weight": state["nsp.weight"], "cls.seq_relationship.bias": state["nsp.bias"]})
-    for i in range(config.num_layers):
-        ours, hf = f"blocks.{i}.", f"bert.encoder.layer.{i}."
-        for kind in ("weight", "bias"):
-            q, k, v = state[ours + f"attn.qkv.{kind}"].split(H, dim=0)  # the fused qkv, split back
-            out[hf + f"attention.self.query.{kind}"] = q
-            out[hf + f"attention.self.key.{kind}"] = k
-            out[hf + f"attention.self.value.{kind}"] = v
-            out[hf + f"attention.output.dense.{kind}"] = state[ours + f"attn.proj.{kind}"]
-            out[hf + f"attention.output.LayerNorm.{kind}"] = state[ours + f"ln_1.{kind}"]
-            out[hf + f"intermediate.dense.{kind}"] = state[ours + f"fc.{kind}"]
-            out[hf + f"output.dense.{kind}"] = state[ours + f"fc_out.{kind}"]
-            out[hf + f"output.LayerNorm.{kind}"] = state[ours + f"ln_2.{kind}"]
-    return out
-
 
 class ExportError(ValueError):
     """Something export-hf refuses: OUT_DIR in use, or no vocab it can vouch for."""
@@ -254,7 +186,7 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     vocab = find_vocab(entry, vocab_path, config.vocab_size)
     model_max_length = max_seq_length or config.max_position_embeddings
     files = {CONFIG: _json(hf_config(config, objective)), **tokenizer_files(vocab, model_max_length)}
-    tensors = {k: v.float() for k, v in to_hf_state_dict(ckpt["model"], config).items() if k not in TIED_KEYS}
+    tensors = {k: v.float() for k, v in to_hf_state_dict(ckpt["model"], config).items() if k not in TIED}
     os.makedirs(out_dir, exist_ok=True)
     for name, raw in files.items():
         _write(os.path.join(out_dir, name), raw)

@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+DEFAULT_MODEL = "mini"
+
+
 class RunError(ValueError):
     """Flags or the run directory do not allow the run (an existing run, an indivisible batch)."""
 
@@ -27,7 +30,12 @@ class TrainPlan:
     num_workers: int = 2                      # DataLoader workers per rank
     shuffle_buffer: int = 10_000              # records in each worker's buffer
     # model
-    model: str = "mini"                       # a preset of model/config.py or a config JSON
+    model: str | None = None                  # a preset of model/config.py or a config JSON; None: DEFAULT_MODEL,
+                                              # or with init_from the source's (a --model must name its shape)
+    init_from: str | None = None              # a bertprep run or checkpoint, or an HF BERT directory: a new run from
+                                              # its weights (model/init_from.py)
+    init_optimizer_state: bool = False        # with a bertprep init_from: its optimizer's moments too
+    max_position_embeddings: int | None = None  # with init_from: its position table grown to this many rows
     compile: bool | None = None               # None: on CUDA
     attention_dropout: float | None = None    # None: the model config's
     attention: str = "auto"                   # packed rows' attention: auto or one of bert.PACKED_ATTENTIONS

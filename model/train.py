@@ -7,7 +7,9 @@ One process per device; for several, launch with torchrun (it sets RANK, WORLD_S
 split over ranks and --grad-accum micro-steps, so a run's hyperparameters do not depend on the hardware. Packed
 shards (`bertprep pack`) are read as their manifest says; the log counts instances, real tokens and the padding
 share either way, so packed and unpacked runs compare. RUN_DIR gets config.json, log.jsonl, TensorBoard events
-(tb/) and checkpoints/step-N.pt; `--resume` continues from the latest checkpoint with the very next batch.
+(tb/) and checkpoints/step-N.pt; `--resume` continues from the latest checkpoint with the very next batch, on the
+same data only (a checkpoint keeps its fingerprint). `--init-from SOURCE` starts a new run from trained weights
+(phase 2 from phase 1, a released checkpoint): model/init_from.py.
 
 Ctrl-C (SIGINT) or a cluster's SIGTERM stops the run at the end of the current step with a checkpoint there, on every
 rank at the same step; it exits 130 (143 for SIGTERM) with one line naming the checkpoint. A second signal stops at
@@ -42,11 +44,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from model import checkpoints, data, optim
+from model import checkpoints, data, init_from, optim
 from model import config as config_lib
 from model.bert import MLM_LOSS_EPS, PACKED_ATTENTIONS, Bert, packed_attention_for, unavailable
 from model.metrics import RunLog, Sums, batch_stats, stat_names, task_metrics, train_record
-from model.plan import RunError, TrainPlan
+from model.plan import DEFAULT_MODEL, RunError, TrainPlan
 from model.ranks import Ranks, Stop, setup_ranks
 from pipeline.algorithms import masking
 from pipeline.formats import schema
@@ -68,8 +70,10 @@ def train(args: TrainPlan) -> dict:
     with Stop(ranks) as stop:  # SIGINT and SIGTERM from here on: stop at a step boundary, with a checkpoint
         micro_batch = args.batch_size // (ranks.world * args.grad_accum)  # whole: the command checked
         resume_path = checkpoints.start_run_dir(args, ranks)
+        # --init-from starts a run: once it has a checkpoint, --resume goes on from that
+        source = init_from.open_source(args.init_from) if args.init_from and not resume_path else None
         session, step = set_up(args, ranks, stop, micro_batch,
-                               checkpoints.load(resume_path) if resume_path else None)
+                               checkpoints.load(resume_path) if resume_path else None, source)
         first_step = step
         try:
             step, last_checkpoint, stopped = train_loop(session, step, resume_path)
@@ -84,32 +88,40 @@ def train(args: TrainPlan) -> dict:
             "interrupted": stopped, "steps_run": step - first_step, "master": ranks.master}
 
 
-def set_up(args: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int,
-           checkpoint: dict | None) -> tuple[Session, int]:
-    """The run's Session and its first step: the model config (a resumed checkpoint's, else --model's), the data,
-    the model, its optimizer and schedule, and the checkpoint's states put back."""
+def set_up(args: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoint: dict | None,
+           source: init_from.Source | None = None) -> tuple[Session, int]:
+    """The run's Session and its first step: the model config (a resumed checkpoint's, else --init-from's source's,
+    else --model's), the data, the model, its optimizer and schedule, and the checkpoint's states put back or the
+    source's weights put in."""
     if checkpoint:
         config = config_lib.BertConfig.from_json(checkpoint["config"])
+    elif source:
+        config = init_from.config_for(source, args)
     else:
-        config = config_lib.from_name_or_json(args.model)
+        config = config_lib.from_name_or_json(args.model or DEFAULT_MODEL)
         if args.attention_dropout is not None:  # recorded in config.json and every checkpoint
             config = dataclasses.replace(config, attention_dropout=args.attention_dropout)
-    preset = checkpoint is None and args.model in config_lib.PRESETS  # a preset takes the data's vocab
-    config, shards = open_data(args, config, preset)
+    # a preset takes the data's vocab
+    preset = checkpoint is None and source is None and (args.model or DEFAULT_MODEL) in config_lib.PRESETS
+    config, shards = open_data(args, config, preset, source)
     if checkpoint:
-        checkpoints.check_resumable(checkpoint, args, ranks, shards.objective, len(shards.train_files), micro_batch)
+        checkpoints.check_resumable(checkpoint, args, ranks, shards.objective, len(shards.train_files), micro_batch,
+                                    shards.fingerprint)
     loader = data.Loader(data.ShardDataset(shards.train_files, shards.shape, micro_batch,
                                            vocab_size=config.vocab_size, seed=args.seed,
                                            shuffle_buffer=args.shuffle_buffer, records=shards.records,
                                            decoder=shards.decoder),
                          num_workers=args.num_workers, pin_memory=ranks.device_type == "cuda")
     warmup = schedule_warmup(args, checkpoint)
-    model, optimizer, scheduler = build_model(args, config, ranks, shards.task is not None, warmup)
-    step = 0
+    model, optimizer, scheduler = build_model(args, config, ranks, shards.task is not None, warmup, source is not None)
+    step, init_lines = 0, []
     if checkpoint:
         step = checkpoints.restore(checkpoint, model, optimizer, scheduler, loader, ranks.rank)
         continue_schedule(checkpoint, args, optimizer, scheduler, step, warmup, ranks.master)
-    del checkpoint  # its copies of the states are loaded: free them
+    elif source:
+        init_lines = init_from.load(source, model, shards.objective, shards.shape.max_seq_length,
+                                    optimizer if args.init_optimizer_state else None, args.optimizer)
+    del checkpoint, source  # their copies of the states are loaded: free them
     compiled = args.compile if args.compile is not None else ranks.device_type == "cuda"
     step_model = torch.compile(model) if compiled else model
     if ranks.ddp:  # gradients live in the all-reduce buckets (no copy in, none out); see DDP_BUCKET_MB
@@ -117,15 +129,15 @@ def set_up(args: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int,
                          gradient_as_bucket_view=True, bucket_cap_mb=DDP_BUCKET_MB)
     log = RunLog(args.output, args.steps, ranks.master)
     if ranks.master:
-        announce(args, ranks, config, shards, model, micro_batch, step)
+        announce(args, ranks, config, shards, model, micro_batch, step, init_lines)
     return Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup, loader,
                    log, stop, checkpoints.CheckpointWriter()), step
 
 
 def announce(args: TrainPlan, ranks: Ranks, config: config_lib.BertConfig, shards: Shards, model: Bert,
-             micro_batch: int, step: int) -> None:
+             micro_batch: int, step: int, init_lines: list[str]) -> None:
     """Rank 0's start: RUN_DIR/checkpoints/ and config.json, and the lines that say what runs (model, data,
-    attention, ranks and batch; the held-out set)."""
+    attention, ranks and batch; where --init-from's weights went; the held-out set)."""
     os.makedirs(os.path.join(args.output, "checkpoints"), exist_ok=True)
     with open(os.path.join(args.output, "config.json"), "w") as f:
         f.write(config.to_json())
@@ -133,11 +145,16 @@ def announce(args: TrainPlan, ranks: Ranks, config: config_lib.BertConfig, shard
     if not shards.shape.packed:  # google's rows: SDPA with a padding mask, whatever --attention says
         attention = "sdpa" + (f" (--attention {args.attention} is for packed rows)"
                               if args.attention != "auto" else "")
-    print(f"model: {model.num_params() / 1e6:.2f}M parameters ({args.model}); data: "
+    what = f"from {args.init_from}" if init_lines else args.model or DEFAULT_MODEL
+    print(f"model: {model.num_params() / 1e6:.2f}M parameters ({what}); data: "
           f"{len(shards.train_files)} train / {len(shards.eval_files)} eval file(s) of "
           f"{data.describe(shards.shape)}, objective {shards.objective}; attention: {attention}; "
           f"{ranks.world} rank(s) x {args.grad_accum} micro-step(s) of {micro_batch} rows on {ranks.device}; "
           f"step {step}/{args.steps}")
+    for line in init_lines:
+        print(line)
+    for line in shards.warnings:
+        print(f"warning: {line}", file=sys.stderr)
     if shards.held_out == LAST_FILE and args.eval_every:
         print(f"warning: --eval-every evaluates on {LAST_FILE}", file=sys.stderr)
     elif shards.held_out:
@@ -157,6 +174,8 @@ class Shards:
     objective: str                          # nsp | sop | none, from the manifest (manifest.OBJECTIVES)
     vocab: dict | None                      # the manifest's vocab entry (export-hf writes it); None: google's shards
     held_out: str = ""                      # what the held-out files are, in words (the run's first lines)
+    fingerprint: dict | None = None         # the training data's identity (manifest.fingerprint), for --resume
+    warnings: list[str] = dataclasses.field(default_factory=list)  # what --init-from could not check of the data
 
     @property
     def task(self) -> str | None:
@@ -164,13 +183,15 @@ class Shards:
         return None if self.objective == "none" else self.objective
 
 
-def open_data(args: TrainPlan, config: config_lib.BertConfig,
-              preset: bool) -> tuple[config_lib.BertConfig, Shards]:
-    """The training and held-out files, checked against the model config; a preset config takes the data's vocab."""
-    decoder = None
+def open_data(args: TrainPlan, config: config_lib.BertConfig, preset: bool,
+              source: init_from.Source | None = None) -> tuple[config_lib.BertConfig, Shards]:
+    """The training and held-out files, checked against the model config; a preset config takes the data's vocab,
+    and --init-from's checks its source against the data's vocab, casing and L."""
+    decoder, warnings = None, []
+    by_size = not preset and source is None   # the vocab checked by its size alone (init_from checks a source's)
     if args.dynamic_masking:
         found, vocab_ids = data.open_pairs(args.data, args.max_predictions_per_seq, args.masked_lm_prob)
-        if not preset and found.vocab_size != config.vocab_size:
+        if by_size and found.vocab_size != config.vocab_size:
             raise data.ShardSpecError(f"pairs use a vocab of {found.vocab_size} ids, the model has vocab_size "
                                       f"{config.vocab_size}")
         decoder = data.DynamicMasker(
@@ -179,16 +200,18 @@ def open_data(args: TrainPlan, config: config_lib.BertConfig,
                                whole_word_mask=args.whole_word_mask, ngram_max=args.ngram_max),
             vocab_ids, found.shape.max_seq_length, args.seed)
     else:
-        found = data.open_shards(args.data, None if preset else config.vocab_size, args.max_seq_length,
+        found = data.open_shards(args.data, config.vocab_size if by_size else None, args.max_seq_length,
                                  args.max_predictions_per_seq, args.allow_incomplete)
-    if preset and found.vocab_size is not None:
+    if source is not None:
+        warnings = init_from.check_data(source, found.vocab, found.shape.max_seq_length, config, args)
+    elif preset and found.vocab_size is not None:
         config = dataclasses.replace(config, vocab_size=found.vocab_size)
     if found.shape.max_seq_length > config.max_position_embeddings:
         raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")
     train_files, eval_files, eval_shape, held_out = held_out_split(args, found, config.vocab_size)
     return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder, found.objective,
-                          found.vocab, held_out)
+                          found.vocab, held_out, found.fingerprint, warnings)
 
 
 def held_out_split(args: TrainPlan, found: data.ShardSet,
@@ -235,12 +258,14 @@ LAST_FILE = ("the last training file, held out: it shares documents with the tra
 
 
 def build_model(args: TrainPlan, config: config_lib.BertConfig, ranks: Ranks, sentence_head: bool,
-                warmup: int):
-    """(model, optimizer, schedule) for a fresh run: the same initial weights on every rank."""
+                warmup: int, empty: bool = False):
+    """(model, optimizer, schedule) for a fresh run: the same initial weights on every rank. `empty`: the weights
+    are left for init_from.load to fill (and initialise where the source has none)."""
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same init on every rank (DDP also broadcasts it)
-    model = Bert(config, sentence_head).to(ranks.device)
+    model = (init_from.empty_model(config, sentence_head, ranks.device) if empty
+             else Bert(config, sentence_head).to(ranks.device))
     try:
         model.packed_attention = packed_attention_for(config, ranks.device, args.attention)
     except ValueError as e:  # varlen or flex_attention asked for with attention dropout: nothing can run that

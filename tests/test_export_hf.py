@@ -116,3 +116,28 @@ def test_a_missing_or_other_vocab_is_refused_in_one_line(run, tmp_path, capsys):
     # a checkpoint older than the vocab entry: the manifest of its --data
     assert export(run, tmp_path / "hf3", "--checkpoint", with_vocab_entry(run, tmp_path, "absent")) == 0
     assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf3")).model_max_length == L
+
+
+def test_continued_pretraining_from_a_released_checkpoint(run, tmp_path, capsys):
+    """README's recipe with a stand-in for bert-base-uncased (transformers' BertForPreTraining, random, tiny, google's
+    uncased vocab.txt): prepared shards of a real book, `train --init-from DIR`, `export-hf`, fill-mask."""
+    release = tmp_path / "bert-tiny-uncased"
+    torch.manual_seed(0)
+    released = transformers.BertForPreTraining(transformers.BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37))
+    released.save_pretrained(str(release))
+    (release / "vocab.txt").write_bytes(UNCASED_VOCAB.read_bytes())
+    (release / "tokenizer_config.json").write_text('{"do_lower_case": true}')
+    shards = run.parent / "shards"   # the module's: prepare --vocab UNCASED_VOCAB --max-seq-length 64
+    assert cli.main(["train", "--data", str(shards), "--init-from", str(release), "--steps", "2", "--batch-size", "4",
+                     "--lr", "5e-5", "--num-workers", "0", "--output", str(tmp_path / "domain")]) == 0
+    out = capsys.readouterr().out
+    assert f"init: Hugging Face BertForPreTraining {release} (model.safetensors): loaded 38 tensors" in out
+    assert export(tmp_path / "domain", tmp_path / "hf") == 0
+    hf, info = transformers.BertForPreTraining.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+    assert all(not v for v in info.values()), info
+    assert hf.config.max_position_embeddings == 512   # the release's table, not a preset's
+    moved = [name for name, tensor in released.state_dict().items() if not torch.equal(tensor, hf.state_dict()[name])]
+    assert moved and "bert.embeddings.word_embeddings.weight" in moved   # two steps of training
+    answers = transformers.pipeline("fill-mask", model=str(tmp_path / "hf"))("the cat sat on the [MASK].")
+    assert len(answers) == 5

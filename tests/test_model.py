@@ -10,7 +10,7 @@ from model import bert
 from model import config as config_lib
 from model.bert import MLM_LOSS_EPS, Bert, pretraining_flops
 from model.config import BertConfig
-from model.export_hf import hf_config, to_hf_state_dict
+from model.hf import hf_config, to_hf_state_dict
 from tests import packed_rows
 
 # google's test sizes, odd on purpose: a transposed or mis-split dimension shows up as a shape error.

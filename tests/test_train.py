@@ -35,9 +35,9 @@ def write_vocab(path, size=VOCAB) -> dict:
     return {"path": str(path), "sha256": tokenization.vocab_sha256(str(path)), "size": size, "lowercase": True}
 
 
-def write_shards(directory, sizes, vocab=VOCAB, seed=0, skewed=False):
-    """Masked-LM shards with a bertprep manifest (and the vocab.txt it names, beside them). `skewed`: masked tokens
-    are 80% id 10, 20% id 11 (learnable)."""
+def write_shards(directory, sizes, vocab=VOCAB, seed=0, skewed=False, L=L, manifest=None):
+    """Masked-LM shards of rows of `L` with a bertprep manifest (and the vocab.txt it names, beside them). `skewed`:
+    masked tokens are 80% id 10, 20% id 11 (learnable). `manifest`: more keys for it (an objective, a casing)."""
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
     entries = []
@@ -61,7 +61,7 @@ def write_shards(directory, sizes, vocab=VOCAB, seed=0, skewed=False):
         entries.append({"file": name, "records": n})
     with open(os.path.join(directory, "manifest.json"), "w") as f:
         json.dump({"format": "bertprep.shards/1", "vocab": write_vocab(os.path.join(directory, "vocab.txt"), vocab),
-                   "max_seq_length": L, "max_predictions_per_seq": P, "files": entries}, f)
+                   "max_seq_length": L, "max_predictions_per_seq": P, "files": entries, **(manifest or {})}, f)
     return os.path.join(directory, "*.tfrecord")
 
 

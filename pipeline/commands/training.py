@@ -15,7 +15,7 @@ import signal
 import sys
 
 from model import plot
-from model.plan import RunError, TrainPlan
+from model.plan import DEFAULT_MODEL, RunError, TrainPlan
 from pipeline.commands import flags
 from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
                                      positive_float, positive_int, probability)
@@ -57,7 +57,24 @@ def _train_model_flags(g) -> None:
     """`bertprep train`'s model group: the model and how it runs."""
     from model.bert import PACKED_ATTENTIONS   # torch, which `train` imports anyway: not at this module's import
 
-    g.add_argument("--model", help="tiny|mini|base|large or a config JSON")
+    g.add_argument("--model", help=f"tiny|mini|base|large or a config JSON (default {DEFAULT_MODEL}; with --init-from "
+                                   "the source's, and --model may only name its shape)")
+    g.add_argument("--init-from", metavar="SOURCE",
+                   help="start a new run from trained weights (BERT's phase 2 from phase 1, continued pretraining of a "
+                        "released checkpoint): a bertprep run directory (its latest checkpoint), a checkpoint file, or "
+                        "a local Hugging Face BERT directory (config.json with model.safetensors, a sharded "
+                        "model.safetensors.index.json or pytorch_model.bin; BertForPreTraining, BertForMaskedLM or "
+                        "BertModel weights). Step 0, the schedule of --steps/--warmup-steps/--lr and a fresh optimizer; "
+                        "the architecture is the source's. --data must have the source's vocab and casing. The first "
+                        "lines say which tensors loaded, which start fresh and why, which went unused. With --resume, "
+                        "a run that has a checkpoint goes on from it")
+    g.add_argument("--init-optimizer-state", action="store_true",
+                   help="with --init-from a bertprep run: carry its optimizer's moments too (NVIDIA's phase 2 with "
+                        "LAMB); the same --optimizer")
+    g.add_argument("--max-position-embeddings", type=positive_int, metavar="N",
+                   help="with --init-from: grow the source's position table to N rows for longer rows than it has "
+                        "positions, the new rows copied from the trained ones in order (row i from row i mod the old "
+                        "size), as Longformer extended RoBERTa's 512 to 4,096")
     g.add_argument("--compile", action=argparse.BooleanOptionalAction,
                    help="torch.compile the model (default: on CUDA, where it fuses the elementwise work between the "
                         "matmuls; --no-compile for eager). Shapes are fixed by the shards, so it compiles once")
@@ -101,7 +118,9 @@ def _train_run_flags(g) -> None:
     g.add_argument("--checkpoint-every", type=nonnegative_int,
                    help="steps between checkpoints (0: at the end only)")
     g.add_argument("--keep-checkpoints", type=positive_int)
-    g.add_argument("--resume", action="store_true", help="continue from the output directory's latest checkpoint")
+    g.add_argument("--resume", action="store_true",
+                   help="continue the run in --output from its latest checkpoint, on the same --data (other shards "
+                        "are refused: a new phase on them is a new run, --init-from)")
     g.add_argument("--overwrite", action="store_true",
                    help="start over in an output directory that holds a run (its log, events, checkpoints go)")
     g.add_argument("--stop-after", type=positive_int,
@@ -121,11 +140,28 @@ def train_plan(args: argparse.Namespace) -> TrainPlan:
     from model.ranks import world_size   # torch, as the run
 
     plan = TrainPlan(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainPlan)})
+    check_init_from(plan)
     world = world_size()
     if plan.batch_size % (world * plan.grad_accum):
         raise RunError(f"--batch-size {plan.batch_size} is not divisible by world size {world} x "
                        f"--grad-accum {plan.grad_accum}")
     return plan
+
+
+def check_init_from(plan: TrainPlan) -> None:
+    """--init-from's flags agree: the two that only make sense with it, and a source outside --output (which
+    --overwrite would clear). Whether the source is there is the run's to find: a resumed run does not read it."""
+    if plan.init_from is None:
+        for flag, given in (("--init-optimizer-state", plan.init_optimizer_state),
+                            ("--max-position-embeddings", plan.max_position_embeddings is not None)):
+            if given:
+                raise RunError(f"{flag} applies to a source's weights: give --init-from SOURCE (a new model's "
+                               "positions are its --model config's)")
+        return
+    source, output = os.path.realpath(plan.init_from), os.path.realpath(plan.output)
+    if os.path.commonpath([source, output]) == output:
+        raise RunError(f"--init-from {plan.init_from} is inside --output {plan.output}: a new run needs a directory "
+                       "of its own (--overwrite would delete its source)")
 
 
 def parse_train(argv: list[str]) -> TrainPlan:

@@ -157,6 +157,16 @@ class Opened:
         return next(iter(self.manifests.values()), None)
 
 
+def fingerprint(opened: Opened) -> dict:
+    """The identity of an opened input, which a trainer's checkpoint keeps to resume on nothing else: the sha256 of
+    its data files' names and sizes, in order, and of its manifests' sha256 ({"sha256", "files", "bytes"}). The same
+    directory moved keeps it; the same documents made at another length, or one file more, do not."""
+    files = [[os.path.basename(f), storage.size(f)] for f in opened.files]
+    manifests = [i["manifest_sha256"] for i in opened.inputs if "manifest_sha256" in i]
+    digest = hashlib.sha256(json.dumps({"files": files, "manifests": manifests}).encode()).hexdigest()
+    return {"sha256": digest, "files": len(files), "bytes": sum(size for _, size in files)}
+
+
 def _format_of_name(name: str) -> str | None:
     for fmt, pattern in PATTERNS.items():
         if fnmatch.fnmatch(name, pattern):

@@ -1,0 +1,451 @@
+"""`train --init-from SOURCE`: a new run that starts from trained weights (BERT's phase 2 from phase 1, continued
+pretraining of a released checkpoint). SOURCE is a bertprep run directory (its latest checkpoint), a checkpoint file,
+or a Hugging Face BERT directory as `save_pretrained` and `export-hf` write it: config.json (model_type bert) with
+model.safetensors, a sharded model.safetensors.index.json, pytorch_model.bin or a sharded pytorch_model.bin.index.json,
+holding BertForPreTraining's, BertForMaskedLM's or BertModel's weights (model/hf.py maps the names).
+
+The run is new (step 0, its own schedule and, by default, a fresh optimizer); only its starting weights are the
+source's. In the order the trainer calls them:
+    open_source   reads SOURCE and checks it alone: a BERT, weights that read, a tied decoder that is tied
+    config_for    the run's model config: the source's (--model may only name the same shape), its position table
+                  grown to --max-position-embeddings
+    check_data    the source against the shards: the same vocabulary (sha256 of vocab.txt, or its tokens), the same
+                  casing, L within the position table
+    load          the weights into the built model, the optimizer's moments with --init-optimizer-state (a bertprep
+                  source only), and the lines that account for every tensor: loaded, fresh and why, unused and why
+Each refusal is a RunError, one line, raised before the first step and before anything is written to --output.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pickle
+import zipfile
+from dataclasses import dataclass
+
+import safetensors
+import safetensors.torch
+import torch
+
+from model import checkpoints, hf
+from model.bert import Bert
+from model import config as config_lib
+from model.config import BertConfig
+from model.plan import RunError, TrainPlan
+from pipeline.text import tokenization
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+OTHER_WEIGHTS = ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index")   # formats HF converts, we do not read
+SHAPE = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "type_vocab_size")   # what --model may name
+
+
+@dataclass(frozen=True)
+class SourceVocab:
+    """What a source says of its vocabulary: the file, its sha256 and tokens where known, and its casing."""
+    file: str | None                # vocab.txt, tokenizer.json, or the run's vocab path; None: nothing says
+    sha256: str | None
+    tokens: list[str] | None        # index = id, where the source holds them (an HF directory)
+    lowercase: bool | None
+    casing_from: str = ""           # where `lowercase` comes from, in words
+
+
+@dataclass
+class Source:
+    """A source's weights under our names, and what it says of itself."""
+    path: str                       # --init-from, as given
+    what: str                       # in words: "bertprep run R (step 800)", "Hugging Face BertForMaskedLM R (...)"
+    config: BertConfig
+    tensors: dict[str, torch.Tensor]   # our name -> tensor
+    names: dict[str, str]           # our name -> the source's own name(s), for a refusal
+    unused: dict[str, list[str]]    # why -> the source's tensors no model of ours takes (buffers, other heads)
+    lacks: str                      # why the heads it does not have are missing, e.g. "a BertModel has no heads"
+    sentence_task: str | None       # what its sentence head learned: nsp | sop; None: it has none
+    vocab: SourceVocab
+    trained_length: int | None      # the L it trained on, where it says (a bertprep run)
+    checkpoint: dict | None = None  # a bertprep checkpoint: its optimizer state and flags (--init-optimizer-state)
+
+
+def refuse(path: str, why: str) -> RunError:
+    return RunError(f"--init-from {path}: {why}")
+
+
+# ---- open_source ---------------------------------------------------------------------------------------------------
+
+def open_source(path: str) -> Source:
+    """SOURCE read and checked on its own (module doc); RunError naming what is wrong with it."""
+    if not os.path.exists(path):
+        raise refuse(path, "no such file or directory")
+    if os.path.isfile(path):
+        return _from_checkpoint(path, _load_checkpoint(path), f"bertprep checkpoint {path}")
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        latest = checkpoints.latest_checkpoint(path)
+        if latest is None:
+            raise refuse(path, f"a bertprep run with no checkpoint yet ({path}/checkpoints/ is empty)")
+        return _from_checkpoint(path, _load_checkpoint(latest), f"bertprep run {path} ({os.path.basename(latest)})")
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return _from_hf(path)
+    raise refuse(path, "neither a bertprep run (no checkpoints/), a checkpoint file, nor a Hugging Face model "
+                       "directory (no config.json)")
+
+
+def _load_checkpoint(path: str) -> dict:
+    try:
+        checkpoint = checkpoints.load(path)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        raise refuse(path, f"cannot be read as a bertprep checkpoint ({_first_line(e)}): a truncated or damaged "
+                           "file, or not a checkpoint (for a Hugging Face model give its directory)") from None
+    if not isinstance(checkpoint, dict) or not {"model", "config"} <= set(checkpoint):
+        raise refuse(path, "not a bertprep checkpoint (no model and config entries): for a Hugging Face model give "
+                           "its directory, with config.json")
+    return checkpoint
+
+
+def _from_checkpoint(path: str, checkpoint: dict, what: str) -> Source:
+    from model.export_hf import recorded_vocab   # the run's vocab entry, older checkpoints' from their manifest
+
+    entry, length = recorded_vocab(checkpoint)
+    entry = entry or {}
+    objective = checkpoints.checkpoint_objective(checkpoint)
+    vocab = SourceVocab(entry.get("path"), entry.get("sha256"), None, entry.get("lowercase"),
+                        "its shards' manifest")
+    tensors = checkpoint["model"]
+    return Source(path, f"{what}, step {checkpoint.get('step', '?')}", BertConfig.from_json(checkpoint["config"]),
+                  tensors, {name: name for name in tensors}, {},
+                  f"it was trained with objective {objective}: no sentence head", None if objective == "none"
+                  else objective, vocab, length, checkpoint)
+
+
+def _from_hf(path: str) -> Source:
+    fields = _read_json(path, "config.json")
+    model_type = fields.get("model_type")
+    if model_type != "bert":
+        raise refuse(path, f"holds a {model_type!r} model (config.json model_type): --init-from reads BERT, model_type "
+                           "'bert' (BertForPreTraining, BertForMaskedLM or BertModel weights), or a bertprep run")
+    try:
+        config = hf.from_hf_config(fields)
+    except ValueError as e:
+        raise refuse(path, f"config.json: {e}") from None
+    weights, files = _read_weights(path)
+    tensors = hf.hf_names(weights)
+    ours, taken = hf.from_hf_state_dict(tensors, config.num_layers)
+    for tied, own in hf.TIED.items():   # a stored copy of a tied tensor must be that tensor
+        if tied in tensors:
+            if own not in ours or not torch.equal(tensors[tied], ours[own]):
+                raise refuse(path, f"{tied} is not {own}'s tensor: an untied MLM decoder, which this BERT does not "
+                                   "have (its decoder is the word embeddings)")
+            taken.add(tied)
+    unused: dict[str, list[str]] = {}
+    for name in tensors:
+        if name not in taken:
+            buffer = name.endswith(("embeddings.position_ids", "embeddings.token_type_ids"))
+            unused.setdefault("buffers, not weights" if buffer else "not part of BERT's pretraining model",
+                              []).append(name)
+    has_mlm, has_nsp = "mlm_dense.weight" in ours, "nsp.weight" in ours
+    architecture = ((fields.get("architectures") or [None])[0]
+                    or ("BertForPreTraining" if has_nsp else "BertForMaskedLM" if has_mlm else "BertModel"))
+    lacks = (f"{path} holds {architecture} weights, which have " +
+             ("no sentence head" if has_mlm else "no heads" if not has_nsp else "none"))
+    names = {row.ours: "+".join(row.hf) for row in hf.table(config.num_layers)}
+    return Source(path, f"Hugging Face {architecture} {path} ({files})", config, ours, names, unused, lacks,
+                  "nsp" if has_nsp else None, _hf_vocab(path), None)
+
+
+def _read_json(path: str, name: str) -> dict:
+    try:
+        with open(os.path.join(path, name), encoding="utf-8") as f:
+            fields = json.load(f)
+    except (OSError, ValueError) as e:
+        raise refuse(path, f"{name} cannot be read ({_first_line(e)})") from None
+    if not isinstance(fields, dict):
+        raise refuse(path, f"{name} is not a JSON object")
+    return fields
+
+
+def _read_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
+    """(every tensor of an HF directory's weights, the file(s) they came from in words)."""
+    name = next((n for n in WEIGHT_FILES if os.path.isfile(os.path.join(path, n))), None)
+    if name is None:
+        other = [n for n in OTHER_WEIGHTS if os.path.exists(os.path.join(path, n))]
+        raise refuse(path, f"no weights: expected {', '.join(WEIGHT_FILES[:-1])} or {WEIGHT_FILES[-1]} beside "
+                           "config.json" + (f" (it holds {other[0]}: load it with transformers and save_pretrained "
+                                            "it as PyTorch weights)" if other else ""))
+    if name.endswith(".index.json"):
+        index = _read_json(path, name)
+        shards = sorted(set((index.get("weight_map") or {}).values()))
+        if not shards:
+            raise refuse(path, f"{name} has no weight_map")
+        tensors = {}
+        for shard in shards:
+            tensors.update(_read_weight_file(path, shard))
+        return tensors, f"{name}: {len(shards)} files"
+    return _read_weight_file(path, name), name
+
+
+def _read_weight_file(path: str, name: str) -> dict[str, torch.Tensor]:
+    file = os.path.join(path, name)
+    if not os.path.isfile(file):
+        raise refuse(path, f"{name}, which its index names, is not there")
+    try:
+        if name.endswith(".safetensors"):
+            return safetensors.torch.load_file(file)
+        try:   # mapped, not read: the copy into the model is the one pass over the bytes
+            return torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):   # torch's legacy (pre-1.6) format cannot be mapped: read it
+                raise
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except (safetensors.SafetensorError, RuntimeError, EOFError, OSError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as e:
+        raise refuse(path, f"{name} cannot be read ({_first_line(e)}): a truncated or damaged file") from None
+
+
+def _hf_vocab(path: str) -> SourceVocab:
+    """An HF directory's vocabulary: vocab.txt (google's format), else tokenizer.json's model vocab; casing from
+    tokenizer_config.json's do_lower_case, else tokenizer.json's normalizer, else the vocab itself."""
+    tokens = sha256 = file = None
+    tokenizer = os.path.join(path, "tokenizer.json")
+    normalizer = {}
+    if os.path.isfile(tokenizer):
+        spec = _read_json(path, "tokenizer.json")
+        normalizer = spec.get("normalizer") or {}
+        vocab = (spec.get("model") or {}).get("vocab")
+        if isinstance(vocab, dict):
+            tokens, file = [t for t, _ in sorted(vocab.items(), key=lambda item: item[1])], tokenizer
+    if os.path.isfile(os.path.join(path, "vocab.txt")):
+        file = os.path.join(path, "vocab.txt")
+        tokens, sha256 = tokenization.read_vocab(file), tokenization.vocab_sha256(file)
+    settings = _read_json(path, "tokenizer_config.json") if os.path.isfile(
+        os.path.join(path, "tokenizer_config.json")) else {}
+    if isinstance(settings.get("do_lower_case"), bool):
+        return SourceVocab(file, sha256, tokens, settings["do_lower_case"],
+                           f"do_lower_case {str(settings['do_lower_case']).lower()} in its tokenizer_config.json")
+    if normalizer.get("type") == "BertNormalizer" and isinstance(normalizer.get("lowercase"), bool):
+        return SourceVocab(file, sha256, tokens, normalizer["lowercase"], "its tokenizer.json's BertNormalizer")
+    if tokens is not None:
+        from model.export_hf import is_uncased
+        return SourceVocab(file, sha256, tokens, is_uncased(tokens), "its vocab (no do_lower_case says)")
+    return SourceVocab(None, None, None, None)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:200]
+
+
+# ---- config_for ----------------------------------------------------------------------------------------------------
+
+def config_for(source: Source, args: TrainPlan) -> BertConfig:
+    """The run's model config: the source's; --attention-dropout and --max-position-embeddings as given. A --model
+    of another shape is refused: the architecture is the weights'."""
+    config = source.config
+    if args.init_optimizer_state:
+        optimizer_of(source, args.optimizer)
+    if args.model is not None:
+        try:
+            named = config_lib.from_name_or_json(args.model)
+        except ValueError as e:
+            raise RunError(str(e)) from None
+        differ = [f"{f} {getattr(named, f)} in --model, {getattr(config, f)} in the source" for f in SHAPE
+                  if getattr(named, f) != getattr(config, f)]
+        if differ:
+            raise RunError(f"--model {args.model} is not the shape of --init-from {source.path} ({'; '.join(differ)}): "
+                           "the architecture comes from the source; drop --model")
+    if args.attention_dropout is not None:
+        config = dataclasses.replace(config, attention_dropout=args.attention_dropout)
+    if args.max_position_embeddings is not None:
+        if args.max_position_embeddings < config.max_position_embeddings:
+            raise refuse(source.path, f"has {config.max_position_embeddings} position embeddings and "
+                                      f"--max-position-embeddings {args.max_position_embeddings} would cut the "
+                                      "trained table: it only grows one")
+        config = dataclasses.replace(config, max_position_embeddings=args.max_position_embeddings)
+    return config
+
+
+# ---- check_data ----------------------------------------------------------------------------------------------------
+
+def check_data(source: Source, entry: dict | None, length: int, config: BertConfig, args: TrainPlan) -> list[str]:
+    """Holds the source against --data: its manifest's vocab `entry` (None: shards of google's tool) and its rows'
+    `length`, L. Refuses another vocabulary, another casing, an L beyond the position table; returns warnings for
+    what cannot be checked."""
+    warnings = []
+    if entry is None:
+        warnings.append(f"--data has no manifest (shards of google's tool): its vocab and casing cannot be checked "
+                        f"against --init-from {source.path}'s; its ids are read as the source's")
+    else:
+        same = same_vocab(source.vocab, entry)
+        if same is False:
+            raise refuse(source.path, f"its vocab {source.vocab.file} ({_describe(source.vocab.sha256, source.vocab.tokens)}) "
+                                      f"is not the vocab --data was made with, {entry.get('path')} "
+                                      f"({_describe(entry.get('sha256'), None, entry.get('size'))}): prepare --data "
+                                      "with the source's vocab")
+        if same is None:
+            warnings.append(f"--init-from {source.path} names no vocab file whose tokens can be compared: --data's "
+                            f"vocab {entry.get('path')} is taken to be its vocab (the sizes agree)")
+            if int(entry.get("size", config.vocab_size)) != config.vocab_size:
+                raise refuse(source.path, f"has {config.vocab_size:,} token embeddings and --data's vocab "
+                                          f"{entry.get('path')} {int(entry['size']):,} tokens: another vocab")
+        lowercase = entry.get("lowercase")
+        if lowercase is not None and source.vocab.lowercase is not None and lowercase != source.vocab.lowercase:
+            casing = {True: "uncased", False: "cased"}
+            raise refuse(source.path, f"is {casing[source.vocab.lowercase]} ({source.vocab.casing_from}) and --data's "
+                                      f"shards are {casing[lowercase]}: prepare them "
+                                      f"{'without' if lowercase is False else 'with'} --cased")
+    if length > config.max_position_embeddings:
+        if args.max_position_embeddings is not None:
+            raise RunError(f"--max-position-embeddings {args.max_position_embeddings} is below --data's L={length}")
+        raise refuse(source.path, f"has {config.max_position_embeddings} position embeddings and --data's rows are "
+                                  f"L={length}: pass --max-position-embeddings {length} (or more) to grow its table, "
+                                  "new rows copied from the trained ones")
+    return warnings
+
+
+def same_vocab(vocab: SourceVocab, entry: dict) -> bool | None:
+    """Whether the source's vocabulary is the one a manifest's vocab `entry` names: by sha256, else by tokens where
+    both are at hand; None where neither can tell."""
+    if vocab.sha256 and vocab.sha256 == entry.get("sha256"):
+        return True
+    theirs = vocab.tokens
+    if theirs is None and vocab.file and os.path.isfile(vocab.file):
+        theirs = tokenization.read_vocab(vocab.file)
+    ours = tokenization.read_vocab(entry["path"]) if entry.get("path") and os.path.isfile(entry["path"]) else None
+    if theirs is not None and ours is not None:
+        return theirs == ours
+    if vocab.sha256 and entry.get("sha256"):
+        return False
+    if theirs is not None and entry.get("sha256"):   # the tokens as google's vocab.txt writes them
+        return hashlib.sha256("".join(t + "\n" for t in theirs).encode()).hexdigest() == entry["sha256"] or None
+    return None
+
+
+def _describe(sha256: str | None, tokens: list[str] | None, size: int | None = None) -> str:
+    size = len(tokens) if tokens is not None else size
+    return ", ".join(([f"sha256 {sha256[:12]}..."] if sha256 else []) + ([f"{int(size):,} tokens"] if size else [])
+                     ) or "no sha256"
+
+
+# ---- load ----------------------------------------------------------------------------------------------------------
+
+def empty_model(config: BertConfig, sentence_head: bool, device) -> Bert:
+    """A Bert for `load` to fill: built on the meta device, then allocated on `device` uninitialised. The random init
+    of weights the source replaces is what took BERT-base 4 s of a 4.5 s load (bench/bench_init_from.py); `load`
+    initialises the fresh ones as Bert does."""
+    with torch.device("meta"):
+        model = Bert(config, sentence_head)
+    return model.to_empty(device=device)
+
+
+def init_fresh(model: Bert, names: list[str]) -> None:
+    """Bert's own init (model/bert.py) for the modules of the tensors `names`, in model order: the seeded draws of a
+    fresh model, for the heads a source does not have."""
+    modules = dict.fromkeys(name.rsplit(".", 1)[0] if "." in name else "" for name in names)
+    with torch.no_grad():
+        for path in modules:
+            if path:
+                model._init_weights(model.get_submodule(path))
+    for name in names:
+        if "." not in name:   # a parameter of the model itself: the MLM output bias, zeros
+            torch.nn.init.zeros_(getattr(model, name))
+
+def load(source: Source, model: torch.nn.Module, objective: str, length: int, optimizer=None,
+         optimizer_name: str = "adamw") -> list[str]:
+    """Copies the source's tensors into `model` (built from config_for's config for data of `objective` and rows of
+    `length`), the position table grown where the config asks; with `optimizer`, the source run's optimizer moments
+    too. The fresh tensors get Bert's init (`model` may be an `empty_model`). Returns the lines that account for
+    every tensor. RunError where a tensor's shape cannot load."""
+    target = model.state_dict()
+    loaded, fresh, grown = [], [], None
+    values = {}
+    for name, tensor in target.items():
+        if name not in source.tensors:
+            fresh.append(name)
+            continue
+        value = source.tensors[name]
+        if name == "embeddings.position.weight" and value.shape[0] < tensor.shape[0]:
+            grown = (value.shape[0], tensor.shape[0])
+            value = grow_rows(value, tensor.shape[0])
+        if value.shape != tensor.shape:
+            raise refuse(source.path, f"tensor {source.names.get(name, name)} has shape {tuple(value.shape)} there and "
+                                      f"{tuple(tensor.shape)} in the model its config describes")
+        values[name] = value
+        loaded.append(name)
+    init_fresh(model, fresh)
+    with torch.no_grad():
+        for name, value in values.items():
+            target[name].copy_(value)   # the state dict's tensors are the parameters' storage
+    lines = [f"init: {source.what}: loaded {len(loaded)} tensors ({parts(loaded)})"]
+    if fresh:
+        lines.append(f"init: fresh: {parts(fresh)} ({source.lacks})")
+    unused = [name for name in source.tensors if name not in target]
+    if unused:
+        lines.append(f"init: unused: the source's {parts(unused)} (--data's objective is {objective}: this model has "
+                     "no sentence head)")
+    for why, names in source.unused.items():
+        lines.append(f"init: unused: {', '.join(names[:4])}{f' and {len(names) - 4} more' if len(names) > 4 else ''} "
+                     f"({why})")
+    if grown:
+        lines.append(f"init: position embeddings grown from {grown[0]} to {grown[1]} rows (--max-position-embeddings):"
+                     f" rows {grown[0]}-{grown[1] - 1} copied from rows 0-{grown[0] - 1} in order, as Longformer did")
+    if source.trained_length and length > source.trained_length:
+        lines.append(f"init: positions {source.trained_length}-{length - 1} were not trained in the source (it trained "
+                     f"at L={source.trained_length}): this run trains them")
+    if "nsp.weight" in values and source.sentence_task and source.sentence_task != objective:
+        lines.append(f"init: the source's {source.sentence_task.upper()} classifier starts this run's "
+                     f"{objective.upper()} head (the same two-way shape; its labels mean "
+                     f"{'sentence order' if objective == 'sop' else 'next sentence'} now)")
+    if optimizer is not None:
+        lines.append(carry_optimizer_state(source, target, optimizer, optimizer_name))
+    return lines
+
+
+def grow_rows(table: torch.Tensor, rows: int) -> torch.Tensor:
+    """(rows, H): `table`'s rows repeated in order (row i is table[i % n]), as Longformer extended 512 positions to
+    4,096 from RoBERTa's."""
+    return table[torch.arange(rows) % table.shape[0]]
+
+
+def parts(names: list[str]) -> str:
+    """Our tensor names as the parts they make, in model order: 'embeddings, 2 encoder layers and MLM head transform'."""
+    found = {hf.part_of(name) for name in names}
+    layers = len({name.split(".")[1] for name in names if name.startswith("blocks.")})
+    words = [f"{layers} encoder layer{'s' if layers != 1 else ''}" if part == "encoder layers" else part
+             for part in hf.PARTS if part in found]
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
+
+
+def param_order(state: dict[str, torch.Tensor]) -> list[str]:
+    """A Bert's parameter names in its optimizer's order (optim.param_groups: matrices, then vectors), from its state
+    dict, whose keys are its parameters in registration order."""
+    return ([name for name, t in state.items() if t.dim() >= 2] +
+            [name for name, t in state.items() if t.dim() < 2])
+
+
+def carry_optimizer_state(source: Source, target: dict[str, torch.Tensor], optimizer, name: str) -> str:
+    """The source run's optimizer moments (and step counts) put in for the tensors it has, by name (the heads may
+    differ), a grown position table's likewise grown; the run's own lr, weight decay and schedule kept."""
+    before = optimizer_of(source, name)
+    saved = source.checkpoint["optimizer"]["state"]
+    by_name = {n: saved[i] for i, n in enumerate(param_order(source.tensors)) if i in saved}
+    state = {}
+    for j, n in enumerate(param_order(target)):
+        if n in by_name:
+            state[j] = {k: grow_rows(v, target[n].shape[0]) if torch.is_tensor(v) and v.dim() >= 1
+                        and v.shape[0] < target[n].shape[0] else v for k, v in by_name[n].items()}
+    current = optimizer.state_dict()
+    optimizer.load_state_dict({"state": state, "param_groups": current["param_groups"]})
+    left = len(target) - len(state)
+    return (f"init: {before}'s moments of {len(state)} tensors carried from the source (--init-optimizer-state)"
+            + (f"; {left} start fresh" if left else ""))
+
+
+def optimizer_of(source: Source, name: str) -> str:
+    """The source run's optimizer, which must be this run's `name` for --init-optimizer-state to carry its moments."""
+    if source.checkpoint is None:
+        raise RunError(f"--init-optimizer-state: --init-from {source.path} is a Hugging Face directory, which holds no "
+                       "optimizer state (a bertprep run or checkpoint does)")
+    before = source.checkpoint.get("args", {}).get("optimizer", "adamw")
+    if before != name:
+        raise RunError(f"--init-optimizer-state: --init-from {source.path} trained with --optimizer {before}, this run "
+                       f"has --optimizer {name}: give --optimizer {before} (the moments are {before}'s)")
+    return before

@@ -1,0 +1,364 @@
+"""`train --init-from` (issue 36): a new run from trained weights. Parity with transformers' BertForPreTraining
+(logits, and every tensor back through export-hf), the HF layouts it reads (safetensors, sharded, pytorch_model.bin
+with google's TF-era names; BertModel and BertForMaskedLM weights), every tensor accounted for, phase 2 from phase 1,
+the optimizer's moments carried, --resume refused on other data, and each bad source one line before any step with
+nothing written to --output."""
+import json
+import math
+import os
+import shutil
+
+import pytest
+import safetensors.torch
+import torch
+
+from model import checkpoints, hf, init_from, optim, train
+from model.bert import Bert
+from model.config import PRESETS
+from model.plan import RunError
+from pipeline.commands import cli, training
+from tests.test_train import VOCAB, write_shards
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
+
+SHAPE = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+             max_position_embeddings=32)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Two shard files of L=24 (tests/test_train.py's: its vocab.txt of 99 tokens, uncased, beside them)."""
+    return os.path.dirname(write_shards(tmp_path_factory.mktemp("data") / "shards", [12, 12]))
+
+
+def hf_directory(path, data_dir, cls="BertForPreTraining", seed=0, vocab_from=None, lowercase=True, **shape):
+    """A transformers model of `cls` with random weights, saved with save_pretrained, beside the vocab.txt of
+    `vocab_from` (default: --data's) and a tokenizer_config.json saying `lowercase`. Returns the model, in eval mode."""
+    torch.manual_seed(seed)
+    model = getattr(transformers, cls)(transformers.BertConfig(**{**SHAPE, **shape})).eval()
+    model.save_pretrained(str(path))
+    shutil.copy(os.path.join(vocab_from or data_dir, "vocab.txt"), path / "vocab.txt")
+    (path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": lowercase}))
+    return model
+
+
+def train_argv(data_dir, output, *extra):
+    return ["train", "--data", str(data_dir), "--output", str(output), "--batch-size", "4", "--num-workers", "0",
+            "--log-every", "1", "--checkpoint-every", "0", "--seed", "3", "--device", "cpu", *extra]
+
+
+def refusal(capsys, *argv) -> str:
+    """The one line `bertprep ARGV` refuses with (exit 2)."""
+    capsys.readouterr()   # what came before (transformers' progress bars)
+    assert cli.main([str(a) for a in argv]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("bertprep train: error: "), err
+    assert "Traceback" not in captured.out + captured.err
+    return err
+
+
+def opened(source_dir, data_dir, objective="nsp", length=24, **flags):
+    """(our model with the source's weights, the lines accounting for them), as the trainer builds them."""
+    plan = training.parse_train(["--data", str(data_dir), "--output", "unused", "--init-from", str(source_dir),
+                                 *[str(a) for k, v in flags.items() for a in (f"--{k.replace('_', '-')}", v)]])
+    source = init_from.open_source(plan.init_from)
+    config = init_from.config_for(source, plan)
+    model = init_from.empty_model(config, objective != "none", "cpu")   # as the trainer: every tensor written by load
+    return model.eval(), init_from.load(source, model, objective, length)
+
+
+def batch(length=24, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (2, length), generator=g)
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[1, 15:] = 0
+    segments = (torch.arange(length) >= 10).long().expand(2, -1) * mask
+    positions = torch.tensor([[1, 4, 9, 12, 20], [2, 3, 5, 7, 11]])
+    return ids, segments, mask, positions
+
+
+def gathered(logits, positions):
+    return torch.gather(logits, 1, positions[:, :, None].expand(-1, -1, logits.size(-1)))
+
+
+# ---- parity with transformers --------------------------------------------------------------------------------------
+
+def test_a_pretraining_directory_gives_transformers_logits(tmp_path, data):
+    theirs = hf_directory(tmp_path / "hf", data)
+    ours, lines = opened(tmp_path / "hf", data)
+    assert lines == [f"init: Hugging Face BertForPreTraining {tmp_path / 'hf'} (model.safetensors): loaded 38 tensors "
+                     "(embeddings, 2 encoder layers, MLM head transform, MLM output bias, pooler and NSP classifier)"]
+    ids, segments, mask, positions = batch()
+    with torch.no_grad():
+        a = ours(ids, segments, mask, positions)
+        b = theirs(input_ids=ids, attention_mask=mask, token_type_ids=segments)
+    torch.testing.assert_close(a["mlm_logits"], gathered(b.prediction_logits, positions), rtol=0, atol=1e-5)
+    torch.testing.assert_close(a["nsp_logits"], b.seq_relationship_logits, rtol=0, atol=1e-5)
+
+
+def test_one_step_at_a_negligible_lr_exports_every_tensor_back(tmp_path, data, capsys):
+    theirs = hf_directory(tmp_path / "hf", data)
+    assert cli.main(train_argv(data, tmp_path / "run", "--init-from", str(tmp_path / "hf"), "--steps", "1",
+                               "--lr", "1e-12")) == 0
+    out = capsys.readouterr().out
+    assert "step 0/1" in out and "init: Hugging Face BertForPreTraining" in out
+    assert cli.main(["export-hf", str(tmp_path / "run"), str(tmp_path / "back")]) == 0
+    back = safetensors.torch.load_file(str(tmp_path / "back" / "model.safetensors"))
+    expected = {k: v for k, v in theirs.state_dict().items() if k not in hf.TIED}
+    assert sorted(back) == sorted(expected)   # no tensor missing, none extra
+    for name, tensor in expected.items():
+        torch.testing.assert_close(back[name], tensor, rtol=0, atol=1e-4, msg=name)
+    # the run is new: its own step counter, the source named in what it keeps
+    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
+    assert ckpt["step"] == 1 and ckpt["args"]["init_from"] == str(tmp_path / "hf")
+
+
+def google_names(state: dict) -> dict:
+    """A BertForPreTraining state dict as google's converted checkpoints store it: LayerNorm gamma/beta, the tied
+    decoder weight and the position_ids buffer stored too."""
+    out = {}
+    for name, tensor in state.items():
+        if ".LayerNorm." in name:
+            name = name.replace(".weight", ".gamma").replace(".bias", ".beta")
+        out[name] = tensor.clone()
+    out["bert.embeddings.position_ids"] = torch.arange(SHAPE["max_position_embeddings"])[None]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["sharded safetensors", "pytorch_model.bin, google's names"])
+def test_other_weight_files_load_the_same_tensors(tmp_path, data, layout):
+    theirs = hf_directory(tmp_path / "hf", data)
+    if layout == "sharded safetensors":
+        os.remove(tmp_path / "hf" / "model.safetensors")
+        theirs.save_pretrained(str(tmp_path / "hf"), max_shard_size="20KB")
+        assert os.path.exists(tmp_path / "hf" / "model.safetensors.index.json")
+    else:
+        os.remove(tmp_path / "hf" / "model.safetensors")
+        state = theirs.state_dict()
+        state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
+        torch.save(google_names(state), tmp_path / "hf" / "pytorch_model.bin")
+    ours, lines = opened(tmp_path / "hf", data)
+    assert "loaded 38 tensors" in lines[0]
+    if layout == "sharded safetensors":
+        assert "model.safetensors.index.json: " in lines[0] and len(lines) == 1
+    else:
+        assert lines[1:] == ["init: unused: bert.embeddings.position_ids (buffers, not weights)"]
+    mine = hf.to_hf_state_dict(ours.state_dict(), ours.config)
+    for name, tensor in theirs.state_dict().items():
+        assert torch.equal(mine[name], tensor), name
+
+
+@pytest.mark.parametrize("cls, fresh", [
+    ("BertModel", "MLM head transform, MLM output bias and NSP classifier (%s holds BertModel weights, which have "
+                  "no heads)"),
+    ("BertForMaskedLM", "pooler and NSP classifier (%s holds BertForMaskedLM weights, which have no sentence "
+                        "head)")])
+def test_weights_without_heads_load_the_encoder_and_say_what_is_fresh(tmp_path, data, cls, fresh):
+    theirs = hf_directory(tmp_path / "hf", data, cls=cls)
+    ours, lines = opened(tmp_path / "hf", data)
+    assert lines[1] == "init: fresh: " + fresh % (tmp_path / "hf")
+    loaded = int(lines[0].split("loaded ")[1].split()[0])
+    fresh_tensors = [n for n in ours.state_dict() if n not in init_from.open_source(str(tmp_path / "hf")).tensors]
+    assert loaded + len(fresh_tensors) == len(ours.state_dict())   # every tensor of ours accounted for
+    prefix = "bert." if cls == "BertModel" else ""
+    mine = hf.to_hf_state_dict(ours.state_dict(), ours.config)
+    for name, tensor in theirs.state_dict().items():
+        assert torch.equal(mine[prefix + name], tensor), name
+    if cls == "BertForMaskedLM":   # its MLM head loaded too: the same masked-LM logits
+        ids, segments, mask, positions = batch()
+        with torch.no_grad():
+            a = ours(ids, segments, mask, positions)["mlm_logits"]
+            b = theirs(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits
+        torch.testing.assert_close(a, gathered(b, positions), rtol=0, atol=1e-5)
+
+
+def test_objective_none_leaves_the_sentence_head_unused_and_sop_takes_nsp(tmp_path, data):
+    hf_directory(tmp_path / "hf", data)
+    _, lines = opened(tmp_path / "hf", data, objective="none")
+    assert lines[1] == ("init: unused: the source's pooler and NSP classifier (--data's objective is none: this model "
+                        "has no sentence head)")
+    _, lines = opened(tmp_path / "hf", data, objective="sop")
+    assert lines[1].startswith("init: the source's NSP classifier starts this run's SOP head")
+
+
+# ---- phases ----------------------------------------------------------------------------------------------------
+
+def first_losses(history):
+    return [r for r in history if r["split"] == "train"]
+
+
+def test_phase_2_from_phase_1_starts_far_below_a_fresh_model(tmp_path, capsys):
+    """BERT's recipe in small: phase 1 at L=24, phase 2 at L=48 from its weights (the position table grown from 32
+    to 64 rows), against a fresh model on the phase 2 data."""
+    phase1_data = write_shards(tmp_path / "p1", [40, 40], skewed=True)
+    phase2_data = write_shards(tmp_path / "p2", [30], skewed=True, seed=1, L=48)
+    config = tmp_path / "tiny.json"
+    config.write_text(init_from.BertConfig(**PRESETS["tiny"], vocab_size=VOCAB, max_position_embeddings=32).to_json())
+    common = ["--lr", "2e-2", "--warmup-steps", "3", "--optimizer", "lamb"]
+    phase1 = train.train(training.parse_train(train_argv(os.path.dirname(phase1_data), tmp_path / "phase1", "--model",
+                                                         str(config), "--steps", "60", *common)[1:]))
+    logged = first_losses(phase1["history"])
+    assert logged[-1]["mlm_loss"] < math.log(VOCAB) - 3   # phase 1 learned the skew
+
+    phase2_argv = train_argv(os.path.dirname(phase2_data), tmp_path / "phase2", "--steps", "5", *common)
+    assert cli.main(phase2_argv + ["--init-from", str(tmp_path / "phase1"), "--max-position-embeddings", "64",
+                                   "--init-optimizer-state"]) == 0
+    out = capsys.readouterr().out
+    assert ("init: position embeddings grown from 32 to 64 rows (--max-position-embeddings): rows 32-63 copied from "
+            "rows 0-31 in order, as Longformer did") in out
+    assert "init: positions 24-47 were not trained in the source (it trained at L=24): this run trains them" in out
+    assert "init: lamb's moments of 38 tensors carried from the source (--init-optimizer-state)" in out
+    phase2 = [json.loads(line) for line in open(tmp_path / "phase2" / "log.jsonl")]
+    assert cli.main(train_argv(tmp_path / "p2", tmp_path / "fresh", "--steps", "5", "--model", str(config),
+                               "--max-seq-length", "48", *common)) == 2   # a fresh tiny model has 32 positions
+    capsys.readouterr()
+    config.write_text(config.read_text().replace('"max_position_embeddings": 32', '"max_position_embeddings": 64'))
+    assert cli.main(train_argv(tmp_path / "p2", tmp_path / "fresh", "--steps", "5", "--model", str(config),
+                               *common)) == 0
+    fresh = [json.loads(line) for line in open(tmp_path / "fresh" / "log.jsonl")]
+    assert phase2[0]["step"] == 0 and [r["step"] for r in phase2] == [0, 1, 2, 3, 4]
+    assert phase2[0]["mlm_loss"] < fresh[0]["mlm_loss"] - 1.0
+    assert os.listdir(tmp_path / "phase2" / "checkpoints") == ["step-00000005.pt"]
+
+
+def test_the_optimizer_moments_are_the_source_runs(tmp_path, data):
+    """--init-optimizer-state: each tensor's moments by name, a grown position table's grown likewise, the run's own
+    lr kept."""
+    assert cli.main(train_argv(data, tmp_path / "src", "--model", "tiny", "--steps", "2", "--optimizer", "lamb")) == 0
+    source = init_from.open_source(str(tmp_path / "src"))
+    plan = training.parse_train(["--data", data, "--output", "x", "--init-from", str(tmp_path / "src"),
+                                 "--init-optimizer-state", "--optimizer", "lamb", "--lr", "0.5",
+                                 "--max-position-embeddings", "1024"])
+    model = Bert(init_from.config_for(source, plan), sentence_head=False)
+    optimizer = optim.make("lamb", optim.param_groups(model, 0.01), 0.5, "cpu")
+    lines = init_from.load(source, model, "none", 24, optimizer, "lamb")
+    saved = source.checkpoint["optimizer"]["state"]
+    order = init_from.param_order(source.tensors)
+    params = dict(model.named_parameters())
+    for i, name in enumerate(order):
+        if name.startswith(("pooler", "nsp")):
+            continue
+        mine = optimizer.state[params[name]]
+        expected = saved[i]["exp_avg"]
+        if name == "embeddings.position.weight":   # 512 rows, grown to 1,024: row i from row i % 512
+            expected = torch.cat([expected, expected])
+        assert torch.equal(mine["exp_avg"], expected), name
+        assert mine["step"] == saved[i]["step"]
+    assert all(group["lr"] == 0.5 for group in optimizer.param_groups)
+    assert lines[-1] == "init: lamb's moments of 34 tensors carried from the source (--init-optimizer-state)"
+
+
+# ---- resume means the same run -------------------------------------------------------------------------------------
+
+def test_resume_on_other_data_is_refused_and_old_checkpoints_still_resume(tmp_path, capsys):
+    """The issue's case: the same file count and batch, shards of another L. And a checkpoint from before the
+    fingerprint resumes on its data as it did."""
+    short = os.path.dirname(write_shards(tmp_path / "short", [12, 12]))
+    long = os.path.dirname(write_shards(tmp_path / "long", [12, 12], L=32))
+    argv = train_argv(short, tmp_path / "run", "--model", "tiny", "--steps", "4")
+    assert cli.main(argv + ["--stop-after", "2"]) == 0
+    err = refusal(capsys, *train_argv(long, tmp_path / "run", "--model", "tiny", "--steps", "4", "--resume"))
+    assert f"cannot resume {tmp_path / 'run'} on this --data: it was trained on 2 file(s) of" in err
+    assert f"start a new run with --init-from {tmp_path / 'run'} --output NEW_DIR" in err
+    assert os.listdir(tmp_path / "run" / "checkpoints") == ["step-00000002.pt"]   # nothing trained
+
+    path = checkpoints.latest_checkpoint(str(tmp_path / "run"))
+    old = torch.load(path, weights_only=False)
+    assert old["data"]["files"] == 2 and len(old["data"]["sha256"]) == 64
+    del old["data"]
+    torch.save(old, path)
+    assert cli.main(argv + ["--resume"]) == 0
+    assert checkpoints.latest_checkpoint(str(tmp_path / "run")).endswith("step-00000004.pt")
+
+
+def test_resume_goes_on_from_the_run_not_the_source(tmp_path, data, capsys):
+    """--init-from with --resume: the run's own checkpoint once it has one, the source before."""
+    hf_directory(tmp_path / "hf", data)
+    argv = train_argv(data, tmp_path / "run", "--init-from", str(tmp_path / "hf"), "--steps", "4", "--resume")
+    assert cli.main(argv + ["--stop-after", "2"]) == 0
+    assert "init: Hugging Face BertForPreTraining" in capsys.readouterr().out
+    shutil.rmtree(tmp_path / "hf")   # the source is not read again
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "step 2/4" in out and "init:" not in out
+
+
+# ---- bad input -----------------------------------------------------------------------------------------------------
+
+def damage(kind, path, data_dir):
+    """Makes `path` a source that must be refused in the way `kind` says."""
+    if kind == "no weights":
+        hf_directory(path, data_dir)
+        os.remove(path / "model.safetensors")
+    elif kind == "roberta":
+        hf_directory(path, data_dir)
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**config, "model_type": "roberta"}))
+    elif kind == "another vocab":
+        hf_directory(path, data_dir)
+        tokens = (path / "vocab.txt").read_text().splitlines()
+        (path / "vocab.txt").write_text("\n".join(tokens[:50] + ["other"] + tokens[51:]) + "\n")
+    elif kind == "cased":
+        hf_directory(path, data_dir, lowercase=False)
+    elif kind == "truncated":
+        hf_directory(path, data_dir)
+        raw = (path / "model.safetensors").read_bytes()
+        (path / "model.safetensors").write_bytes(raw[:len(raw) // 2])
+    elif kind == "truncated bin":
+        model = hf_directory(path, data_dir)
+        os.remove(path / "model.safetensors")
+        torch.save(model.state_dict(), path / "pytorch_model.bin")
+        raw = (path / "pytorch_model.bin").read_bytes()
+        (path / "pytorch_model.bin").write_bytes(raw[:len(raw) // 2])
+    elif kind == "too few positions":
+        hf_directory(path, data_dir, max_position_embeddings=16)
+    elif kind == "a tensor of another shape":
+        hf_directory(path, data_dir)
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**config, "intermediate_size": 40}))
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("no weights", "no weights: expected model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+                   "pytorch_model.bin.index.json beside config.json"),
+    ("roberta", "holds a 'roberta' model (config.json model_type): --init-from reads BERT, model_type 'bert' "
+                "(BertForPreTraining, BertForMaskedLM or BertModel weights), or a bertprep run"),
+    ("another vocab", "is not the vocab --data was made with"),
+    ("cased", "is cased (do_lower_case false in its tokenizer_config.json) and --data's shards are uncased: prepare "
+              "them with --cased"),
+    ("truncated", "model.safetensors cannot be read ("),
+    ("truncated bin", "pytorch_model.bin cannot be read ("),
+    ("too few positions", "has 16 position embeddings and --data's rows are L=24: pass --max-position-embeddings 24 "
+                          "(or more) to grow its table"),
+    ("a tensor of another shape", "tensor bert.encoder.layer.0.intermediate.dense.weight has shape (37, 32) there and "
+                                  "(40, 32) in the model its config describes"),
+])
+def test_a_bad_source_is_one_line_before_any_step(tmp_path, data, capsys, kind, expected):
+    damage(kind, tmp_path / "hf", data)
+    err = refusal(capsys, *train_argv(data, tmp_path / "run", "--init-from", tmp_path / "hf", "--steps", "2"))
+    assert f"--init-from {tmp_path / 'hf'}" in err and expected in err, err
+    assert not os.path.exists(tmp_path / "run")   # nothing written to --output
+
+
+def test_flags_that_do_not_fit_are_one_line(tmp_path, data, capsys):
+    hf_directory(tmp_path / "hf", data)
+    run = ["--init-from", tmp_path / "hf", "--steps", "1"]
+    cases = {
+        ("--model", "base"): "--model base is not the shape of --init-from",
+        ("--init-optimizer-state",): "is a Hugging Face directory, which holds no optimizer state",
+        ("--max-position-embeddings", "16"): "would cut the trained table: it only grows one",
+    }
+    for flags, expected in cases.items():
+        assert expected in refusal(capsys, *train_argv(data, tmp_path / "run", *run, *flags))
+        assert not os.path.exists(tmp_path / "run")
+    assert "give --init-from SOURCE" in refusal(capsys, *train_argv(data, tmp_path / "run", "--max-position-embeddings",
+                                                                    "64"))
+    assert "no such file or directory" in refusal(capsys, *train_argv(data, tmp_path / "run", "--init-from",
+                                                                      tmp_path / "nowhere"))
+    os.makedirs(tmp_path / "run" / "checkpoints")
+    (tmp_path / "run" / "checkpoints" / "step-00000001.pt").write_bytes(b"")
+    assert "is inside --output" in refusal(capsys, *train_argv(data, tmp_path / "run", "--init-from", tmp_path / "run"))
+    with pytest.raises(RunError, match="cannot be read as a bertprep checkpoint"):
+        init_from.open_source(str(tmp_path / "run" / "checkpoints" / "step-00000001.pt"))
