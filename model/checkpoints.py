@@ -3,8 +3,9 @@
 A checkpoint is one torch.save'd dict: step; the model's, optimizer's and schedule's states; config (the model's
 JSON); ranks (each rank's RNG states and data position, so every rank resumes exactly); args (the run's TrainPlan as
 a dict, what a resume compares with); objective, vocab (the manifest's entry) and max_seq_length (export-hf's);
-warmup; data, the identity of the training data (manifest.fingerprint), which a resume must hold again. Older
-checkpoints lack the last five: they are nsp runs, export-hf looks their vocab up in --data's manifest, their warmup
+warmup; data, the identity of the training data (manifest.fingerprint), which a resume must hold again;
+positions_trained, the positions this run and the weights it started from (--init-from) trained, export-hf's
+model_max_length. Older checkpoints lack the last six: they are nsp runs, export-hf looks their vocab up in --data's manifest, their warmup
 is worked out from args, and they resume on the data the other checks accept.
 
 Rank 0 writes them in a background thread (`CheckpointWriter`), atomically, keeping the last --keep-checkpoints.
@@ -77,7 +78,8 @@ def save_checkpoint(session, step: int) -> str:
                       "scheduler": session.scheduler.state_dict(), "config": session.config.to_json(), "ranks": ranks,
                       "args": dataclasses.asdict(session.args), "objective": session.shards.objective,
                       "vocab": session.shards.vocab, "max_seq_length": session.shards.shape.max_seq_length,
-                      "warmup": session.warmup, "data": session.shards.fingerprint}
+                      "warmup": session.warmup, "data": session.shards.fingerprint,
+                      "positions_trained": session.positions_trained}
         session.writer.write(_copied(checkpoint), path, session.args.keep_checkpoints)
     return path
 
@@ -185,18 +187,18 @@ def _run_dir_decision(args: TrainPlan) -> dict:
 def check_resumable(checkpoint: dict, args: TrainPlan, ranks: Ranks, objective: str, train_files: int,
                     micro_batch: int, fingerprint: dict | None = None) -> None:
     """Refuses a resume that cannot go on where the checkpoint stopped, naming what differs: the data (--data's
-    `fingerprint`: --resume is the same run, --init-from a new one), the objective (of --data: `objective`),
+    `fingerprint`: --resume is the same run, --init-from a new one; its objective, `objective`, named first),
     --steps, or what the data position depends on (world size, readers, rows per micro-step, the `train_files`
     training files)."""
+    if checkpoint_objective(checkpoint) != objective:
+        raise RunError(f"{args.output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
+                       f"holds objective {objective} shards: resume on the same objective, or start a new run")
     then = checkpoint.get("data")
     if then and fingerprint and then["sha256"] != fingerprint["sha256"]:
         raise RunError(f"cannot resume {args.output} on this --data: it was trained on {_data(then)} and --data now "
                        f"holds {_data(fingerprint)}, other data. --resume continues the same run on the same data; to "
                        f"go on from its weights on these shards (a new phase), start a new run with --init-from "
                        f"{args.output} --output NEW_DIR")
-    if checkpoint_objective(checkpoint) != objective:
-        raise RunError(f"{args.output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
-                       f"holds objective {objective} shards: resume on the same objective, or start a new run")
     if checkpoint["step"] > args.steps:
         raise RunError(f"--steps {args.steps}, but {args.output} is at step {checkpoint['step']} already: give a "
                        "larger --steps to go on")

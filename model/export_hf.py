@@ -17,8 +17,9 @@ Writes into OUT_DIR:
     tokenizer_config.json    BertTokenizer, lowercasing from the manifest, model_max_length
     special_tokens_map.json  google's [UNK] [SEP] [PAD] [CLS] [MASK]
 
-model_max_length is the max_seq_length the run trained on, not max_position_embeddings: the positions beyond it
-were never trained (their embeddings are still their random init). A checkpoint and manifest that do not say give
+model_max_length is the max_seq_length the run trained on, or more where it started from weights that trained more
+(--init-from: a released model's table, a phase 1 at another L), not max_position_embeddings: the positions beyond
+it were never trained (their embeddings are still their random init). A checkpoint and manifest that do not say give
 max_position_embeddings.
 
 Lowercasing comes from the manifest; where it does not say (shards of google's tool, `mask --allow-incomplete`) the
@@ -183,6 +184,7 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     ckpt = checkpoints.load(checkpoint_path)
     config, objective = BertConfig.from_json(ckpt["config"]), checkpoints.checkpoint_objective(ckpt)
     entry, max_seq_length = recorded_vocab(ckpt)
+    max_seq_length = ckpt.get("positions_trained", max_seq_length)
     vocab = find_vocab(entry, vocab_path, config.vocab_size)
     model_max_length = max_seq_length or config.max_position_embeddings
     files = {CONFIG: _json(hf_config(config, objective)), **tokenizer_files(vocab, model_max_length)}

@@ -63,7 +63,8 @@ class Source:
     lacks: str                      # why the heads it does not have are missing, e.g. "a BertModel has no heads"
     sentence_task: str | None       # what its sentence head learned: nsp | sop; None: it has none
     vocab: SourceVocab
-    trained_length: int | None      # the L it trained on, where it says (a bertprep run)
+    trained_length: int | None      # the positions it trained (a bertprep run's L, or its own source's if longer;
+                                    # an HF directory's model_max_length, else its whole table); None: unknown
     checkpoint: dict | None = None  # a bertprep checkpoint: its optimizer state and flags (--init-optimizer-state)
 
 
@@ -106,6 +107,7 @@ def _from_checkpoint(path: str, checkpoint: dict, what: str) -> Source:
     from model.export_hf import recorded_vocab   # the run's vocab entry, older checkpoints' from their manifest
 
     entry, length = recorded_vocab(checkpoint)
+    length = checkpoint.get("positions_trained", length)
     entry = entry or {}
     objective = checkpoints.checkpoint_objective(checkpoint)
     vocab = SourceVocab(entry.get("path"), entry.get("sha256"), None, entry.get("lowercase"),
@@ -149,7 +151,17 @@ def _from_hf(path: str) -> Source:
              ("no sentence head" if has_mlm else "no heads" if not has_nsp else "none"))
     names = {row.ours: "+".join(row.hf) for row in hf.table(config.num_layers)}
     return Source(path, f"Hugging Face {architecture} {path} ({files})", config, ours, names, unused, lacks,
-                  "nsp" if has_nsp else None, _hf_vocab(path), None)
+                  "nsp" if has_nsp else None, _hf_vocab(path), _hf_trained_length(path, config))
+
+
+def _hf_trained_length(path: str, config: BertConfig) -> int:
+    """The positions a released model trained: its tokenizer's model_max_length (export-hf writes the L it trained
+    at), else its whole position table (bert-base-uncased trained all 512)."""
+    settings = os.path.join(path, "tokenizer_config.json")
+    limit = _read_json(path, "tokenizer_config.json").get("model_max_length") if os.path.isfile(settings) else None
+    if isinstance(limit, int) and 0 < limit < config.max_position_embeddings:
+        return limit
+    return config.max_position_embeddings
 
 
 def _read_json(path: str, name: str) -> dict:

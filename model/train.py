@@ -121,6 +121,9 @@ def set_up(args: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoi
     elif source:
         init_lines = init_from.load(source, model, shards.objective, shards.shape.max_seq_length,
                                     optimizer if args.init_optimizer_state else None, args.optimizer)
+    # the positions trained so far (export-hf's model_max_length): this data's L, or more where the weights came with more
+    before = checkpoint.get("positions_trained", 0) if checkpoint else (source.trained_length or 0) if source else 0
+    positions = max(shards.shape.max_seq_length, before)
     del checkpoint, source  # their copies of the states are loaded: free them
     compiled = args.compile if args.compile is not None else ranks.device_type == "cuda"
     step_model = torch.compile(model) if compiled else model
@@ -131,7 +134,7 @@ def set_up(args: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoi
     if ranks.master:
         announce(args, ranks, config, shards, model, micro_batch, step, init_lines)
     return Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup, loader,
-                   log, stop, checkpoints.CheckpointWriter()), step
+                   log, stop, checkpoints.CheckpointWriter(), positions), step
 
 
 def announce(args: TrainPlan, ranks: Ranks, config: config_lib.BertConfig, shards: Shards, model: Bert,
@@ -324,6 +327,7 @@ class Session:
     log: RunLog
     stop: Stop
     writer: checkpoints.CheckpointWriter
+    positions_trained: int           # positions trained by this run and the weights it started from (export-hf)
 
 
 def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tuple[int, str | None, int]:

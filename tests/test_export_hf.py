@@ -137,6 +137,8 @@ def test_continued_pretraining_from_a_released_checkpoint(run, tmp_path, capsys)
     hf, info = transformers.BertForPreTraining.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
     assert all(not v for v in info.values()), info
     assert hf.config.max_position_embeddings == 512   # the release's table, not a preset's
+    # the release trained all 512 positions (no model_max_length says less), these shards 64 of them
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf")).model_max_length == 512
     moved = [name for name, tensor in released.state_dict().items() if not torch.equal(tensor, hf.state_dict()[name])]
     assert moved and "bert.embeddings.word_embeddings.weight" in moved   # two steps of training
     answers = transformers.pipeline("fill-mask", model=str(tmp_path / "hf"))("the cat sat on the [MASK].")
