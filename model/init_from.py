@@ -115,8 +115,8 @@ def _from_checkpoint(path: str, checkpoint: dict, what: str) -> Source:
     tensors = checkpoint["model"]
     return Source(path, f"{what}, step {checkpoint.get('step', '?')}", BertConfig.from_json(checkpoint["config"]),
                   tensors, {name: name for name in tensors}, {},
-                  f"it was trained with objective {objective}: no sentence head", None if objective == "none"
-                  else objective, vocab, length, checkpoint)
+                  f"it was trained with objective {objective}" + (": no sentence head" if objective == "none" else ""),
+                  None if objective == "none" else objective, vocab, length, checkpoint)
 
 
 def _from_hf(path: str) -> Source:
@@ -147,8 +147,9 @@ def _from_hf(path: str) -> Source:
     has_mlm, has_nsp = "mlm_dense.weight" in ours, "nsp.weight" in ours
     architecture = ((fields.get("architectures") or [None])[0]
                     or ("BertForPreTraining" if has_nsp else "BertForMaskedLM" if has_mlm else "BertModel"))
-    lacks = (f"{path} holds {architecture} weights, which have " +
-             ("no sentence head" if has_mlm else "no heads" if not has_nsp else "none"))
+    missing = {(False, False): "no heads", (True, False): "no sentence head", (False, True): "no MLM head",
+               (True, True): "both heads"}[has_mlm, has_nsp]
+    lacks = f"{path} holds {architecture} weights, which have {missing}"
     names = {row.ours: "+".join(row.hf) for row in hf.table(config.num_layers)}
     return Source(path, f"Hugging Face {architecture} {path} ({files})", config, ours, names, unused, lacks,
                   "nsp" if has_nsp else None, _hf_vocab(path), _hf_trained_length(path, config))
@@ -293,8 +294,9 @@ def check_data(source: Source, entry: dict | None, length: int, config: BertConf
                                       f"({_describe(entry.get('sha256'), None, entry.get('size'))}): prepare --data "
                                       "with the source's vocab")
         if same is None:
-            warnings.append(f"--init-from {source.path} names no vocab file whose tokens can be compared: --data's "
-                            f"vocab {entry.get('path')} is taken to be its vocab (the sizes agree)")
+            warnings.append(f"the vocabs of --init-from {source.path} ({source.vocab.file or 'none named'}) and of "
+                            f"--data ({entry.get('path') or 'none named'}) cannot be compared (no sha256 or tokens on "
+                            "one side): they are taken to be the same, as their sizes agree")
             if int(entry.get("size", config.vocab_size)) != config.vocab_size:
                 raise refuse(source.path, f"has {config.vocab_size:,} token embeddings and --data's vocab "
                                           f"{entry.get('path')} {int(entry['size']):,} tokens: another vocab")

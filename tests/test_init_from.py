@@ -17,7 +17,7 @@ from model.bert import Bert
 from model.config import PRESETS
 from model.plan import RunError
 from pipeline.commands import cli, training
-from tests.test_train import VOCAB, write_shards
+from tests.test_train import VOCAB, write_pairs, write_shards
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
@@ -45,7 +45,7 @@ def hf_directory(path, data_dir, cls="BertForPreTraining", seed=0, vocab_from=No
 
 def train_argv(data_dir, output, *extra):
     return ["train", "--data", str(data_dir), "--output", str(output), "--batch-size", "4", "--num-workers", "0",
-            "--log-every", "1", "--checkpoint-every", "0", "--seed", "3", "--device", "cpu", *extra]
+            "--log-every", "1", "--checkpoint-every", "0", "--seed", "3", "--device", "cpu", *map(str, extra)]
 
 
 def refusal(capsys, *argv) -> str:
@@ -248,6 +248,18 @@ def test_the_optimizer_moments_are_the_source_runs(tmp_path, data):
         assert mine["step"] == saved[i]["step"]
     assert all(group["lr"] == 0.5 for group in optimizer.param_groups)
     assert lines[-1] == "init: lamb's moments of 34 tensors carried from the source (--init-optimizer-state)"
+
+
+def test_dynamic_masking_pairs_start_from_a_run_with_what_could_not_be_checked_said(tmp_path, data, capsys):
+    """Pair records whose manifest names no vocab file (hand-made): the sizes agree, the rest is a warning line."""
+    assert cli.main(train_argv(data, tmp_path / "src", "--model", "tiny", "--steps", "1")) == 0
+    pairs = write_pairs(tmp_path / "pairs", 12)
+    assert cli.main(train_argv(pairs, tmp_path / "run", "--dynamic-masking", "--init-from", tmp_path / "src",
+                               "--steps", "2")) == 0
+    captured = capsys.readouterr()
+    assert "loaded 38 tensors" in captured.out
+    assert (f"warning: the vocabs of --init-from {tmp_path / 'src'} ({data}/vocab.txt) and of --data (none named) "
+            "cannot be compared") in captured.err
 
 
 # ---- resume means the same run -------------------------------------------------------------------------------------
