@@ -1,4 +1,5 @@
 """Packing (pipeline/algorithms/packing.py): plans from histograms, rows that hold their instances unchanged, M."""
+import hashlib
 import itertools
 
 import numpy as np
@@ -32,6 +33,12 @@ def masked():
     return arrays
 
 
+# (L, k) -> (rows, sha256 of the plan's repr, first 16 hex digits): computed once and written here, so a plan that
+# changes between runs, processes or versions (a set's order, a tie broken another way) fails
+PLANS = {(128, 1): (800, "476cb931ca52ab1a"), (128, 3): (357, "1170728b5f6eca63"),
+         (512, 8): (271, "a077c4b95019c983"), (64, 2): (425, "414fc9b52d037cec")}
+
+
 def test_the_plan_holds_every_length_once_within_L_and_k():
     rng = np.random.default_rng(0)
     for L_, k in ((128, 1), (128, 3), (512, 8), (64, 2)):
@@ -44,7 +51,8 @@ def test_the_plan_holds_every_length_once_within_L_and_k():
             assert list(row) == sorted(row, reverse=True)
             np.add.at(held, list(row), count)
         assert np.array_equal(held, histogram)
-        assert strategies == packing.plan(histogram, L_, k)   # deterministic
+        rows = sum(count for _, count in strategies)
+        assert (rows, hashlib.sha256(repr(strategies).encode()).hexdigest()[:16]) == PLANS[L_, k]   # deterministic
 
 
 def test_the_plan_fills_rows_a_first_fit_would_leave_half_empty():

@@ -1,4 +1,9 @@
 """NSP pairing: google's create_instances_from_document semantics, checked as properties on real text."""
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -6,7 +11,7 @@ from pipeline.algorithms import pairs
 from pipeline.algorithms.pool import TokenSpan, spill_pool
 from pipeline.beam import runfiles, shuffle, transforms
 from pipeline.text import sentences, tokenization
-from tests.conftest import SAMPLES, UNCASED_VOCAB
+from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
 
 CLS, SEP = 101, 102
 
@@ -103,12 +108,33 @@ def test_word_starts_mark_continuations(pool, uncased_vocab):
         assert start == (not uncased_vocab[token].startswith("##"))
 
 
+# Computed once and written here: blake2b and PCG64 give these in every process, run and machine (Python's salted
+# hash() would not), so a change of hash, key or generator fails the test below.
+STABLE = {"stable_hash": [13924241962069754241, 5775768569193422404], "document_rng": 0.25766773113675434,
+          "key_hashes": [[10927380073100663212, 17826298450985470711], [49893679805317441, 10307363676064206141],
+                         [13002780327174578037, 17769340249495187779], [12730339453609750659, 16822548227062520904]]}
+
+
+def stable_values() -> dict:
+    """The values STABLE holds, computed in this process; "salted": Python's own hash(), which differs by process."""
+    h = shuffle.key_hashes(pairs.bucket_key(12345), [f"doc{i}" for i in range(10000)])   # (10000, 2)
+    return {"stable_hash": [pairs.stable_hash("a", 1), pairs.stable_hash("a", 2)],
+            "document_rng": pairs.document_rng(12345, "wikipedia:12", 0).random(),
+            "key_hashes": h[[0, 1, 2, -1]].tolist(), "salted": hash("a")}
+
+
 def test_rng_and_buckets_are_stable_across_processes():
-    # blake2b, not Python's salted hash(): these values must never change between runs or machines
-    assert pairs.stable_hash("a", 1) == pairs.stable_hash("a", 1) != pairs.stable_hash("a", 2)
-    assert pairs.document_rng(12345, "wikipedia:12", 0).random() == pairs.document_rng(12345, "wikipedia:12", 0).random()
+    here = stable_values()
+    assert {k: here[k] for k in STABLE} == STABLE
+    # a fresh interpreter with another hash salt: the same values, while hash() changes
+    seed = "321" if os.environ.get("PYTHONHASHSEED") == "123" else "123"
+    code = "import json; from tests.test_pairs import stable_values; print(json.dumps(stable_values()))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    there = json.loads(done.stdout)
+    assert there.pop("salted") != here.pop("salted") and there == STABLE
     h1 = shuffle.key_hashes(pairs.bucket_key(12345), [f"doc{i}" for i in range(10000)])[:, 0]
-    assert (h1 == shuffle.key_hashes(pairs.bucket_key(12345), [f"doc{i}" for i in range(10000)])[:, 0]).all()
     histogram = np.bincount((h1 >> np.uint64(64 - runfiles.HIST_BITS)).astype(np.int64),
                             minlength=1 << runfiles.HIST_BITS)
     work = transforms.plan_buckets(1000, 2, 10_000, 10_000 * 300)
