@@ -117,8 +117,10 @@ def test_the_kernel_call_fits_torch_varlen_attn(monkeypatch):
     B, T = batch["input_ids"].shape
     nh, hs = model.config.num_heads, model.config.hidden_size // model.config.num_heads
     reference = bert.varlen_reference
+    calls = []
 
     def checked(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k):
+        calls.append((q.shape, cu_seq_q.clone()))
         inspect.signature(bert.varlen_attn).bind(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k)
         assert q.shape == k.shape == v.shape == (B * T, nh, hs) and q.stride(-1) == 1   # flash: contiguous rows
         assert cu_seq_q.dtype == torch.int32 and cu_seq_q.is_contiguous() and (max_q, max_k) == (T, T)
@@ -131,6 +133,11 @@ def test_the_kernel_call_fits_torch_varlen_attn(monkeypatch):
     monkeypatch.setattr(bert, "varlen_reference", checked)
     with torch.no_grad():
         model(**batch)
+    # once per layer, each with the batch's own segments: each row's k instance slots, then its padding
+    k = batch["next_sentence_positions"].shape[1]
+    segments = bert.varlen_segments(batch["input_mask"], k).cu_seq   # (B * (k + 1) + 1,)
+    assert len(calls) == model.config.num_layers == 3 and k == 4 and segments.shape == (B * (k + 1) + 1,)
+    assert all(shape == (B * T, nh, hs) and torch.equal(cu_seq, segments) for shape, cu_seq in calls)
 
 
 def test_which_attention_runs_where(monkeypatch):
