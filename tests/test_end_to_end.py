@@ -226,12 +226,18 @@ def _googles_shards(tmp_path, vocab) -> Path:
     return out
 
 
-def test_verify_reads_googles_own_shards(tmp_path):
-    """Shards written by google's create_pretraining_data.py (bert-tensorflow) verify without a manifest."""
+def test_verify_reads_googles_own_shards(tmp_path, capsys):
+    """Shards written by google's create_pretraining_data.py (bert-tensorflow) verify without a manifest: every
+    record, as many as TF's own reader counts."""
     pytest.importorskip("bert")
+    tf = pytest.importorskip("tensorflow")
     out = _googles_shards(tmp_path, UNCASED_VOCAB)
+    held = sum(1 for _ in tf.data.TFRecordDataset(str(out / "google.tfrecord")))
+    capsys.readouterr()
     assert cli.main(["verify", str(out), "--max-seq-length", "128", "--max-predictions-per-seq", "20",
                      "--vocab-size", "30522"]) == 0
+    assert held > 100
+    assert f"{out}: 1 file(s), {held:,} records (no manifest: google-style shards)" in capsys.readouterr().out
 
 
 def test_verify_accepts_googles_random_cls_and_sep(tmp_path):
