@@ -196,4 +196,6 @@ def test_objective_parameters_are_checked():
         pairs.PairParams(objective="mlm")
     with pytest.raises(ValueError, match="'none' only"):
         pairs.PairParams(objective="sop", cross_documents=True)
-    assert objectives.plan_rows([], 10, True, True) is not None
+    # no document, or only empty ones: no row
+    assert list(objectives.plan_rows([], 10, True, True)) == []
+    assert list(objectives.plan_rows([np.array([], np.int64)] * 2, 10, True, True)) == []
