@@ -1,4 +1,5 @@
 import collections
+import fnmatch
 import os
 from pathlib import Path
 
@@ -44,6 +45,22 @@ def documents_holding(tokens: dict[str, bytes], segment) -> set[str]:
         if at >= 0:
             found.add(doc_id)
     return found
+
+
+def same_tree(a, b, ignore: tuple[str, ...] = ()) -> int:
+    """Asserts that directories `a` and `b` hold the same files at every depth (hidden ones too), byte for byte, and
+    at least one; returns how many. `ignore`: fnmatch patterns of relative paths ("manifest.json",
+    "validation/*") left out of both sides, each for a reason its caller gives."""
+    def files(root: Path) -> list[str]:
+        names = (p.relative_to(root).as_posix() for p in Path(root).rglob("*") if p.is_file())
+        return sorted(n for n in names if not any(fnmatch.fnmatch(n, pattern) for pattern in ignore))
+
+    names = files(a)
+    assert names == files(b), f"{a} and {b} hold different files"
+    assert names, f"no file to compare in {a}"
+    for name in names:
+        assert (Path(a) / name).read_bytes() == (Path(b) / name).read_bytes(), f"{name} differs"
+    return len(names)
 
 
 @pytest.fixture

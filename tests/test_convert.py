@@ -4,7 +4,6 @@
 Round trips are exact: every record of the TFRecords equals, field by field, what the other tool reads back, taken
 back to the shard layout (pipeline/formats/columns.py's to_shards / to_pairs)."""
 import importlib.util
-import itertools
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 
 from pipeline.commands import cli
 from pipeline.formats import columns, mds, pair_records, schema, tfrecord
-from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
+from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB, same_tree
 
 ONE = ["--preset", "local-1"]
 BOOKS = ["books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1"]
@@ -223,9 +222,7 @@ def test_same_bytes_on_one_and_two_workers(made, tmp_path):
         convert(made / "shards", tmp_path / f"{fmt}-1", fmt)
         assert cli.main(["convert", "--input", str(made / "shards"), "--format", fmt, "--output",
                          str(tmp_path / f"{fmt}-2"), "--preset", "local"]) == 0
-        for f in sorted(os.listdir(tmp_path / f"{fmt}-1")):
-            if os.path.isfile(tmp_path / f"{fmt}-1" / f):
-                assert (tmp_path / f"{fmt}-1" / f).read_bytes() == (tmp_path / f"{fmt}-2" / f).read_bytes(), f
+        same_tree(tmp_path / f"{fmt}-1", tmp_path / f"{fmt}-2")   # the validation/ export too
 
 
 @pytest.mark.slow
@@ -352,11 +349,13 @@ def test_convert_onto_an_object_store_gives_the_local_bytes(made, tmp_path, monk
         monkeypatch.chdir(tmp_path)
         assert cli.main(["convert", "--input", str(made / "shards"), "--format", fmt, "--output",
                          f"simstore://{bucket}/out", *ONE]) == 0
-        for path in itertools.chain(local.glob("*.*"), (local / "validation").glob("*.*")):
-            name = path.relative_to(local).as_posix()
-            if name.endswith("manifest.json"):
-                continue   # it names the output's path
+        # every file at every depth but the manifests (they name the output's path), and the same list
+        names = sorted(p.relative_to(local).as_posix() for p in local.rglob("*")
+                       if p.is_file() and p.name != "manifest.json")
+        stored = sorted(o.removeprefix("out/") for o in simstore.objects(bucket) if not o.endswith("manifest.json"))
+        assert names and stored == names
+        for name in names:
             with open(simstore._object(bucket, f"out/{name}"), "rb") as f:
-                assert f.read() == path.read_bytes(), name
+                assert f.read() == (local / name).read_bytes(), name
         assert not [o for o in simstore.objects(bucket) if ".incomplete" in o]
         assert cli.main(["verify", f"simstore://{bucket}/out"]) == 0

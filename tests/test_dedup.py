@@ -13,7 +13,7 @@ from pipeline.commands import cli
 from pipeline.formats import dedup_report, documents
 from pipeline.formats.documents import Document
 from pipeline.text import normalize
-from tests.conftest import SAMPLES, UNCASED_VOCAB
+from tests.conftest import SAMPLES, UNCASED_VOCAB, same_tree
 
 ONE = ["--preset", "local-1"]
 TWO = ["--preset", "local", "--direct_num_workers=2"]
@@ -145,8 +145,8 @@ def test_counts_reconcile_and_the_report_accounts_for_every_removal(copies, caps
 def test_the_same_documents_kept_on_any_worker_count_and_back_end(copies, tmp_path):
     for name, args in (("two", TWO), ("gbk", [*ONE, "--shuffle", "groupbykey"])):
         assert cli.main(["dedup", "--input", str(copies / "docs"), "--output", str(tmp_path / name), *args]) == 0
-        for f in [*(copies / "out").glob("documents-*.jsonl.gz"), copies / "out/dedup_report.jsonl.gz"]:
-            assert (tmp_path / name / f.name).read_bytes() == f.read_bytes(), (name, f.name)
+        # all but manifest.json, whose counters count the runner's own work (shuffle/runs)
+        same_tree(copies / "out", tmp_path / name, ignore=("manifest.json",))
 
 
 def _write_documents(path, docs):

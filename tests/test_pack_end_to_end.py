@@ -10,7 +10,7 @@ import pytest
 from pipeline.algorithms import packing
 from pipeline.commands import cli
 from pipeline.formats import manifest, schema, tfrecord
-from tests.conftest import SAMPLES, UNCASED_VOCAB
+from tests.conftest import SAMPLES, UNCASED_VOCAB, same_tree
 
 pytestmark = pytest.mark.slow
 ONE = ["--preset", "local-1"]
@@ -86,9 +86,9 @@ def test_pack_gives_the_same_bytes_on_one_or_two_workers_and_either_back_end(mad
     args = ["pack", "--input", str(made / "plain"), "--max-sequences-per-pack", "4", "--num-shards", "2"]
     assert cli.main([*args, "--output", str(tmp_path / "one"), *ONE]) == 0
     assert cli.main([*args, "--output", str(tmp_path / "gbk"), "--shuffle", "groupbykey", *ONE]) == 0
-    for f in sorted((made / "packed").glob("shard-*.tfrecord")):
-        for other in ("one", "gbk"):
-            assert (tmp_path / other / f.name).read_bytes() == f.read_bytes(), (other, f.name)
+    for other in ("one", "gbk"):
+        # all but manifest.json, whose counters count the runner's own work (shuffle/runs)
+        same_tree(made / "packed", tmp_path / other, ignore=("manifest.json",))
 
 
 def test_mask_pack_holds_the_masked_instances(made, tmp_path):

@@ -16,7 +16,7 @@ from pipeline.commands import cli
 from pipeline.formats import manifest
 from pipeline.jobs import launch
 from tests import simstore
-from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
+from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB, same_tree
 
 ONE = ["--preset", "local-1"]
 BOOKS = ["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1",
@@ -211,8 +211,8 @@ def test_a_job_left_alone_publishes_itself(tmp_path, monkeypatch, capsys):
     assert cli.main([*BOOKS, "--output", str(tmp_path / "waited"), *ONE]) == 0
     alone, waited = (manifest.read(str(d)) for d in (out, tmp_path / "waited"))
     assert alone["files"] == waited["files"]
-    for f in alone["files"]:
-        assert (out / f["file"]).read_bytes() == (tmp_path / "waited" / f["file"]).read_bytes()
+    # all but manifest.json, whose counters count the runner's own work (shuffle/runs, spread/documents)
+    same_tree(out, tmp_path / "waited", ignore=("manifest.json",))
 
 
 def test_help_shows_wait_and_its_default():

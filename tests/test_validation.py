@@ -10,7 +10,7 @@ from pipeline.algorithms import split
 from pipeline.beam import transforms
 from pipeline.commands import cli
 from pipeline.formats import documents, heldout, pair_records, tfrecord
-from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding
+from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding, same_tree
 
 ONE = ["--preset", "local-1"]
 BOTH = ["--input", f"wikipedia:{SAMPLES / 'enwiki-sample.xml.bz2'}", "--input", f"books:{SAMPLES / 'books'}"]
@@ -113,11 +113,6 @@ def prepare(tmp_path, name, *extra, workers=ONE):
     return out
 
 
-def data_bytes(out) -> dict[str, bytes]:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and p.name != "manifest.json"}
-
-
 @pytest.mark.slow
 def test_a_count_holds_out_exactly_that_many_the_same_on_any_runner(tmp_path):
     """5 of 23 documents, shared out as 1 book and 4 articles; the same bytes on 1 and 2 workers and on both shuffle
@@ -126,7 +121,9 @@ def test_a_count_holds_out_exactly_that_many_the_same_on_any_runner(tmp_path):
     one = prepare(tmp_path, "one", *ask)
     two = prepare(tmp_path, "two", *ask, workers=["--preset", "local", "--direct_num_workers=2"])
     gbk = prepare(tmp_path, "gbk", *ask, "--shuffle", "groupbykey")
-    assert data_bytes(one) == data_bytes(two) == data_bytes(gbk)
+    for other in (two, gbk):
+        # all but the manifests, whose counters count the runner's own work (shuffle/runs)
+        same_tree(one, other, ignore=("manifest.json", "validation/manifest.json"))
     listed = list(heldout.read(str(one / "validation" / heldout.NAME)))
     assert len(listed) == 5 and [d["id"].split(":")[0] for d in listed].count("books") == 1
     assert [d["id"] for d in listed] == sorted(d["id"] for d in listed)
