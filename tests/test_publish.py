@@ -10,6 +10,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
 
 from pipeline.beam import options, publish, shards, tally
 from pipeline.commands import cli
@@ -198,15 +199,24 @@ def test_a_job_left_alone_publishes_itself(tmp_path, monkeypatch, capsys):
     and its LOOPBACK workers live in this test's process, which stays alive; a real user's would not, so the CLI
     refuses --no-wait there: the refusal is switched off here.)"""
     monkeypatch.setattr(options, "runs_in_launcher", lambda opts: False)
+    results = []   # the submitted job's handle, which the launcher does not keep
+    run = beam.Pipeline.run
+
+    def kept(pipeline, *args, **kwargs):
+        results.append(run(pipeline, *args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(beam.Pipeline, "run", kept)
     out = tmp_path / "alone"
-    start = time.time()
     assert cli.main([*BOOKS, "--output", str(out), "--no-wait", "--preset", "portable", "--job_endpoint=embed"]) == 0
     err = capsys.readouterr().err
     assert "submitted" in err and "publishes" in err and "wrote " not in err
-    while not (out / "manifest.json").exists():
-        assert time.time() - start < 300, "the job never published"
+    job = results[-1]
+    deadline = time.monotonic() + 300   # only catches a hang
+    while not PipelineState.is_terminal(job.state):
+        assert time.monotonic() < deadline, "the job never ended"
         time.sleep(0.5)
-    time.sleep(2)   # the job ends after its last step
+    assert job.state == PipelineState.DONE and (out / "manifest.json").exists()
     assert cli.main(["verify", str(out)]) == 0
     assert cli.main([*BOOKS, "--output", str(tmp_path / "waited"), *ONE]) == 0
     alone, waited = (manifest.read(str(d)) for d in (out, tmp_path / "waited"))

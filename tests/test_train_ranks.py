@@ -6,6 +6,7 @@ import faulthandler
 import json
 import multiprocessing
 import os
+import re
 import socket
 import time
 
@@ -82,7 +83,7 @@ def test_an_output_the_ranks_do_not_share_stops_every_rank_in_one_line(tmp_path,
 
 def test_a_rank_that_dies_ends_the_others(tmp_path, shards, tiny_json):
     """Rank 1 is killed mid-run (SIGKILL: no goodbye): rank 0, waiting in its next collective, exits non-zero with
-    one line, well within --dist-timeout-min."""
+    one line saying the connection broke: it never waits out --dist-timeout-min."""
     argv = argv_for(shards, tiny_json, tmp_path / "run", "--steps", "100000", "--checkpoint-every", "0")
     ranks, errs = start(tmp_path, [argv, argv])
     log = tmp_path / "run" / "log.jsonl"
@@ -91,12 +92,13 @@ def test_a_rank_that_dies_ends_the_others(tmp_path, shards, tiny_json):
         assert time.time() < deadline and all(p.is_alive() for p in ranks), [open(e).read()[-2000:] for e in errs]
         time.sleep(0.2)
     ranks[1].kill()
-    killed = time.time()
-    codes = join_ranks(ranks[:1], 90)
+    codes = join_ranks(ranks[:1], 120)   # only catches a hang
     assert codes == [1], open(errs[0]).read()[-3000:]
-    assert time.time() - killed < 60   # the connection broke: no waiting for the 1-minute timeout
     lines = [line for line in open(errs[0]).read().splitlines() if line.strip()]
     assert lines[-1].startswith("bertprep train: error: rank 0: a collective with the other ranks failed")
+    # why: the connection broke (gloo's words), not the 1-minute timeout
+    assert re.search(r"Connection (reset|closed) by peer|Broken pipe", lines[-1]) and "Timed out" not in lines[-1], \
+        lines[-1]
     assert "Traceback" not in open(errs[0]).read()
 
 
