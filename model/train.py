@@ -119,8 +119,12 @@ def set_up(args: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoi
         step = checkpoints.restore(checkpoint, model, optimizer, scheduler, loader, ranks.rank)
         continue_schedule(checkpoint, args, optimizer, scheduler, step, warmup, ranks.master)
     elif source:
-        init_lines = init_from.load(source, model, shards.objective, shards.shape.max_seq_length,
-                                    optimizer if args.init_optimizer_state else None, args.optimizer)
+        # heads the source lacks are drawn from --seed on every rank, as a fresh model's weights; the run's own
+        # RNG (seed + rank: dropout) is left as it was
+        with torch.random.fork_rng(devices=[model.mlm_bias.device] if ranks.device_type == "cuda" else []):
+            torch.manual_seed(args.seed)
+            init_lines = init_from.load(source, model, shards.objective, shards.shape.max_seq_length,
+                                        optimizer if args.init_optimizer_state else None, args.optimizer)
     # the positions trained so far (export-hf's model_max_length): this data's L, or more where the weights came with more
     before = checkpoint.get("positions_trained", 0) if checkpoint else (source.trained_length or 0) if source else 0
     positions = max(shards.shape.max_seq_length, before)

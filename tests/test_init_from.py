@@ -17,7 +17,7 @@ from model.bert import Bert
 from model.config import PRESETS
 from model.plan import RunError
 from pipeline.commands import cli, training
-from tests.test_train import VOCAB, write_pairs, write_shards
+from tests.test_train import VOCAB, _run_rank, join_ranks, write_pairs, write_shards
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
@@ -374,3 +374,31 @@ def test_flags_that_do_not_fit_are_one_line(tmp_path, data, capsys):
     assert "is inside --output" in refusal(capsys, *train_argv(data, tmp_path / "run", "--init-from", tmp_path / "run"))
     with pytest.raises(RunError, match="cannot be read as a bertprep checkpoint"):
         init_from.open_source(str(tmp_path / "run" / "checkpoints" / "step-00000001.pt"))
+
+
+def test_two_ranks_start_from_the_source(tmp_path, data):
+    """torchrun's two ranks (gloo, spawned as tests/test_train.py does): each opens the source, rank 0 alone says what
+    it loaded, and the run's weights after a step at a negligible lr are the source's, with fresh heads made alike."""
+    import multiprocessing
+    import socket
+
+    theirs = hf_directory(tmp_path / "hf", data, cls="BertModel")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = train_argv(data, tmp_path / "run", "--init-from", tmp_path / "hf", "--steps", "1", "--lr", "1e-12",
+                      "--batch-size", "4")[1:]
+    ctx = multiprocessing.get_context("spawn")   # not fork: see tests/test_train.py
+    ranks = [ctx.Process(target=_run_rank, args=(r, 2, port, argv)) for r in range(2)]
+    for p in ranks:
+        p.start()
+    assert join_ranks(ranks, 300) == [0, 0]
+    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
+    assert ckpt["step"] == 1 and len(ckpt["ranks"]) == 2
+    mine = hf.to_hf_state_dict(ckpt["model"], init_from.BertConfig.from_json(ckpt["config"]))
+    for name, tensor in theirs.state_dict().items():
+        torch.testing.assert_close(mine["bert." + name], tensor, rtol=0, atol=1e-6, msg=name)
+    alone = init_from.empty_model(init_from.BertConfig.from_json(ckpt["config"]), True, "cpu")
+    torch.manual_seed(3)   # the run's --seed: the fresh heads' init
+    init_from.load(init_from.open_source(str(tmp_path / "hf")), alone, "nsp", 24)
+    torch.testing.assert_close(ckpt["model"]["nsp.weight"], alone.state_dict()["nsp.weight"], rtol=0, atol=1e-6)
