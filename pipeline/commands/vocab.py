@@ -1,7 +1,13 @@
-"""`bertprep vocab`: learn a WordPiece vocab.txt in google's format from extracted documents.
+"""`bertprep vocab`: learn a WordPiece vocab.txt in google's format from extracted documents, or give a tokenizer.json
+BERT's special tokens.
 
     bertprep vocab --input out/documents --output vocab.txt [--vocab-size 30522] [--cased] [--unused 0]
                    [--sample-docs N --seed 12345] [--min-frequency 2] [--limit-alphabet 1000]
+    bertprep vocab --extend IN.json --output OUT.json [--pad-to-multiple 64]
+
+--extend (`extend`, at the end) reads a `tokenizers` tokenizer.json (GPT-2's or OLMo's byte-level BPE, a Unigram,
+a WordPiece) and writes it with [UNK] [CLS] [SEP] [PAD] [MASK] added as special tokens, BERT's pair template, and
+with --pad-to-multiple unused tokens to a multiple of N (pipeline/text/subwords.py), as ModernBERT extended OLMo's.
 
 Steps, each a function below:
   1. `select_documents`: the documents of --input (a directory written by `extract`, or globs of
@@ -41,16 +47,25 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.formats import manifest
 from pipeline.formats.documents import Document, read_gzip_jsonl
-from pipeline.text import tokenization
+from pipeline.commands.flags import positive_int
+from pipeline.text import subwords, tokenization
 
 GOOGLE_UNUSED_BEFORE_UNK = 99  # google puts [unused0..98] between [PAD] and [UNK]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Adds every `bertprep vocab` flag to `p`."""
-    p.add_argument("--input", required=True,
-                   help="an `extract` output directory, or GLOB[,GLOB...] of documents-*.jsonl.gz")
-    p.add_argument("--output", required=True, help="vocab.txt to write (local path or gs://...); also OUTPUT.json")
+    p.add_argument("--input",
+                   help="an `extract` output directory, or GLOB[,GLOB...] of documents-*.jsonl.gz (or --extend)")
+    p.add_argument("--output", required=True,
+                   help="vocab.txt (or with --extend tokenizer.json) to write (local path or gs://...); also "
+                        "OUTPUT.json")
+    p.add_argument("--extend", metavar="IN.json",
+                   help="instead of learning from --input: a tokenizer.json to give BERT's special tokens ([UNK] "
+                        "[CLS] [SEP] [PAD] [MASK], those it lacks) and its [CLS] A [SEP] B [SEP] template")
+    p.add_argument("--pad-to-multiple", type=positive_int, metavar="N",
+                   help="with --extend: [unusedK] tokens until the vocabulary's size is a multiple of N (64, as "
+                        "ModernBERT: embedding rows that suit the GPU's matmuls)")
     p.add_argument("--vocab-size", type=int, default=30522, help="lines of vocab.txt, special and unused included")
     p.add_argument("--cased", action="store_true", help="keep case and accents (default: lowercase, strip accents)")
     p.add_argument("--unused", type=int, default=0,
@@ -64,6 +79,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def argument_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the flags' values, or None."""
+    if (args.input is None) == (args.extend is None):
+        return "give one of --input (learn a vocab.txt from documents) and --extend (add BERT's tokens to a tokenizer)"
+    if args.extend is not None:
+        given = [f"--{name.replace('_', '-')}" for name in LEARNING if getattr(args, name) != LEARNING[name]]
+        if given:
+            return (f"{given[0]} is for learning a vocab.txt from --input; --extend keeps the tokenizer's own "
+                    "vocabulary and casing")
+        return None
+    if args.pad_to_multiple is not None:
+        return "--pad-to-multiple goes with --extend (a learned vocab.txt has --unused slots instead)"
     if args.vocab_size < len(tokenization.SPECIAL_TOKENS) + args.unused + 1:
         return f"--vocab-size {args.vocab_size} leaves no room beside {args.unused} unused and the special tokens"
     for name in ("unused", "sample_docs", "min_frequency"):
@@ -72,6 +97,11 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     if args.limit_alphabet < 1:
         return "--limit-alphabet must be >= 1"
     return None
+
+
+# the learning flags and their defaults: with --extend, any of them given is refused, never ignored
+LEARNING = {"vocab_size": 30522, "cased": False, "unused": 0, "sample_docs": 0, "seed": 12345, "min_frequency": 2,
+            "limit_alphabet": 1000}
 
 
 def input_files(spec: str) -> list[str]:
@@ -197,6 +227,8 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"bertprep vocab: error: {problem}", file=sys.stderr)
         raise SystemExit(2)
+    if args.extend is not None:
+        return extend(args)
     counts: collections.Counter = collections.Counter()
     documents = select_documents(input_files(args.input), args.sample_docs, args.seed, counts)
     words = count_words(documents, lowercase=not args.cased, counts=counts)
@@ -229,6 +261,31 @@ def run(args: argparse.Namespace) -> int:
     short = "" if len(vocab) == args.vocab_size else f" (asked for {args.vocab_size}: the merges ran out)"
     print(f"wrote {args.output}: {len(vocab)} tokens{short} from {counts['documents']} documents, "
           f"{counts['words']} words")
+    return 0
+
+
+def extend(args: argparse.Namespace) -> int:
+    """`bertprep vocab --extend`: the tokenizer with BERT's tokens (pipeline/text/subwords.py) to --output, and
+    --output + ".json" with what was added and the special ids; a file that is no tokenizer.json is one line."""
+    try:
+        tokenizer, added = subwords.extend(subwords.load(args.extend), args.pad_to_multiple)
+        specials = subwords.find_specials(tokenizer, args.output)
+    except subwords.TokenizerError as e:
+        print(f"bertprep vocab: error: --extend {e}", file=sys.stderr)
+        return 2
+    data = tokenizer.to_str(pretty=True).encode("utf-8")
+    with FileSystems.create(args.output, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(data)
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    info = {"sha256": hashlib.sha256(data).hexdigest(), "size": size, "model": subwords.model_type(tokenizer),
+            "lowercase": subwords.lowercases(tokenizer), "special_ids": specials.to_json(), "added": added,
+            "parameters": {"extend": args.extend, "pad_to_multiple": args.pad_to_multiple},
+            "created_by": f"bertprep {manifest.VERSION}"}
+    with FileSystems.create(args.output + ".json", compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write((json.dumps(info, indent=2, ensure_ascii=False) + "\n").encode())
+    print(f"wrote {args.output}: {size:,} tokens ({subwords.model_type(tokenizer)}), {len(added)} added "
+          f"({', '.join(added[:5])}{', ...' if len(added) > 5 else ''}); [CLS] {specials.cls}, [SEP] {specials.sep}, "
+          f"[MASK] {specials.mask}, [PAD] {specials.pad}")
     return 0
 
 

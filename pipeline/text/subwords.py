@@ -1,0 +1,161 @@
+"""Any `tokenizers` tokenizer.json (byte-level BPE as GPT-2's and OLMo's, Unigram, WordPiece) as a BERT tokenizer:
+its special tokens found, its casing read off its normalizer, and BERT's specials added where it has none.
+
+google's vocab.txt stays `tokenization.py`'s; this is the other kind of vocabulary issue 37 brings in. What BERT's
+data needs of a tokenizer is five ids: a [CLS]-like and a [SEP]-like token (from the post-processor: the
+TemplateProcessing, BertProcessing or RobertaProcessing that frames a pair), a mask and a pad token (by their usual
+names, [MASK]/<mask> and [PAD]/<pad>), and, where it has one, an unknown token. `--special-tokens
+cls=...,sep=...,mask=...,pad=...` names them otherwise. A tokenizer without them is refused in one line naming what
+is missing and the command that adds them: `bertprep vocab --extend IN.json --output OUT.json` (`extend`), which
+adds [UNK] [CLS] [SEP] [PAD] [MASK] as special tokens with BERT's template, and with --pad-to-multiple 64 unused
+tokens up to a multiple of 64, as ModernBERT extended OLMo's tokenizer to 50,368 entries.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from tokenizers import AddedToken, Tokenizer, processors
+
+from pipeline.formats import storage
+
+ROLES = ("cls", "sep", "mask", "pad")
+NAMES = {"mask": ("[MASK]", "<mask>"), "pad": ("[PAD]", "<pad>"), "unk": ("[UNK]", "<unk>")}
+BERT_SPECIALS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")   # what `extend` adds, in this order
+EXTEND = "bertprep vocab --extend {path} --output OUT.json"
+
+
+class TokenizerError(ValueError):
+    """A file that is not a tokenizer.json, or a tokenizer that lacks what BERT's data needs: one line."""
+
+
+@dataclass(frozen=True)
+class Specials:
+    """The ids of BERT's special roles in one tokenizer; `unk` None where it has no unknown token (byte-level BPE
+    needs none)."""
+    cls: int
+    sep: int
+    mask: int
+    pad: int
+    unk: int | None = None
+
+    def to_json(self) -> dict:
+        return {"cls_id": self.cls, "sep_id": self.sep, "mask_id": self.mask, "pad_id": self.pad, "unk_id": self.unk}
+
+
+def load(path: str) -> Tokenizer:
+    """The tokenizer.json at `path` (local or any path Beam's FileSystems read); TokenizerError if it is none."""
+    if not storage.exists(path):
+        raise TokenizerError(f"{path}: no such file")
+    raw = storage.read_bytes(path)
+    try:
+        return Tokenizer.from_str(raw.decode("utf-8"))
+    except (UnicodeDecodeError, Exception) as e:   # tokenizers raises a bare Exception for a bad file
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise TokenizerError(f"{path} is not a tokenizer.json of the `tokenizers` library ({first})") from None
+
+
+def sha256(path: str) -> str:
+    return hashlib.sha256(storage.read_bytes(path)).hexdigest()
+
+
+def model_type(tokenizer: Tokenizer) -> str:
+    """BPE | Unigram | WordPiece | WordLevel, as tokenizer.json names its model."""
+    return json.loads(tokenizer.to_str())["model"]["type"]
+
+
+def lowercases(tokenizer: Tokenizer) -> bool:
+    """Whether the tokenizer's normalizer lowercases (a Lowercase step, or a BertNormalizer with lowercase): the
+    tokenizer decides casing, never a flag."""
+    def walk(spec) -> bool:
+        if not spec:
+            return False
+        if spec.get("type") == "Sequence":
+            return any(walk(step) for step in spec.get("normalizers", []))
+        return spec.get("type") == "Lowercase" or (spec.get("type") == "BertNormalizer" and bool(spec.get("lowercase")))
+    return walk(json.loads(tokenizer.to_str()).get("normalizer"))
+
+
+def framing_tokens(tokenizer: Tokenizer) -> tuple[str | None, str | None]:
+    """(the [CLS]-like, the [SEP]-like token) of the post-processor that frames a pair: TemplateProcessing's first
+    special token and the one after $A, BertProcessing's and RobertaProcessing's cls and sep; inside a Sequence
+    too. (None, None) where none frames a pair (GPT-2's ByteLevel)."""
+    def walk(spec) -> tuple[str | None, str | None]:
+        if not spec:
+            return None, None
+        kind = spec.get("type")
+        if kind == "Sequence":
+            for step in spec.get("processors", []):
+                found = walk(step)
+                if found != (None, None):
+                    return found
+        if kind in ("BertProcessing", "RobertaProcessing"):
+            return spec["cls"][0], spec["sep"][0]
+        if kind == "TemplateProcessing":
+            pieces = spec.get("pair") or spec.get("single") or []
+            tokens = {k: (v.get("tokens") or [k])[0] for k, v in (spec.get("special_tokens") or {}).items()}
+            names = [p["Sequence"]["id"] if "Sequence" in p else tokens.get(p["SpecialToken"]["id"],
+                                                                            p["SpecialToken"]["id"])
+                     for p in pieces if "Sequence" in p or "SpecialToken" in p]
+            if "A" in names:
+                at = names.index("A")
+                cls = names[at - 1] if at > 0 else None
+                sep = names[at + 1] if at + 1 < len(names) and names[at + 1] not in ("A", "B") else None
+                return cls, sep
+        return None, None
+    return walk(json.loads(tokenizer.to_str()).get("post_processor"))
+
+
+def parse_overrides(text: str | None) -> dict[str, str]:
+    """`--special-tokens cls=<s>,sep=</s>,mask=<mask>,pad=<pad>` as {role: token}; ValueError naming a bad part."""
+    out = {}
+    for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
+        role, _, token = part.partition("=")
+        if role not in ROLES or not token:
+            raise ValueError(f"{part!r}: expected ROLE=TOKEN with ROLE one of {', '.join(ROLES)}")
+        out[role] = token
+    return out
+
+
+def find_specials(tokenizer: Tokenizer, path: str, overrides: dict[str, str] | None = None) -> Specials:
+    """The tokenizer's BERT roles (module doc); TokenizerError naming each one missing, or a named token that is
+    not in its vocabulary, and the command that adds BERT's."""
+    cls, sep = framing_tokens(tokenizer)
+    named = {"cls": cls, "sep": sep}
+    for role in ("mask", "pad", "unk"):
+        named[role] = next((n for n in NAMES[role] if tokenizer.token_to_id(n) is not None), None)
+    for role, token in (overrides or {}).items():
+        if tokenizer.token_to_id(token) is None:
+            raise TokenizerError(f"--special-tokens {role}={token}: {token!r} is not in {path}'s vocabulary")
+        named[role] = token
+    missing = [role for role in ROLES if named[role] is None or tokenizer.token_to_id(named[role]) is None]
+    if missing:
+        raise TokenizerError(f"{path} has no {' / '.join(missing)} token (looked for: a post-processor framing a "
+                             "pair for cls and sep, [MASK]/<mask>, [PAD]/<pad>): add BERT's with "
+                             f"`{EXTEND.format(path=path)}`, or name them with --special-tokens "
+                             "cls=...,sep=...,mask=...,pad=...")
+    ids = {role: tokenizer.token_to_id(named[role]) for role in ROLES}
+    return Specials(**ids, unk=tokenizer.token_to_id(named["unk"]) if named["unk"] else None)
+
+
+def extend(tokenizer: Tokenizer, pad_to_multiple: int | None = None) -> tuple[Tokenizer, list[str]]:
+    """(the tokenizer with BERT's specials, the tokens added): [UNK] [CLS] [SEP] [PAD] [MASK] as special tokens
+    (those it lacks), a post-processor framing [CLS] A [SEP] B [SEP] (segment 1 for B, after the one it had: a
+    byte-level BPE's ByteLevel keeps its offsets), and with `pad_to_multiple`, [unused0], [unused1], ... until the
+    vocabulary's size is a multiple of it. The same input gives the same file."""
+    tokenizer = Tokenizer.from_str(tokenizer.to_str())   # a copy: the caller's stays as it was
+    added = [t for t in BERT_SPECIALS if tokenizer.token_to_id(t) is None]
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in added])
+    if pad_to_multiple:
+        unused = []
+        while (tokenizer.get_vocab_size(with_added_tokens=True) + len(unused)) % pad_to_multiple:
+            unused.append(f"[unused{len(unused)}]")
+        tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in unused])
+        added += unused
+    ids = {t: tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]")}
+    template = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+                                             special_tokens=list(ids.items()))
+    before = tokenizer.post_processor
+    tokenizer.post_processor = processors.Sequence([before, template]) if before is not None else template
+    return tokenizer, added
