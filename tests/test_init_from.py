@@ -114,6 +114,12 @@ def test_one_step_at_a_negligible_lr_exports_every_tensor_back(tmp_path, data, c
     ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
     assert ckpt["step"] == 1 and ckpt["args"]["init_from"] == str(tmp_path / "hf")
 
+    # an export is a source too, its vocab read from tokenizer.json where vocab.txt is gone (token by token)
+    os.remove(tmp_path / "back" / "vocab.txt")
+    source = init_from.open_source(str(tmp_path / "back"))
+    assert source.vocab.file == str(tmp_path / "back" / "tokenizer.json") and source.vocab.lowercase is True
+    assert init_from.same_vocab(source.vocab, json.load(open(os.path.join(data, "manifest.json")))["vocab"]) is True
+
 
 def google_names(state: dict) -> dict:
     """A BertForPreTraining state dict as google's converted checkpoints store it: LayerNorm gamma/beta, the tied
