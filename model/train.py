@@ -152,7 +152,8 @@ def announce(args: TrainPlan, ranks: Ranks, config: config_lib.BertConfig, shard
     if not shards.shape.packed:  # google's rows: SDPA with a padding mask, whatever --attention says
         attention = "sdpa" + (f" (--attention {args.attention} is for packed rows)"
                               if args.attention != "auto" else "")
-    what = f"from {args.init_from}" if init_lines else args.model or DEFAULT_MODEL
+    what = (f"from {args.init_from}" if init_lines else "its checkpoint's config" if step  # resumed: never --model's
+            else args.model or DEFAULT_MODEL)
     print(f"model: {model.num_params() / 1e6:.2f}M parameters ({what}); data: "
           f"{len(shards.train_files)} train / {len(shards.eval_files)} eval file(s) of "
           f"{data.describe(shards.shape)}, objective {shards.objective}; attention: {attention}; "
