@@ -1,6 +1,7 @@
 """Any tokenizer.json (issue 37, its first part): BERT's special roles found in a real published tokenizer once
 `bertprep vocab --extend` has added them (GPT-2's byte-level BPE, as ModernBERT extended OLMo's), in a Unigram
-trained here and in BERT's own WordPiece; casing read off the normalizer; what lacks a role refused in one line."""
+trained here and in BERT's own WordPiece; casing read off the normalizer; what lacks a role refused in one line;
+real text encoded sentence by sentence into the ids of its whole span."""
 import json
 
 import pytest
@@ -50,6 +51,9 @@ def test_gpt2_extended_as_modernbert_extended_olmo(tmp_path, capsys):
     assert pair.ids[0] == specials.cls and pair.ids.count(specials.sep) == 2 and pair.ids[-1] == specials.sep
     assert set(pair.type_ids[:pair.ids.index(specials.sep) + 1]) == {0} and pair.type_ids[-1] == 1
     assert extended.decode(extended.encode(text, add_special_tokens=False).ids) == text
+    long = " ".join(["word"] * 300)   # the published file truncates at 50 tokens: never here, nor in its extension
+    assert len(extended.encode(long, add_special_tokens=False).ids) == 300
+    assert json.loads(out.read_text())["truncation"] is None
     assert extended.encode("a [MASK] b", add_special_tokens=False).ids.count(specials.mask) == 1   # one token
     assert not subwords.lowercases(extended)   # byte-level BPE keeps case
     info = json.loads((tmp_path / "bert-gpt2.json.json").read_text())
@@ -121,3 +125,52 @@ def test_bad_input_is_one_line(tmp_path, capsys):
         subwords.find_specials(subwords.load(path), path, {"mask": "[MASK]"})
     with pytest.raises(ValueError, match="expected ROLE=TOKEN"):
         subwords.parse_overrides("bos=<s>")
+
+
+def segments(encoded, budget: int):
+    """Runs of consecutive sentences, each cut where the next sentence would pass `budget` tokens, as the pairing
+    fills a segment: (first sentence, last + 1)."""
+    runs, start, size = [], 0, 0
+    for i, (ids, _) in enumerate(encoded):
+        if size and size + len(ids) > budget:
+            runs.append((start, i))
+            start, size = i, 0
+        size += len(ids)
+    return runs + ([(start, len(encoded))] if size else [])
+
+
+def test_segments_of_real_text_decode_to_their_span_and_encode_back(tmp_path):
+    """Issue 37's fidelity on the bundled books and Wikipedia sample with GPT-2 extended: every segment's ids
+    (its sentences' ids concatenated) decode to the document's text of that span and encoding that text gives the
+    same ids; word starts are where the pre-tokenizer's words start."""
+    from corpora.books import plan_reads as book_reads, read_books
+    from corpora.wikipedia import ReadRange, page_to_document, read_pages
+    from pipeline.formats.documents import Document
+    from pipeline.text import sentences
+
+    assert vocab("--extend", GPT2, "--output", tmp_path / "t.json", "--pad-to-multiple", "64") == 0
+    tok = subwords.load(str(tmp_path / "t.json"))
+    docs = [d for p in book_reads([str(REPO / "corpora" / "samples" / "books")]) for d in read_books(p)
+            if isinstance(d, Document)]
+    pages = [p for p in read_pages(ReadRange(str(REPO / "corpora" / "samples" / "enwiki-sample.xml.bz2")))
+             if type(p).__name__ == "Page"]
+    docs += [d for page in pages for d in page_to_document(page) if isinstance(d, Document)]
+    checked, wrong, words = 0, [], 0
+    for doc in docs:
+        split = [sentences.split_paragraph(p) for p in doc.paragraphs]
+        texts = subwords.document_texts(split, doc.paragraphs)
+        assert "".join(texts).split() == "\n\n".join(doc.paragraphs).split()   # every word, once, in order
+        encoded = subwords.encode(tok, texts)
+        for budget in (128, 1024):
+            for a, b in segments(encoded, budget):
+                ids = [i for e, _ in encoded[a:b] for i in e]
+                text = "".join(texts[a:b])
+                checked += 1
+                if tok.decode(ids, skip_special_tokens=False) != text or \
+                        tok.encode(text, add_special_tokens=False).ids != ids:
+                    wrong.append((doc.id, a, text[:60]))
+        for (ids, starts), text in zip(encoded, texts):
+            words += sum(starts)
+            assert starts[0] and len(starts) == len(ids)
+    assert len(docs) == 23 and checked > 2000 and words > 200_000   # 3 books, 20 articles
+    assert wrong == []   # byte-level BPE: no exception at all

@@ -9,6 +9,10 @@ cls=...,sep=...,mask=...,pad=...` names them otherwise. A tokenizer without them
 is missing and the command that adds them: `bertprep vocab --extend IN.json --output OUT.json` (`extend`), which
 adds [UNK] [CLS] [SEP] [PAD] [MASK] as special tokens with BERT's template, and with --pad-to-multiple 64 unused
 tokens up to a multiple of 64, as ModernBERT extended OLMo's tokenizer to 50,368 entries.
+
+Text to ids (`document_texts`, `encode`, below): each sentence with the whitespace before it in the document, so
+that consecutive sentences' ids are the tokenizer's own ids for their span, and word starts from the pre-tokenizer's
+words (what whole-word masking masks together). The pipeline's jobs do not call these yet: they read vocab.txt.
 """
 from __future__ import annotations
 
@@ -50,10 +54,15 @@ def load(path: str) -> Tokenizer:
         raise TokenizerError(f"{path}: no such file")
     raw = storage.read_bytes(path)
     try:
-        return Tokenizer.from_str(raw.decode("utf-8"))
+        tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
     except (UnicodeDecodeError, Exception) as e:   # tokenizers raises a bare Exception for a bad file
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise TokenizerError(f"{path} is not a tokenizer.json of the `tokenizers` library ({first})") from None
+    # A file may carry a truncation or padding setting (the published GPT-2 tokenizer.json truncates at 50 tokens):
+    # a sentence's ids are all of them, and `extend` writes none.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def sha256(path: str) -> str:
@@ -159,3 +168,50 @@ def extend(tokenizer: Tokenizer, pad_to_multiple: int | None = None) -> tuple[To
     before = tokenizer.post_processor
     tokenizer.post_processor = processors.Sequence([before, template]) if before is not None else template
     return tokenizer, added
+
+
+# ---- text to ids, faithfully ---------------------------------------------------------------------------------------
+# A segment's ids must be the tokenizer's own for that span of the document: a byte-level BPE's "Ġ" says a space came
+# before the word, so a sentence is encoded with the whitespace that precedes it in the document's text, where its
+# paragraphs are joined by a blank line ("\n\n", as the corpora's readers split them). The document's first sentence
+# has none; a paragraph's first sentence carries the "\n\n" (GPT-2: "ĊĊ" ... or "Ċ", "Ċ"), so a segment that crosses a
+# paragraph break holds the break as the tokenizer encodes it. Sentences are cut where a pre-tokenizer cuts anyway
+# (before the whitespace a word takes with it), so the concatenated ids of consecutive sentences are the ids of
+# their whole span: decode gives the span back and encoding that gives the same ids (tests/test_subwords.py).
+
+PARAGRAPH_BREAK = "\n\n"
+
+
+def sentence_spans(paragraph: str, sentences: list[str]) -> list[tuple[int, int]]:
+    """[(start, end)) of each sentence in `paragraph`, start moved back over the whitespace before it (back to the
+    previous sentence's end): `sentences` are its stripped, in-order slices (sentences.split_paragraph's)."""
+    spans, at = [], 0
+    for sentence in sentences:
+        found = paragraph.find(sentence, at)
+        if found < 0:
+            raise ValueError(f"sentence {sentence[:40]!r} is not a slice of its paragraph after offset {at}")
+        spans.append((at, found + len(sentence)))
+        at = found + len(sentence)
+    return spans
+
+
+def document_texts(paragraphs: list[list[str]], raw: list[str]) -> list[str]:
+    """The text each sentence is encoded from: its span of the paragraph with the whitespace before it, a
+    paragraph's first sentence after PARAGRAPH_BREAK (none before the document's first). `paragraphs` holds each
+    paragraph's sentences, `raw` the paragraphs' text."""
+    texts = []
+    for k, (sentences, text) in enumerate(zip(paragraphs, raw)):
+        for i, (start, end) in enumerate(sentence_spans(text, sentences)):
+            span = text[start:end] if texts else text[start:end].lstrip()   # nothing before the document's first
+            texts.append((PARAGRAPH_BREAK if i == 0 and texts else "") + span)
+    return texts
+
+
+def encode(tokenizer: Tokenizer, texts: list[str]) -> list[tuple[list[int], list[bool]]]:
+    """(ids, word starts) of each text, no special tokens: a token starts a word where the pre-tokenizer's word
+    changes (its word ids), which is what whole-word masking masks together."""
+    out = []
+    for e in tokenizer.encode_batch(texts, add_special_tokens=False):
+        words = e.word_ids
+        out.append((e.ids, [i == 0 or words[i] != words[i - 1] for i in range(len(words))]))
+    return out
