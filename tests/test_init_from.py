@@ -3,6 +3,7 @@
 with google's TF-era names; BertModel and BertForMaskedLM weights), every tensor accounted for, phase 2 from phase 1,
 the optimizer's moments carried, --resume refused on other data, and each bad source one line before any step with
 nothing written to --output."""
+import glob
 import json
 import math
 import os
@@ -408,3 +409,21 @@ def test_two_ranks_start_from_the_source(tmp_path, data):
     torch.manual_seed(3)   # the run's --seed: the fresh heads' init
     init_from.load(init_from.open_source(str(tmp_path / "hf")), alone, "nsp", 24)
     torch.testing.assert_close(ckpt["model"]["nsp.weight"], alone.state_dict()["nsp.weight"], rtol=0, atol=1e-6)
+
+
+def test_the_data_fingerprint_moves_with_the_data_and_lists_a_store_once(tmp_path):
+    """A checkpoint's fingerprint of its data: the same for the same files moved onto an object store (a resume
+    from gs:// after a local run), and made there from one listing, not a request per shard file."""
+    from pipeline.formats import manifest, storage
+    from tests import simstore
+
+    local = os.path.dirname(write_shards(tmp_path / "data", [3] * 12))
+    bucket = simstore.new_bucket()
+    for name in sorted(os.listdir(local)):
+        storage.write_bytes(f"simstore://{bucket}/data/{name}", (tmp_path / "data" / name).read_bytes())
+    opened = manifest.open_output(f"simstore://{bucket}/data", (manifest.SHARDS,))
+    before = simstore.usage(bucket)["requests"]
+    moved = manifest.fingerprint(opened)
+    assert simstore.usage(bucket)["requests"] - before == 1   # one listing for the 12 files
+    assert moved == manifest.fingerprint(manifest.open_output(local, (manifest.SHARDS,)))
+    assert moved["files"] == 12 and moved["bytes"] == sum(os.path.getsize(f) for f in glob.glob(f"{local}/*.tfrecord"))

@@ -161,6 +161,8 @@ def fingerprint(opened: Opened) -> dict:
     """The identity of an opened input, which a trainer's checkpoint keeps to resume on nothing else: the sha256 of
     its data files' names and sizes, in order, and of its manifests' sha256 ({"sha256", "files", "bytes"}). The same
     directory moved keeps it; the same documents made at another length, or one file more, do not."""
+    for directory in sorted({os.path.dirname(f) for f in opened.files if not storage.is_local(f)}):
+        storage.sizes(storage.join(directory, "*"))   # an object store: one listing a directory, not a request a file
     files = [[os.path.basename(f), storage.size(f)] for f in opened.files]
     manifests = [i["manifest_sha256"] for i in opened.inputs if "manifest_sha256" in i]
     digest = hashlib.sha256(json.dumps({"files": files, "manifests": manifests}).encode()).hexdigest()
