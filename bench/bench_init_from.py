@@ -7,7 +7,8 @@ The directory is a randomly initialised BertForPreTraining of --model's shape (g
 save_pretrained (model.safetensors) or torch.save (pytorch_model.bin), with google's uncased vocab.txt when
 ../shared has it. Ours is what the trainer does before its first step: open_source (read and map the weights),
 config_for, a Bert allocated on the CPU uninitialised (init_from.empty_model, as a run builds it) and load (the
-copy, the init of any fresh tensor, the lines that account for every tensor). Medians of --repeats wall times, the file in the page cache after the first.
+copy, the init of any fresh tensor, the lines that account for every tensor). Medians of --repeats wall times, the
+file in the page cache after the first.
 """
 from __future__ import annotations
 

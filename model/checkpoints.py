@@ -5,8 +5,8 @@ JSON); ranks (each rank's RNG states and data position, so every rank resumes ex
 a dict, what a resume compares with); objective, vocab (the manifest's entry) and max_seq_length (export-hf's);
 warmup; data, the identity of the training data (manifest.fingerprint), which a resume must hold again;
 positions_trained, the positions this run and the weights it started from (--init-from) trained, export-hf's
-model_max_length. Older checkpoints lack the last six: they are nsp runs, export-hf looks their vocab up in --data's manifest, their warmup
-is worked out from args, and they resume on the data the other checks accept.
+model_max_length. Older checkpoints lack the last six: they are nsp runs, export-hf looks their vocab up in --data's
+manifest, their warmup is worked out from args, and they resume on the data the other checks accept.
 
 Rank 0 writes them in a background thread (`CheckpointWriter`), atomically, keeping the last --keep-checkpoints.
 Rank 0 alone also decides what to do with --output (refuse, clear, resume from which checkpoint) and tells the other

@@ -36,7 +36,8 @@ from model.config import BertConfig
 from model.plan import RunError, TrainPlan
 from pipeline.text import tokenization
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 OTHER_WEIGHTS = ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index")   # formats HF converts, we do not read
 SHAPE = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "type_vocab_size")   # what --model may name
 
@@ -289,7 +290,8 @@ def check_data(source: Source, entry: dict | None, length: int, config: BertConf
     else:
         same = same_vocab(source.vocab, entry)
         if same is False:
-            raise refuse(source.path, f"its vocab {source.vocab.file} ({_describe(source.vocab.sha256, source.vocab.tokens)}) "
+            theirs = _describe(source.vocab.sha256, source.vocab.tokens)
+            raise refuse(source.path, f"its vocab {source.vocab.file} ({theirs}) "
                                       f"is not the vocab --data was made with, {entry.get('path')} "
                                       f"({_describe(entry.get('sha256'), None, entry.get('size'))}): prepare --data "
                                       "with the source's vocab")
@@ -420,7 +422,8 @@ def grow_rows(table: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def parts(names: list[str]) -> str:
-    """Our tensor names as the parts they make, in model order: 'embeddings, 2 encoder layers and MLM head transform'."""
+    """Our tensor names as the parts they make, in model order: 'embeddings, 2 encoder layers and MLM head
+    transform'."""
     found = {hf.part_of(name) for name in names}
     layers = len({name.split(".")[1] for name in names if name.startswith("blocks.")})
     words = [f"{layers} encoder layer{'s' if layers != 1 else ''}" if part == "encoder layers" else part

@@ -125,7 +125,8 @@ def set_up(args: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoi
             torch.manual_seed(args.seed)
             init_lines = init_from.load(source, model, shards.objective, shards.shape.max_seq_length,
                                         optimizer if args.init_optimizer_state else None, args.optimizer)
-    # the positions trained so far (export-hf's model_max_length): this data's L, or more where the weights came with more
+    # the positions trained so far (export-hf's model_max_length): this data's L, or more where the weights came
+    # with more
     before = checkpoint.get("positions_trained", 0) if checkpoint else (source.trained_length or 0) if source else 0
     positions = max(shards.shape.max_seq_length, before)
     del checkpoint, source  # their copies of the states are loaded: free them

@@ -32,7 +32,8 @@ def refusal(capsys, *argv) -> str:
 
 def test_gpt2_extended_as_modernbert_extended_olmo(tmp_path, capsys):
     plain = subwords.load(str(GPT2))
-    with pytest.raises(subwords.TokenizerError, match=r"has no cls / sep / mask / pad token .*`bertprep vocab --extend"):
+    with pytest.raises(subwords.TokenizerError,
+                       match=r"has no cls / sep / mask / pad token .*`bertprep vocab --extend"):
         subwords.find_specials(plain, str(GPT2))
 
     out = tmp_path / "bert-gpt2.json"
@@ -77,7 +78,8 @@ def unigram(tmp_path, lowercase: bool) -> str:
     text = (REPO / "corpora" / "samples" / "books" / "carroll-alice.txt").read_text(encoding="utf-8")
     tok.train_from_iterator(text.split("\n\n")[:400], trainers.UnigramTrainer(
         vocab_size=800, special_tokens=["<s>", "</s>", "<pad>", "<mask>", "<unk>"], unk_token="<unk>"))
-    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")),
+                                                      ("<s>", tok.token_to_id("<s>")))
     path = tmp_path / f"unigram-{lowercase}.json"
     tok.save(str(path))
     return str(path)

@@ -64,7 +64,8 @@ def _train_model_flags(g) -> None:
                         "released checkpoint): a bertprep run directory (its latest checkpoint), a checkpoint file, or "
                         "a local Hugging Face BERT directory (config.json with model.safetensors, a sharded "
                         "model.safetensors.index.json or pytorch_model.bin; BertForPreTraining, BertForMaskedLM or "
-                        "BertModel weights). Step 0, the schedule of --steps/--warmup-steps/--lr and a fresh optimizer; "
+                        "BertModel weights). Step 0, the schedule of --steps/--warmup-steps/--lr and a fresh "
+                        "optimizer; "
                         "the architecture is the source's. --data must have the source's vocab and casing. The first "
                         "lines say which tensors loaded, which start fresh and why, which went unused. With --resume, "
                         "a run that has a checkpoint goes on from it")
@@ -74,7 +75,7 @@ def _train_model_flags(g) -> None:
     g.add_argument("--max-position-embeddings", type=positive_int, metavar="N",
                    help="with --init-from: grow the source's position table to N rows for longer rows than it has "
                         "positions, the new rows copied from the trained ones in order (row i from row i mod the old "
-                        "size), as Longformer extended RoBERTa's 512 to 4,096")
+                        "size), as Longformer extended RoBERTa's 512 to 4,096 (default: the source's table as it is)")
     g.add_argument("--compile", action=argparse.BooleanOptionalAction,
                    help="torch.compile the model (default: on CUDA, where it fuses the elementwise work between the "
                         "matmuls; --no-compile for eager). Shapes are fixed by the shards, so it compiles once")

@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "[CLS] [SEP] [PAD] [MASK], those it lacks) and its [CLS] A [SEP] B [SEP] template")
     p.add_argument("--pad-to-multiple", type=positive_int, metavar="N",
                    help="with --extend: [unusedK] tokens until the vocabulary's size is a multiple of N (64, as "
-                        "ModernBERT: embedding rows that suit the GPU's matmuls)")
+                        "ModernBERT: embedding rows that suit the GPU's matmuls; default: no unused tokens)")
     p.add_argument("--vocab-size", type=int, default=30522, help="lines of vocab.txt, special and unused included")
     p.add_argument("--cased", action="store_true", help="keep case and accents (default: lowercase, strip accents)")
     p.add_argument("--unused", type=int, default=0,

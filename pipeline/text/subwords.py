@@ -174,8 +174,8 @@ def extend(tokenizer: Tokenizer, pad_to_multiple: int | None = None) -> tuple[To
 # A segment's ids must be the tokenizer's own for that span of the document: a byte-level BPE's "Ġ" says a space came
 # before the word, so a sentence is encoded with the whitespace that precedes it in the document's text, where its
 # paragraphs are joined by a blank line ("\n\n", as the corpora's readers split them). The document's first sentence
-# has none; a paragraph's first sentence carries the "\n\n" (GPT-2: "ĊĊ" ... or "Ċ", "Ċ"), so a segment that crosses a
-# paragraph break holds the break as the tokenizer encodes it. Sentences are cut where a pre-tokenizer cuts anyway
+# has none; a paragraph's first sentence carries the "\n\n" (GPT-2: "Ċ", "Ċ"), so a segment that crosses a paragraph
+# break holds the break as the tokenizer encodes it. Sentences are cut where a pre-tokenizer cuts anyway
 # (before the whitespace a word takes with it), so the concatenated ids of consecutive sentences are the ids of
 # their whole span: decode gives the span back and encoding that gives the same ids (tests/test_subwords.py).
 
