@@ -330,16 +330,26 @@ def test_space_separated_beam_flags_and_convert_on_dataflow(sample_inputs, dataf
 
 # ---------------------------------------------------------------------------------------------- an honest dry run
 
-def test_dry_run_leaves_no_staging_files_and_warns_of_local_paths(dataflow_jobs, sample_inputs, tmp_path, capsys):
+def test_dry_run_leaves_no_staging_files_and_warns_of_local_paths(dataflow_jobs, sample_inputs, tmp_path, capsys,
+                                                                  monkeypatch):
     """Beam builds the workers' sdist under the temporary directory and leaves it there; bertprep's launcher gives it a
     directory of its own for the submission and removes it. Local paths pass a dry run with one warning."""
     import os
     import tempfile
 
+    # a temporary directory of this test's own: another test process's Beam jobs (make test runs two) put theirs in
+    # the system's while this one runs
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    monkeypatch.setenv("TMPDIR", str(private))
+    made, mkdtemp = [], tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: made.append(mkdtemp(*a, **k)) or made[-1])
     before = set(os.listdir(tempfile.gettempdir()))
     capsys.readouterr()
     proto = _dry_run(dataflow_jobs, ["extract", "text", "--input", str(sample_inputs / "google.txt")], tmp_path / "out")
     assert "workflow.tar.gz" in _staged(proto)   # the sdist was built...
+    assert any(os.path.dirname(d) == str(private) for d in made), made   # ...under the directory this test watches
     left = set(os.listdir(tempfile.gettempdir())) - before
     assert not left, f"left behind in {tempfile.gettempdir()}: {sorted(left)}"   # ...and is gone
     err = capsys.readouterr().err
