@@ -33,7 +33,7 @@ def write_google_style(directory, records) -> str:
 
 
 def check(r):
-    return verify.check_shard_record(r, 30522, CLS, SEP)
+    return verify.check_shard_record(r, verify.Ids(30522, CLS, SEP))
 
 
 def test_a_random_replacement_that_is_cls_or_sep_passes(tmp_path):
@@ -96,6 +96,6 @@ def test_the_batch_check_agrees_with_the_record_check_on_random_damage():
         records.append(r)
     batch = {name: np.stack([r[name] for r in records]) for name in schema.FEATURES}
     batch["next_sentence_labels"] = batch["next_sentence_labels"].reshape(-1)
-    fast = verify.shard_batch_ok(batch, 30522, CLS, SEP)
+    fast = verify.shard_batch_ok(batch, verify.Ids(30522, CLS, SEP))
     slow = np.array([check(r) is None for r in records])
     assert 0.1 < slow.mean() < 0.9 and (fast == slow).all(), np.flatnonzero(fast != slow)[:5]

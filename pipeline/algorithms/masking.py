@@ -70,6 +70,17 @@ class VocabIds:
         ranges = tuple((int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]))
         return cls(index["[MASK]"], index["[CLS]"], index["[SEP]"], ranges)
 
+    @classmethod
+    def excluding(cls, size: int, special: set[int], mask_id: int, cls_id: int, sep_id: int) -> "VocabIds":
+        """A vocabulary of ids 0..size-1 whose `special` ids are never a random replacement (a tokenizer.json's
+        added special tokens)."""
+        ranges, start = [], 0
+        for i in sorted(s for s in special if 0 <= s < size) + [size]:
+            if i > start:
+                ranges.append((start, i))
+            start = i + 1
+        return cls(mask_id, cls_id, sep_id, tuple(ranges))
+
     def to_json(self) -> dict:
         return {"mask_id": self.mask_id, "cls_id": self.cls_id, "sep_id": self.sep_id,
                 "replacement_ranges": [list(r) for r in self.replacement_ranges]}

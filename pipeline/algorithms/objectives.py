@@ -29,7 +29,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.algorithms.pool import PairParams, SpilledDocument, TokenizedDocument
+from pipeline.algorithms.pool import PairParams, SpilledDocument, TokenizedDocument, WordStarts
 from pipeline.formats.pair_records import PairInstance
 
 Piece = tuple[int, int, int]   # (document index in the pool, first token, end token): a run of one document
@@ -77,11 +77,12 @@ def plan_rows(ends: Sequence[np.ndarray], max_tokens: int, cross_documents: bool
 
 
 def full_sentence_rows(pool: Sequence[TokenizedDocument | SpilledDocument], params: PairParams,
-                       word_starts: np.ndarray, only: set[str] | None = None,
+                       word_starts: WordStarts | np.ndarray, only: set[str] | None = None,
                        stats: collections.Counter | None = None) -> Iterator[PairInstance]:
     """Every row of every dupe pass over a pool sorted by id (pairs_for_pool), as PairInstances; with `only`,
     the rows that start in those documents."""
     stats = stats if stats is not None else collections.Counter()
+    word_starts = WordStarts.of(word_starts)
     cls, sep = np.array([params.cls_id], np.int32), np.array([params.sep_id], np.int32)
     max_tokens = params.max_seq_length - 2
     ends = [d.ends for d in pool]
@@ -99,8 +100,7 @@ def full_sentence_rows(pool: Sequence[TokenizedDocument | SpilledDocument], para
             parts = [cls]
             for d, lo, hi in row:
                 parts += (np.asarray(pool[d].tokens[lo:hi], np.int32), sep)
-            tokens = np.concatenate(parts)
-            starts = word_starts[tokens]
+            tokens, starts = word_starts.split(np.concatenate(parts))
             starts[tokens == params.sep_id] = starts[0] = True
             yield PairInstance(key=f"{first}|{dupe}|{k}", token_ids=tokens, num_tokens_a=len(tokens) - 2,
                                is_random_next=False, word_starts=starts)

@@ -37,7 +37,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from pipeline.algorithms import objectives
-from pipeline.algorithms.pool import PairParams, SpilledDocument, TokenizedDocument
+from pipeline.algorithms.pool import PairParams, SpilledDocument, TokenizedDocument, WordStarts
 from pipeline.formats.pair_records import PairInstance
 
 
@@ -117,7 +117,7 @@ class Uniforms:
 
 def create_instances_from_document(
         pool: Sequence[TokenizedDocument | SpilledDocument], document_index: int, dupe: int, params: PairParams,
-        word_starts: np.ndarray, rng: np.random.Generator,
+        word_starts: WordStarts | np.ndarray, rng: np.random.Generator,
         document: TokenizedDocument | None = None,
         stats: collections.Counter | None = None) -> list[PairInstance]:
     """All NSP (or SOP) instances of one pass (`dupe`) over pool[document_index]; random segments come from
@@ -191,7 +191,7 @@ def create_instances_from_document(
     flat = np.concatenate(pieces, dtype=np.int32)
     ends = np.cumsum(lengths)
     starts = ends - lengths
-    first_piece = word_starts[flat]
+    flat, first_piece = WordStarts.of(word_starts).split(flat)
     first_piece[starts] = first_piece[starts + np.array(a_lengths) + 1] = first_piece[ends - 1] = True
     return [PairInstance(key=f"{document.id}|{dupe}|{k}", token_ids=flat[lo:hi], num_tokens_a=la,
                          is_random_next=r, word_starts=first_piece[lo:hi])
@@ -209,7 +209,7 @@ def split_pool(pool: Sequence[TokenizedDocument | SpilledDocument], parts: int) 
     return shares
 
 
-def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: PairParams, word_starts: np.ndarray,
+def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: PairParams, word_starts: WordStarts | np.ndarray,
                    seed: int, only: set[str] | None = None,
                    stats: collections.Counter | None = None) -> Iterator[PairInstance]:
     """Every instance of every dupe pass of every document of a pool (one bucket), in a stable order (documents
@@ -219,6 +219,7 @@ def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: 
     A generator: a bucket's instances are many times its tokens, so they stream on instead of piling up.
     """
     pool = sorted(pool, key=lambda d: d.id)
+    word_starts = WordStarts.of(word_starts)
     ids = [d.id for d in pool]
     if len(set(ids)) != len(ids):   # sorting could not give a stable order, and keys would collide
         duplicate = sorted(i for i in ids if ids.count(i) > 1)[0]

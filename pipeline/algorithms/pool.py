@@ -1,6 +1,7 @@
 """A pool: the documents of one bucket as token ids, and the parameters every objective makes instances of it with.
 
     TokenizedDocument  a document's sentences back to back and where each ends; its bytes travel through the shuffle
+    WordStarts         which of a pool's tokens start a word (whole-word masking), and their ids
     SpilledDocument    the same with its tokens in a local spill file, read a span at a time (`spill_pool`)
     PairParams         the instance length, dupe passes and the objective (nsp, sop, none) with its options
 
@@ -20,7 +21,7 @@ import numpy as np
 class TokenizedDocument:
     """A document as WordPiece ids: all sentences concatenated, plus where each sentence ends."""
     id: str
-    tokens: np.ndarray   # (T,) uint16 (int32 for vocabs over 65,536), all sentences back to back
+    tokens: np.ndarray   # (T,) uint16 (int32 for vocabs over 65,536 or marked ids: WordStarts), sentences back to back
     ends: np.ndarray     # (S,) int64, exclusive end of each sentence in `tokens`; sentences are never empty
 
     @classmethod
@@ -121,6 +122,40 @@ def spill_pool(records: Iterable[bytes], spill: BinaryIO) -> list[SpilledDocumen
         offset += tokens.nbytes
     spill.flush()
     return pool
+
+
+class WordStarts:
+    """Which tokens start a word, for whole-word masking, and the ids the tokens stand for.
+
+    google's WordPiece says it by the id: a '##' piece continues a word (`table`, (V,) bool, from the vocab). A
+    tokenizer.json's pieces say nothing (byte-level BPE's "Ġ" marks a space, not a word): the tokenizer's
+    pre-tokenizer decides, per position, so its pools carry the answer in the id itself: a token that continues a
+    word is stored as ~id (negative, int32) from tokenization to pairing (`marked`), and `split` undoes it."""
+
+    def __init__(self, table: np.ndarray | None = None):
+        self.table = table   # None: marked ids
+
+    @classmethod
+    def marked(cls) -> "WordStarts":
+        return cls(None)
+
+    @classmethod
+    def of(cls, given: "WordStarts | np.ndarray") -> "WordStarts":
+        """`given`, or a WordPiece vocab's table (tokenization.word_starts) as WordStarts."""
+        return given if isinstance(given, WordStarts) else cls(np.asarray(given, bool))
+
+    def split(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, starts) of a run of pool tokens: (n,) int32 ids and (n,) bool, a new array the caller may change."""
+        if self.table is not None:
+            return tokens, self.table[tokens]
+        starts = tokens >= 0
+        return np.where(starts, tokens, ~tokens).astype(np.int32), starts
+
+
+def mark_continuations(ids: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(n,) int32 ids with each token that continues a word stored as ~id (WordStarts.marked)."""
+    ids = np.asarray(ids, np.int32)
+    return np.where(starts, ids, ~ids).astype(np.int32)
 
 
 OBJECTIVES = ("nsp", "sop", "none")

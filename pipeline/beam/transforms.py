@@ -35,12 +35,12 @@ import numpy as np
 from corpora import books, kinds, text
 from corpora.kinds import Kind, ReadParams
 from pipeline.algorithms import masking, pairs
-from pipeline.algorithms.pool import spill_pool
+from pipeline.algorithms.pool import WordStarts, spill_pool
 from pipeline.beam import shuffle, tally
 from pipeline.beam.options import is_local_runner
 from pipeline.formats import documents, pair_records, schema, tfrecord
 from pipeline.formats.documents import Count, Document
-from pipeline.text import sentences, tokenization
+from pipeline.text import subwords
 
 
 class Progress:
@@ -221,19 +221,17 @@ EMPTY_DOCUMENTS = "tokenize/empty_documents"   # those with none: no instance fr
 
 
 class _Tokenize(tally.DoFn):
-    def __init__(self, vocab_path: str, lowercase: bool):
-        self.vocab_path, self.lowercase = vocab_path, lowercase
+    def __init__(self, vocabulary: subwords.Vocabulary):
+        self.vocabulary = vocabulary
 
     def setup(self):   # once per worker: the tokenizer is never pickled with the pipeline
         self.progress = Progress("tokenize")
         # Beam runs one worker per core; HF's own thread pool on top would only oversubscribe the cores
         os.environ.setdefault("RAYON_NUM_THREADS", "1")
-        self.tokenizer = tokenization.build_tokenizer(tokenization.read_vocab(self.vocab_path), self.lowercase)
+        self.encode = self.vocabulary.encoder()
 
     def process(self, doc: Document):
-        sents = sentences.document_sentences(doc)
-        tokenized = pairs.TokenizedDocument.from_sentences(
-            doc.id, tokenization.tokenize_sentences(self.tokenizer, sents) if sents else [])
+        tokenized = pairs.TokenizedDocument.from_sentences(doc.id, self.encode(doc))
         if tokenized.num_sentences == 0:
             self.count(*tally.parts(EMPTY_DOCUMENTS))    # nothing left after tokenization: no instance from it
             return
@@ -245,25 +243,26 @@ class _Tokenize(tally.DoFn):
 
 
 class Tokenize(beam.PTransform):
-    """Documents -> sentences (built-in splitter) -> WordPiece ids, with the tokenizer loaded once per worker."""
+    """Documents -> sentences (built-in splitter) -> ids (google's WordPiece, or a tokenizer.json's with word
+    starts marked: pool.WordStarts), with the tokenizer loaded once per worker."""
 
-    def __init__(self, vocab_path: str, lowercase: bool):
+    def __init__(self, vocabulary: subwords.Vocabulary):
         super().__init__()
-        self.vocab_path, self.lowercase = vocab_path, lowercase
+        self.vocabulary = vocabulary
 
     def expand(self, docs):
-        return docs | "SplitAndTokenize" >> tally.ParDo(_Tokenize(self.vocab_path, self.lowercase))
+        return docs | "SplitAndTokenize" >> tally.ParDo(_Tokenize(self.vocabulary))
 
 
 BATCH = 512   # instances per element after pairing: Beam's per-element cost is paid once per batch
 
 
 class _PairBucket(tally.DoFn):
-    def __init__(self, vocab_path: str, params: pairs.PairParams, seed: int):
-        self.vocab_path, self.params, self.seed = vocab_path, params, seed
+    def __init__(self, vocabulary: subwords.Vocabulary, params: pairs.PairParams, seed: int):
+        self.vocabulary, self.params, self.seed = vocabulary, params, seed
 
     def setup(self):
-        self.word_starts = tokenization.word_starts(tokenization.read_vocab(self.vocab_path))
+        self.word_starts = WordStarts(self.vocabulary.word_starts())
         self.progress = Progress("pairs")
 
     def process(self, sliced: tuple[shuffle.Slice, object]):
@@ -327,10 +326,10 @@ class MakePairs(beam.PTransform):
     documents as far as that expectation is right (the manifest's counters say how many it held).
     """
 
-    def __init__(self, config: shuffle.ShuffleConfig, vocab_path: str, params: pairs.PairParams, seed: int,
-                 bucket_docs: int, documents: float, tokens: float, parallelism: int = 1):
+    def __init__(self, config: shuffle.ShuffleConfig, vocabulary: subwords.Vocabulary, params: pairs.PairParams,
+                 seed: int, bucket_docs: int, documents: float, tokens: float, parallelism: int = 1):
         super().__init__()
-        self.config, self.vocab_path, self.params, self.seed = config, vocab_path, params, seed
+        self.config, self.vocabulary, self.params, self.seed = config, vocabulary, params, seed
         self.bucket_docs, self.parallelism = bucket_docs, max(1, parallelism)
         self.documents, self.tokens = documents, tokens   # expected in the input (plan_buckets)
 
@@ -339,7 +338,7 @@ class MakePairs(beam.PTransform):
         return (docs
                 | "ToRecords" >> beam.Map(lambda d: [(d.id, d.to_bytes(), (len(d.tokens),))])
                 | "ByBucket" >> shuffle.Shuffle("buckets", pairs.bucket_key(self.seed), plan, 1, self.config)
-                | "PairDocuments" >> tally.ParDo(_PairBucket(self.vocab_path, self.params, self.seed)))
+                | "PairDocuments" >> tally.ParDo(_PairBucket(self.vocabulary, self.params, self.seed)))
 
 
 PAIR_STATS = ("instances", "tokens", "random_next")

@@ -257,7 +257,15 @@ class Pairs(Group):
     """pairs, prepare: tokenization and google's pairing -> settings.Pairing."""
 
     def add(self, p):
-        p.add_argument("--vocab", required=True, type=vocab_file, help="google-format vocab.txt")
+        p.add_argument("--vocab", type=vocab_file, help="google-format vocab.txt (or --tokenizer)")
+        p.add_argument("--tokenizer", metavar="FILE",
+                       help="instead of --vocab: a `tokenizers` tokenizer.json (byte-level BPE as GPT-2's and "
+                            "OLMo's, Unigram, WordPiece) with BERT's special tokens: its cls and sep from its "
+                            "post-processor, [MASK]/<mask> and [PAD]/<pad> by name (`bertprep vocab --extend` adds "
+                            "them); its own normalizer decides casing")
+        p.add_argument("--special-tokens", metavar="ROLE=TOKEN,...",
+                       help="with --tokenizer: the tokens of BERT's roles where the tokenizer does not say, e.g. "
+                            "cls=<s>,sep=</s>,mask=<mask>,pad=<pad>")
         p.add_argument("--cased", action="store_true", help="cased vocab: no lowercasing, accents kept")
         p.add_argument("--max-seq-length", type=positive_int, default=RULE.max_seq_length)
         p.add_argument("--dupe-factor", type=positive_int, default=RULE.dupe_factor,
@@ -288,6 +296,13 @@ class Pairs(Group):
                                 "distributed runner); the output does not depend on it")
 
     def check(self, p, args):
+        if (args.vocab is None) == (args.tokenizer is None):
+            p.error("give one of --vocab (google's vocab.txt) and --tokenizer (a tokenizer.json)" if args.vocab is None
+                    else "--vocab and --tokenizer together: give one (the vocabulary the shards are made with)")
+        if args.tokenizer is None and args.special_tokens is not None:
+            p.error("--special-tokens goes with --tokenizer (google's vocab.txt has [CLS] [SEP] [MASK] [PAD])")
+        if args.tokenizer is not None:
+            args.special_tokens = check_tokenizer(p, args.tokenizer, args.special_tokens, args.cased)
         if args.bucket_docs < 2:
             p.error(f"--bucket-docs {args.bucket_docs}: a random-next pool needs at least 2 documents (a 1-document "
                     "pool would draw 'random' segments from the same document)")
@@ -310,7 +325,27 @@ class Pairs(Group):
         rule = pool.PairParams(max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
                                 objective=args.objective, cross_documents=args.cross_documents,
                                 split_sentences=args.split_sentences, **shape)
-        return settings.Pairing(args.vocab, not args.cased, rule, args.bucket_docs, args.pair_parallelism)
+        return settings.Pairing(args.vocab, not args.cased, rule, args.bucket_docs, args.pair_parallelism,
+                                args.tokenizer, args.special_tokens or ())
+
+
+def check_tokenizer(p: flags.Parser, path: str, special_tokens: str | None, cased: bool) -> tuple:
+    """--tokenizer read and its BERT roles found (--special-tokens naming the rest) before the job, each problem
+    one line; the overrides as (role, token) pairs."""
+    from pipeline.text import subwords   # deferred: HF tokenizers only for a command given a tokenizer
+    try:
+        overrides = subwords.parse_overrides(special_tokens)
+    except ValueError as e:
+        p.error(f"--special-tokens {special_tokens}: {e}")
+    try:
+        tok = subwords.load(path)
+        subwords.find_specials(tok, path, overrides)
+    except subwords.TokenizerError as e:
+        p.error(str(e) if str(e).startswith("--") else f"--tokenizer {e}")
+    if cased:
+        p.error(f"--cased with --tokenizer: {path}'s normalizer decides casing (it "
+                f"{'lowercases' if subwords.lowercases(tok) else 'keeps case'})")
+    return tuple(overrides.items())
 
 
 def add_pair_parallelism(p: flags.Parser, help: str) -> None:

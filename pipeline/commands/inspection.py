@@ -28,10 +28,26 @@ def _histogram(lengths: np.ndarray, top: int) -> str:
                      for lo, hi, c in zip(edges[:-1], edges[1:], counts))
 
 
-def _decode(vocab: list[str] | None, ids) -> str:
+def _decode(vocab, ids) -> str:
+    """Ids as text: google's vocab.txt (a list) shows its WordPieces, a tokenizer.json (a function) decodes them
+    as its decoder does (GPT-2's bytes back to text), no vocab their numbers."""
     if vocab is None:
         return " ".join(map(str, ids))
+    if callable(vocab):
+        return vocab([int(i) for i in ids])
     return " ".join(vocab[i] if 0 <= i < len(vocab) else f"<{i}>" for i in ids)
+
+
+def _read_vocab(path: str, entry: dict):
+    """What _decode decodes with: the tokens of a vocab.txt, or a tokenizer.json's decode (the entry says which)."""
+    if "tokenizer" not in entry:
+        return tokenization.read_vocab(path)
+    from pipeline.text import subwords   # deferred: HF tokenizers only where a tokenizer decodes
+    try:
+        tok = subwords.load(path)
+    except subwords.TokenizerError as e:
+        raise OSError(str(e)) from None
+    return lambda ids: repr(tok.decode(ids, skip_special_tokens=False))
 
 
 def inspect_documents(paths: list[str], m: dict, examples: int) -> None:
@@ -310,7 +326,7 @@ def main(args) -> int:
     if m["format"] != manifest.DOCUMENTS:
         path = args.vocab or m["vocab"]["path"]
         try:
-            vocab = tokenization.read_vocab(path) if path else None
+            vocab = _read_vocab(path, {} if args.vocab else m["vocab"]) if path else None
         except (OSError, IOError):
             print(f"  (vocab {path} not readable: showing ids)")
         if m["format"] in (manifest.PARQUET, manifest.MDS):

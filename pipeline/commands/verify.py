@@ -28,6 +28,7 @@ import itertools
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -47,6 +48,40 @@ class Problems:
         self.items.append(f"{where}: {message}")
         if len(self.items) <= MAX_REPORTED:
             print(f"  PROBLEM {where}: {message}", file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class Ids:
+    """What the checks know of the vocabulary: its size, [CLS] and [SEP], and the `special` ids that are never text
+    nor a label (google's [PAD] 0; a tokenizer.json's added special tokens but its unknown token, so its 0 is a
+    word like any other): outside the layout's places and the masked positions, none may appear."""
+    size: int = 1 << 31
+    cls_id: int = 101
+    sep_id: int = 102
+    special: tuple[int, ...] = (0,)
+
+    @classmethod
+    def of(cls, entry: dict | None, size: int = 1 << 31, cls_id: int = 101, sep_id: int = 102) -> "Ids":
+        """From a manifest's vocab entry (the given defaults where it says nothing)."""
+        entry = entry or {}
+        ids = entry.get("ids") or {}
+        special: tuple[int, ...] = (0,)
+        if "tokenizer" in entry:   # every id no random replacement draws, but the unknown token ([CLS]/[SEP] apart)
+            size = entry["size"]
+            draws = np.zeros(size, bool)
+            for start, end in ids["replacement_ranges"]:
+                draws[start:end] = True
+            keep = {entry["tokenizer"].get("unk_id"), ids["cls_id"], ids["sep_id"]}
+            special = tuple(int(i) for i in np.flatnonzero(~draws) if int(i) not in keep)
+        return cls(int(entry.get("size", size)), int(ids.get("cls_id", cls_id)), int(ids.get("sep_id", sep_id)),
+                   special)
+
+    def labels(self) -> str:
+        return f"(0, {self.size})" if self.special == (0,) else f"[0, {self.size}) and no special token"
+
+    def texts(self, ids: np.ndarray) -> np.ndarray:
+        """(...) bool: where `ids` hold a special id."""
+        return np.isin(ids, self.special)
 
 
 def _layout(ids: np.ndarray, n: int, first_sep: int, masked: np.ndarray, cls_id: int, sep_id: int) -> str | None:
@@ -91,8 +126,9 @@ def _row_layout(ids: np.ndarray, n: int, masked: np.ndarray, cls_id: int, sep_id
     return None
 
 
-def check_row_record(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, sep_id: int) -> str | None:
+def check_row_record(r: dict[str, np.ndarray], vocab: Ids) -> str | None:
     """check_shard_record for a full-sentence row (objective none)."""
+    vocab_size, cls_id, sep_id = vocab.size, vocab.cls_id, vocab.sep_id
     mask, ids, seg = r["input_mask"], r["input_ids"], r["segment_ids"]
     n = int(mask.sum())
     if not (mask[:n] == 1).all() or (mask[n:] != 0).any():
@@ -116,14 +152,18 @@ def check_row_record(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, sep
         return "a [CLS]/[SEP] is masked"
     if (pos[k:] != 0).any() or (lm[k:] != 0).any():
         return "masked_lm padding is not zero"
-    if k and ((lm[:k] <= 0).any() or (lm[:k] >= vocab_size).any()):
-        return f"masked_lm_ids outside (0, {vocab_size})"
+    if k and ((lm[:k] < 0).any() or (lm[:k] >= vocab_size).any() or vocab.texts(lm[:k]).any()):
+        return f"masked_lm_ids outside {vocab.labels()}"
+    stray = np.flatnonzero(vocab.texts(ids[:n]) & ~np.isin(np.arange(n), pos[:k]))
+    if len(stray):
+        return f"special token(s) {ids[stray].tolist()} at unmasked position(s) {stray.tolist()}"
     if r["next_sentence_labels"][0] != 0:
         return f"next_sentence_labels is {r['next_sentence_labels'][0]} (objective none has no second label)"
     return None
 
 
-def check_shard_record(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, sep_id: int) -> str | None:
+def check_shard_record(r: dict[str, np.ndarray], vocab: Ids) -> str | None:
+    vocab_size, cls_id, sep_id = vocab.size, vocab.cls_id, vocab.sep_id
     mask = r["input_mask"]
     n = int(mask.sum())
     if not (mask[:n] == 1).all() or (mask[n:] != 0).any():
@@ -151,16 +191,20 @@ def check_shard_record(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, s
         return "a [CLS]/[SEP] is masked"
     if (pos[k:] != 0).any() or (lm[k:] != 0).any():
         return "masked_lm padding is not zero"
-    if k and ((lm[:k] <= 0).any() or (lm[:k] >= vocab_size).any()):
-        return f"masked_lm_ids outside (0, {vocab_size})"
+    if k and ((lm[:k] < 0).any() or (lm[:k] >= vocab_size).any() or vocab.texts(lm[:k]).any()):
+        return f"masked_lm_ids outside {vocab.labels()}"
+    stray = np.flatnonzero(vocab.texts(ids[:n]) & ~np.isin(np.arange(n), pos[:k]))
+    if len(stray):
+        return f"special token(s) {ids[stray].tolist()} at unmasked position(s) {stray.tolist()}"
     if r["next_sentence_labels"][0] not in (0, 1):
         return f"next_sentence_labels is {r['next_sentence_labels'][0]}"
     return None
 
 
-def shard_batch_ok(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, sep_id: int) -> np.ndarray:
+def shard_batch_ok(r: dict[str, np.ndarray], vocab: Ids) -> np.ndarray:
     """(B,) bool: check_shard_record's verdict (None = True) for a batch of decoded records at once, with the same
     checks over (B, L) and (B, P) arrays. The records it rejects go through check_shard_record for the message."""
+    vocab_size, cls_id, sep_id = vocab.size, vocab.cls_id, vocab.sep_id
     ids, mask, seg = r["input_ids"], r["input_mask"], r["segment_ids"]
     pos, lm, w = r["masked_lm_positions"], r["masked_lm_ids"], r["masked_lm_weights"]
     B, L = ids.shape
@@ -190,13 +234,14 @@ def shard_batch_ok(r: dict[str, np.ndarray], vocab_size: int, cls_id: int, sep_i
     ok &= ~(((ids == cls_id) | (ids == sep_id)) & real & ~expected).any(axis=1)
     ok &= ~(live & ((pos == first_sep[:, None]) | (lm == cls_id) | (lm == sep_id))).any(axis=1)
     ok &= ((pos == 0) | live).all(axis=1) & ((lm == 0) | live).all(axis=1)
-    ok &= (~live | ((lm > 0) & (lm < vocab_size))).all(axis=1)
+    ok &= (~live | ((lm >= 0) & (lm < vocab_size) & ~vocab.texts(lm))).all(axis=1)
+    ok &= ~(vocab.texts(ids) & real & ~masked).any(axis=1)
     ok &= np.isin(r["next_sentence_labels"], (0, 1))
     return ok
 
 
 def _check_packed_records(records: list[bytes], shape: schema.Shape, max_predictions_per_seq: int,
-                          vocab_size: int, cls_id: int, sep_id: int, tally: dict) -> list[tuple[int, str]]:
+                          vocab: Ids, tally: dict) -> list[tuple[int, str]]:
     """(index in the batch, message) for each bad packed row of a batch; counts the instances in `tally`."""
     arrays = schema.decode_plain(records, shape)
     if arrays is None:   # not the plain encoding: each row alone, a row that does not parse named
@@ -211,30 +256,29 @@ def _check_packed_records(records: list[bytes], shape: schema.Shape, max_predict
         index = np.array([i for i, _ in rows])
         arrays = {name: np.stack([one[name] for _, one in rows]) for name in shape.features}
         return sorted(bad + [(int(index[i]), m) for i, m in
-                             _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab_size, cls_id,
-                                                          sep_id, tally)])
-    return _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab_size, cls_id, sep_id, tally)
+                             _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab, tally)])
+    return _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab, tally)
 
 
-def _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab_size, cls_id, sep_id, tally):
+def _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab, tally):
     tally["instances"] = tally.get("instances", 0) + int((arrays["next_sentence_weights"] != 0).sum())
-    return check_packed_batch(arrays, max_predictions_per_seq, vocab_size, cls_id, sep_id)
+    return check_packed_batch(arrays, max_predictions_per_seq, vocab)
 
 
-def _check_shard_batch(records: list[bytes], shape: schema.Shape, vocab_size: int, cls_id: int,
-                       sep_id: int, objective: str = "nsp") -> list[tuple[int, str]]:
+def _check_shard_batch(records: list[bytes], shape: schema.Shape, vocab: Ids,
+                       objective: str = "nsp") -> list[tuple[int, str]]:
     """(index in the batch, message) for each bad record of a batch: decoded and checked together when the
     records are plain (schema.decode_plain), each one alone where they are not or a check fails. Full-sentence
     rows (objective none) are checked one at a time."""
     rows = objective == "none"
     arrays = None if rows else schema.decode_plain(records, shape)
     suspects = range(len(records)) if arrays is None else \
-        np.flatnonzero(~shard_batch_ok(arrays, vocab_size, cls_id, sep_id)).tolist()
+        np.flatnonzero(~shard_batch_ok(arrays, vocab)).tolist()
     check = check_row_record if rows else check_shard_record
     bad = []
     for i in suspects:
         try:
-            message = check(schema.decode(records[i], shape), vocab_size, cls_id, sep_id)
+            message = check(schema.decode(records[i], shape), vocab)
         except ValueError as e:
             message = f"does not parse: {e}"
         if message:
@@ -280,8 +324,8 @@ def packed_row_checks(r: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
     ]
 
 
-def check_packed_batch(r: dict[str, np.ndarray], max_predictions_per_seq: int, vocab_size: int, cls_id: int,
-                       sep_id: int) -> list[tuple[int, str]]:
+def check_packed_batch(r: dict[str, np.ndarray], max_predictions_per_seq: int,
+                       vocab: Ids) -> list[tuple[int, str]]:
     """(row, message) for each bad row of a batch of decoded packed rows: its first failed row check, else the
     first instance that fails an unpacked record's checks once taken out of the row."""
     bad, ok = {}, np.ones(len(r["input_ids"]), bool)
@@ -300,18 +344,21 @@ def check_packed_batch(r: dict[str, np.ndarray], max_predictions_per_seq: int, v
                 bad[row] = str(one)
         return sorted(bad.items()) if bad else [(int(rows[0]), str(e))]
     slot = np.concatenate([np.arange(c) for c in np.bincount(row_of, minlength=len(rows))]) if len(row_of) else []
-    for i in np.flatnonzero(~shard_batch_ok(instances, vocab_size, cls_id, sep_id)).tolist():
+    for i in np.flatnonzero(~shard_batch_ok(instances, vocab)).tolist():
         row = int(rows[row_of[i]])
         one = {name: values[i] for name, values in instances.items()}
         one["next_sentence_labels"] = instances["next_sentence_labels"][i:i + 1]
-        message = check_shard_record(one, vocab_size, cls_id, sep_id) or "fails the batch checks"
+        message = check_shard_record(one, vocab) or "fails the batch checks"
         bad.setdefault(row, f"instance {slot[i] + 1}: {message}")
     return sorted(bad.items())
 
 
 def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int, sep_id: int,
-               objective: str = "nsp") -> str | None:
+               objective: str = "nsp", special: tuple[int, ...] = (0,)) -> str | None:
     n = len(pair.token_ids)
+    stray = np.flatnonzero(np.isin(pair.token_ids, special))
+    if len(stray):
+        return f"special token(s) {pair.token_ids[stray].tolist()} at position(s) {stray.tolist()}"
     if n > max_seq_length:
         return f"{n} tokens > max_seq_length {max_seq_length}"
     if len(pair.word_starts) != n:
@@ -328,11 +375,12 @@ BATCH = 1024   # shard records checked together
 
 
 def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.Shape | None = None,
-                 vocab_size: int = 1 << 31, cls_id: int = 101, sep_id: int = 102,
-                 max_predictions_per_seq: int = 0, tally: dict | None = None, objective: str = "nsp") -> list[int]:
+                 vocab: Ids | None = None, max_predictions_per_seq: int = 0, tally: dict | None = None,
+                 objective: str = "nsp") -> list[int]:
     """Reads every record of `files`, recording problems; returns the record count of each file. Packed shards
     (a packed `shape`) need their instances' `max_predictions_per_seq`; their instances are counted in `tally`."""
     tally = {} if tally is None else tally
+    vocab = vocab or Ids()
     counts = []
     for path in files:
         name = os.path.basename(path)
@@ -344,9 +392,9 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
             elif kind == "shards":   # BATCH records at a time: 10x faster than one by one
                 records = tfrecord.read_file(path)
                 while batch := list(itertools.islice(records, BATCH)):
-                    found = (_check_packed_records(batch, shape, max_predictions_per_seq, vocab_size, cls_id, sep_id,
+                    found = (_check_packed_records(batch, shape, max_predictions_per_seq, vocab,
                                                    tally) if shape.packed
-                             else _check_shard_batch(batch, shape, vocab_size, cls_id, sep_id, objective))
+                             else _check_shard_batch(batch, shape, vocab, objective))
                     for i, message in found:
                         problems.add(f"{name}: record {n + i}", message)
                     n += len(batch)
@@ -354,8 +402,8 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
                 for i, record in enumerate(tfrecord.read_file(path)):
                     n = i + 1
                     try:
-                        bad = check_pair(pair_records.decode(record), shape.max_seq_length, cls_id, sep_id,
-                                         objective)
+                        bad = check_pair(pair_records.decode(record), shape.max_seq_length, vocab.cls_id,
+                                         vocab.sep_id, objective, vocab.special)
                     except ValueError as e:
                         bad = f"does not parse: {e}"
                     if bad:
@@ -437,16 +485,16 @@ def verify_converted(directory: str, opened: manifest.Opened, problems: Problems
     m, files = opened.manifest, opened.files
     kind, objective = m["source"]["kind"], manifest.objective(m)
     shape = converted_shape(m)
-    vocab = m.get("vocab", {})
-    ids = vocab.get("ids", {})
-    size, cls_id, sep_id = vocab.get("size", 1 << 31), ids.get("cls_id", 101), ids.get("sep_id", 102)
+    vocab = Ids.of(m.get("vocab"))
+    cls_id, sep_id = vocab.cls_id, vocab.sep_id
     total, tally = 0, {}
     for path in files:
         name, n = os.path.basename(path), 0
         try:
             for batch in converted_batches(path, m):
                 if kind == columns.PAIRS:
-                    found = [(i, check_pair(pair, shape.max_seq_length, cls_id, sep_id, objective))
+                    found = [(i, check_pair(pair, shape.max_seq_length, cls_id, sep_id, objective,
+                                                    vocab.special))
                              for i, pair in enumerate(columns.to_pairs(batch, objective))]
                     found = [(i, message) for i, message in found if message]
                 else:
@@ -454,8 +502,8 @@ def verify_converted(directory: str, opened: manifest.Opened, problems: Problems
                     layout = schema.PackedBatch if shape.packed else schema.Batch
                     records = schema.encode_batch(layout(**arrays))
                     found = (_check_packed_records(records, shape, int(m["source"]["max_predictions_per_seq"]),
-                                                   size, cls_id, sep_id, tally) if shape.packed
-                             else _check_shard_batch(records, shape, size, cls_id, sep_id, objective))
+                                                   vocab, tally) if shape.packed
+                             else _check_shard_batch(records, shape, vocab, objective))
                 for i, message in found:
                     problems.add(f"{name}: row {n + i}", message)
                 n += len(batch["input_ids"])
@@ -502,13 +550,10 @@ def verify_output(directory: str, opened: manifest.Opened, problems: Problems) -
         print(f"{directory}: {m['format']} ({m['source']['kind']} rows), {len(files)} file(s), {rows:,} rows")
         return
     kind = {manifest.SHARDS: "shards", manifest.PAIRS: "pairs", manifest.DOCUMENTS: "documents"}[m["format"]]
-    vocab = m.get("vocab", {})
-    ids = vocab.get("ids", {})
     shape = manifest.shard_shape(m) if kind == "shards" else schema.Shape(m.get("max_seq_length", 0), 0)
     tally = {}
-    counts = verify_files(files, kind, problems, shape, vocab.get("size", 1 << 31), ids.get("cls_id", 101),
-                          ids.get("sep_id", 102), m.get("max_predictions_per_seq", 0), tally,
-                          manifest.objective(m))
+    counts = verify_files(files, kind, problems, shape, Ids.of(m.get("vocab")), m.get("max_predictions_per_seq", 0),
+                          tally, manifest.objective(m))
     for path, n in zip(files, counts):
         if opened.records.get(path) != n:
             problems.add(os.path.basename(path), f"{n} records read, manifest says {opened.records.get(path)}")
@@ -597,11 +642,9 @@ def main(args) -> int:
         opened = manifest.open_output(spec, FORMATS, what="DIR", advice=advice)
     m, files = opened.manifest, opened.files
     if m is None:   # google-style shards
-        vocab_size, cls_id, sep_id = args.vocab_size or 1 << 31, args.cls_id, args.sep_id
-        if made.vocab:   # the ids of this vocab, not google's defaults
-            ids = made.vocab["ids"]
-            vocab_size, cls_id, sep_id = made.vocab["size"], ids["cls_id"], ids["sep_id"]
-        counts = verify_files(files, "shards", problems, made.shape, vocab_size, cls_id, sep_id)
+        # the ids of --vocab where given, not google's defaults
+        vocab = Ids.of(made.vocab, args.vocab_size or 1 << 31, args.cls_id, args.sep_id)
+        counts = verify_files(files, "shards", problems, made.shape, vocab)
         print(f"{directory}: {len(files)} file(s), {sum(counts):,} records (no manifest: google-style shards)")
     else:
         verify_output(directory, opened, problems)

@@ -10,13 +10,44 @@ from pipeline.algorithms import masking
 from pipeline.formats import heldout, manifest, schema, storage
 from pipeline.jobs.errors import Refused
 from pipeline.jobs.settings import MadeWith
-from pipeline.text import tokenization
+from pipeline.text import subwords, tokenization
 
 
 def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
     vocab = tokenization.read_vocab(vocab_path)
     return {"path": vocab_path, "sha256": tokenization.vocab_sha256(vocab_path), "size": len(vocab),
             "lowercase": lowercase, "ids": masking.VocabIds.from_vocab(vocab).to_json()}
+
+
+def tokenizer_entry(path: str, overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    """A tokenizer.json's manifest entry: vocab.txt's keys (size counts the added tokens; random replacements
+    from every id but the added special tokens) and "tokenizer": its model, the tokens of BERT's roles and the pad
+    and unknown ids. subwords.TokenizerError (one line) if it is none or lacks a role."""
+    tok = subwords.load(path)
+    specials = subwords.find_specials(tok, path, overrides)
+    size = tok.get_vocab_size(with_added_tokens=True)
+    special = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+    special |= {specials.cls, specials.sep, specials.mask, specials.pad} | ({specials.unk} - {None})
+    ids = masking.VocabIds.excluding(size, special, specials.mask, specials.cls, specials.sep)
+    roles = {"cls": specials.cls, "sep": specials.sep, "mask": specials.mask, "pad": specials.pad,
+             "unk": specials.unk}
+    return {"path": path, "sha256": subwords.sha256(path), "size": size, "lowercase": subwords.lowercases(tok),
+            "ids": ids.to_json(),
+            "tokenizer": {"model": subwords.model_type(tok),
+                          "tokens": {role: None if i is None else tok.id_to_token(i) for role, i in roles.items()},
+                          "pad_id": specials.pad, "unk_id": specials.unk}}
+
+
+def vocabulary(entry: dict[str, Any]) -> subwords.Vocabulary:
+    """What a job's workers tokenize with, from the manifest entry of it (pairing_vocab)."""
+    return subwords.Vocabulary(entry["path"], bool(entry["lowercase"]), "tokenizer" in entry)
+
+
+def pairing_vocab(pairing: Any) -> dict[str, Any]:
+    """The manifest entry of what a `Pairing` tokenizes with."""
+    if pairing.tokenizer:
+        return tokenizer_entry(pairing.tokenizer, dict(pairing.special_tokens))
+    return vocab_entry(pairing.vocab, pairing.lowercase)
 
 
 def held_out_input(opened: manifest.Opened, what: str) -> tuple[str, dict] | None:

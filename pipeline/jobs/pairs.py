@@ -50,7 +50,7 @@ class Side:
 def run(plan: Plan, options) -> dict | None:
     """Plans, builds and runs the job; returns the manifest it published (None: left to run on Dataflow)."""
     opened = manifest.open_output(plan.input, (manifest.DOCUMENTS,), plan.allow_incomplete, foreign=True)
-    vocab = inputs.vocab_entry(plan.pairing.vocab, plan.pairing.lowercase)
+    vocab = inputs.pairing_vocab(plan.pairing)
     sizes = sizing.local_sizes(opened.files)
     tokens = sizing.input_tokens("documents", sizes)
     documents = sources.expected_documents(opened, sizes, tokens)
@@ -83,9 +83,9 @@ def chain(side: Side, docs, plan: Plan, vocab: dict, shuffle, documents: float, 
     """One side's documents -> its pair records, written: the stats its Publish reads."""
     out = side.job.out
     return (docs
-            | f"{side.prefix}Tokenize" >> transforms.Tokenize(plan.pairing.vocab, plan.pairing.lowercase)
+            | f"{side.prefix}Tokenize" >> transforms.Tokenize(inputs.vocabulary(vocab))
             | f"{side.prefix}MakePairs" >> transforms.MakePairs(
-                shuffle, plan.pairing.vocab, plan.pairing.params(vocab, side.dupe_factor), plan.seed,
+                shuffle, inputs.vocabulary(vocab), plan.pairing.params(vocab, side.dupe_factor), plan.seed,
                 plan.pairing.bucket_docs, documents * side.share, tokens * side.share, parallelism)
             | f"{side.prefix}ToRecords" >> beam.Map(transforms.encode_pairs)
             | f"{side.prefix}WritePairs" >> shards.WriteShards(out.directory, "pairs", out.num_shards, "tfrecord",

@@ -167,9 +167,9 @@ def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tok
             docs = docs | f"{side.prefix}CountDocuments{name}" >> tally.FlatMap(transforms.count_documents,
                                                                                 namespace=side.corpus)
         made.append(docs
-                    | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(plan.pairing.vocab, plan.pairing.lowercase)
+                    | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(inputs.vocabulary(side.vocab))
                     | f"{side.prefix}MakePairs{name}" >> transforms.MakePairs(
-                        shuffle, plan.pairing.vocab, plan.pairing.params(side.vocab, dupes), plan.seed,
+                        shuffle, inputs.vocabulary(side.vocab), plan.pairing.params(side.vocab, dupes), plan.seed,
                         plan.pairing.bucket_docs, side.share * sum(documents_of[k] for k in members),
                         side.share * sum(tokens_of[k] for k in members), parallelism))
     instances = made[0] if len(made) == 1 else tuple(made) | f"{side.prefix}JoinPairs" >> beam.Flatten()
@@ -186,7 +186,7 @@ def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tok
 def plan_sides(plan: Plan, found, tokens_of: dict, documents_of: dict) -> list[Side]:
     """The training side, and with a split the validation side (one dupe pass; masked at
     --validation-masked-lm-prob when given): their outputs, manifests and the checks their Publish makes."""
-    vocab = inputs.vocab_entry(plan.pairing.vocab, plan.pairing.lowercase)
+    vocab = inputs.pairing_vocab(plan.pairing)
     held_share = (settings.held_out_share(plan.split, sum(documents_of.values())) if plan.split else 0.0)
     sides = []
     for held in (False, True)[:2 if plan.split else 1]:

@@ -32,13 +32,17 @@ class Running:
 
 @dataclass(frozen=True)
 class Pairing:
-    """How documents become pair instances: the vocab that tokenizes them, google's pairing parameters (their vocab
-    ids filled from the vocab by `params`), the random-next pools' size and the pairing workers."""
-    vocab: str
+    """How documents become pair instances: the vocab that tokenizes them (google's vocab.txt, or a tokenizer.json
+    with its special tokens named by `special_tokens` where it does not say), google's pairing parameters (their
+    vocab ids filled from the vocab by `params`), the random-next pools' size and the pairing workers."""
+    vocab: str | None
     lowercase: bool = True
     rule: pool.PairParams = pool.PairParams()
     bucket_docs: int = 10_000
     parallelism: int = 0   # 0: the local worker count, or 32 on a distributed runner (launch.pair_parallelism)
+    tokenizer: str | None = None                         # a tokenizer.json instead of `vocab`
+    special_tokens: tuple[tuple[str, str], ...] = ()     # (role, token): --special-tokens
+
 
     @property
     def max_seq_length(self) -> int:

@@ -12,17 +12,23 @@ tokens up to a multiple of 64, as ModernBERT extended OLMo's tokenizer to 50,368
 
 Text to ids (`document_texts`, `encode`, below): each sentence with the whitespace before it in the document, so
 that consecutive sentences' ids are the tokenizer's own ids for their span, and word starts from the pre-tokenizer's
-words (what whole-word masking masks together). The pipeline's jobs do not call these yet: they read vocab.txt.
+words (what whole-word masking masks together). `Vocabulary` (at the end) names either kind of vocabulary to a job's
+workers, which build its encoder once each.
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass
+from typing import Callable
 
+import numpy as np
 from tokenizers import AddedToken, Tokenizer, processors
 
 from pipeline.formats import storage
+from pipeline.formats.documents import Document
+from pipeline.text import sentences, tokenization
 
 ROLES = ("cls", "sep", "mask", "pad")
 NAMES = {"mask": ("[MASK]", "<mask>"), "pad": ("[PAD]", "<pad>"), "unk": ("[UNK]", "<unk>")}
@@ -172,14 +178,15 @@ def extend(tokenizer: Tokenizer, pad_to_multiple: int | None = None) -> tuple[To
 
 # ---- text to ids, faithfully ---------------------------------------------------------------------------------------
 # A segment's ids must be the tokenizer's own for that span of the document: a byte-level BPE's "Ġ" says a space came
-# before the word, so a sentence is encoded with the whitespace that precedes it in the document's text, where its
-# paragraphs are joined by a blank line ("\n\n", as the corpora's readers split them). The document's first sentence
-# has none; a paragraph's first sentence carries the "\n\n" (GPT-2: "Ċ", "Ċ"), so a segment that crosses a paragraph
-# break holds the break as the tokenizer encodes it. Sentences are cut where a pre-tokenizer cuts anyway
-# (before the whitespace a word takes with it), so the concatenated ids of consecutive sentences are the ids of
-# their whole span: decode gives the span back and encoding that gives the same ids (tests/test_subwords.py).
+# before the word, so a sentence is encoded with the whitespace that precedes it in the document's text. A
+# paragraph's first sentence follows a line break, "\n" (GPT-2: "Ċ"); the document's first follows nothing. One
+# "\n", not the blank line the corpora's readers split paragraphs at: google's pairing cuts a segment token by token,
+# and a segment cut right after a break must re-encode to its ids, which "\n\n" does not (GPT-2 encodes it "Ċ", "Ċ"
+# before a word but "ĊĊ" at the end of a text). Sentences are cut where a pre-tokenizer cuts anyway (before the
+# whitespace a word takes with it), so the concatenated ids of consecutive sentences are the ids of their whole
+# span: decode gives the span back and encoding that gives the same ids (tests/test_subwords.py).
 
-PARAGRAPH_BREAK = "\n\n"
+PARAGRAPH_BREAK = "\n"
 
 
 def sentence_spans(paragraph: str, sentences: list[str]) -> list[tuple[int, int]]:
@@ -200,8 +207,8 @@ def document_texts(paragraphs: list[list[str]], raw: list[str]) -> list[str]:
     paragraph's first sentence after PARAGRAPH_BREAK (none before the document's first). `paragraphs` holds each
     paragraph's sentences, `raw` the paragraphs' text."""
     texts = []
-    for k, (sentences, text) in enumerate(zip(paragraphs, raw)):
-        for i, (start, end) in enumerate(sentence_spans(text, sentences)):
+    for sents, text in zip(paragraphs, raw):
+        for i, (start, end) in enumerate(sentence_spans(text, sents)):
             span = text[start:end] if texts else text[start:end].lstrip()   # nothing before the document's first
             texts.append((PARAGRAPH_BREAK if i == 0 and texts else "") + span)
     return texts
@@ -215,3 +222,66 @@ def encode(tokenizer: Tokenizer, texts: list[str]) -> list[tuple[list[int], list
         words = e.word_ids
         out.append((e.ids, [i == 0 or words[i] != words[i - 1] for i in range(len(words))]))
     return out
+
+
+def for_documents(tokenizer: Tokenizer) -> Tokenizer:
+    """The tokenizer as the pipeline encodes documents with it: text that spells a special token ("[CLS]",
+    "<|endoftext|>") is encoded as the text it is, never as the special id (google's tool splits "[CLS]" into
+    '[', 'cls', ']' too), so special ids sit only where the layout puts them."""
+    tokenizer.encode_special_tokens = True
+    return tokenizer
+
+
+def marked_ids(tokenizer: Tokenizer, texts: list[str]) -> list[np.ndarray]:
+    """Each text's ids, (n_i,) int32, a token that continues its pre-token's word stored as ~id
+    (pool.WordStarts.marked): whole-word masking masks by the tokenizer's word ids, as HF's collator does. All
+    texts' ids go through numpy at once, then are cut apart (a document's sentences: a few numpy calls, not a few
+    per sentence)."""
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+    ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int32, int(lengths.sum()))
+    # a token of no word (None) -> nan, equal to nothing: it starts a word of its own
+    words = np.array(list(itertools.chain.from_iterable(e.word_ids for e in encodings)), np.float64)
+    starts = np.ones(len(ids), bool)
+    starts[1:] = words[1:] != words[:-1]
+    ends = np.cumsum(lengths)
+    starts[ends[:-1][lengths[1:] > 0]] = True   # every text starts a word (its ids' word ids restart at 0)
+    return np.split(np.where(starts, ids, ~ids).astype(np.int32), ends[:-1])
+
+
+def document_ids(tokenizer: Tokenizer, doc: Document) -> list[np.ndarray]:
+    """A document's sentences as marked ids (marked_ids), each encoded with the whitespace before it
+    (document_texts). google-format documents (presplit: a line a sentence, no paragraphs) are one paragraph
+    whose lines follow each other after a space."""
+    if doc.presplit:
+        lines = [p.strip() for p in doc.paragraphs if p.strip()]
+        texts = lines[:1] + [" " + line for line in lines[1:]]
+    else:
+        texts = document_texts([sentences.split_paragraph(p) for p in doc.paragraphs], list(doc.paragraphs))
+    return marked_ids(tokenizer, texts) if texts else []
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What turns text into ids, as a job names it to its workers (a few strings; each worker builds the encoder
+    once): google's vocab.txt (tokenization.py, `lowercase` from --cased) or a tokenizer.json (`tokenizer`, its
+    casing its normalizer's)."""
+    path: str
+    lowercase: bool = True
+    tokenizer: bool = False
+
+    def encoder(self) -> Callable[[Document], list[np.ndarray]]:
+        """document -> its sentences' ids, (n_i,) int32 each (a tokenizer.json's marked: pool.WordStarts)."""
+        if self.tokenizer:
+            tok = for_documents(load(self.path))
+            return lambda doc: document_ids(tok, doc)
+        wordpieces = tokenization.build_tokenizer(tokenization.read_vocab(self.path), self.lowercase)
+
+        def encode(doc: Document) -> list[np.ndarray]:
+            sents = sentences.document_sentences(doc)
+            return tokenization.tokenize_sentences(wordpieces, sents) if sents else []
+        return encode
+
+    def word_starts(self):
+        """The table of word-starting ids (google's vocab.txt), or None: the ids are marked (a tokenizer.json)."""
+        return None if self.tokenizer else tokenization.word_starts(tokenization.read_vocab(self.path))
