@@ -86,11 +86,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lines of vocab.txt, special and unused included (with --model: trained tokens, special "
                         "included, before --pad-to-multiple)")
     p.add_argument("--cased", action="store_true",
-                   help="keep case and accents (default: lowercase, strip accents; unigram: lowercase; bpe always "
-                        "keeps case)")
+                   help="keep case and accents (default: lowercase, strip accents; unigram: lowercase; not with bpe, "
+                        "which keeps case)")
     p.add_argument("--unused", type=int, default=0,
-                   help="[unusedN] placeholder slots, at google's positions (994 = bert-base-uncased's layout; with "
-                        "--model: --pad-to-multiple)")
+                   help="[unusedN] placeholder slots, at google's positions (994 = bert-base-uncased's layout; not "
+                        "with --model: --pad-to-multiple)")
     p.add_argument("--sample-docs", type=int, default=0, help="learn from this many documents (0: all)")
     p.add_argument("--seed", type=int, default=12345, help="picks the --sample-docs sample")
     p.add_argument("--min-frequency", type=int, default=None,
@@ -105,7 +105,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def argument_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the flags' values, or None."""
     if (args.input is None) == (args.extend is None):
-        return "give one of --input (learn a vocab.txt from documents) and --extend (add BERT's tokens to a tokenizer)"
+        return ("give one of --input (learn a vocab.txt, or with --model a tokenizer.json, from documents) and --extend "
+                "(add BERT's tokens to a tokenizer)")
     if args.extend is not None and args.model is not None:
         return "--model trains a tokenizer from --input; --extend keeps IN.json's own model and vocabulary"
     if args.extend is not None:

@@ -16,12 +16,14 @@ text with whitespace collapsed and the break costs no token.
 
 Determinism. BpeTrainer counts and breaks ties by ids, all fixed: the same file in every process. UnigramTrainer's
 is not: its E-step sums the words in hash-map order, which changes from process to process (scores differ by up to
-~4e-11 on the test corpus, and so may the order of pieces), and each character its EM dropped comes back scored the
-lowest score + k * 1e-4 with k in hash-set order. `canonical_unigram` gives those characters the same scores in code
-point order, rounds every score to SCORE_DECIMALS and numbers the pieces by (score, piece). On the mixed-language
-test corpus (6,000 pieces) rounding to 1e-3 changes the segmentation of 1 of its 13,262 word types (a tie). What
-is left: a score within its float noise of a rounding boundary (about 1e-7 of the grid's step), or a tie the
-trainer's pruning breaks by noise, would still differ; tests/test_vocab_models.py trains in two processes.
+~4e-11 on the test corpus, and so may the order of pieces; one thread, RAYON_NUM_THREADS=1 or
+TOKENIZERS_PARALLELISM=false, changes nothing), and each character its EM dropped comes back scored the lowest
+score + k * 1e-4 with k in hash-set order. `canonical_unigram` gives those characters the same scores in code point
+order, rounds every score to SCORE_DECIMALS and numbers the pieces by (score, piece). On the mixed-language test
+corpus (6,000 pieces) rounding to 1e-3 changes the segmentation of 1 of its 13,262 word types (a near tie). What
+is left to chance: a score within its float noise of a rounding boundary (at ~4e-11, about 1 piece in 10^7: one
+file of 30,000 pieces in ~400), or a near tie in the trainer's pruning that the noise breaks; the piece sets were
+equal in every run so far. tests/test_vocab_models.py trains in two processes.
 """
 from __future__ import annotations
 
