@@ -62,8 +62,8 @@ BEAM = "pipeline.commands.run:main"   # the Beam commands' handler: the plan fro
 
 COMMANDS: dict[str, tuple[str, Callable | str, str]] = {
     "extract": ("corpus files -> documents (gzip JSON Lines)", plans.adder("extract"), BEAM),
-    "vocab": ("documents -> a WordPiece vocab.txt or a tokenizer.json (--model), or BERT's tokens added to one (--extend)", "pipeline.commands.vocab:add_arguments",
-              "pipeline.commands.vocab:run"),
+    "vocab": ("documents -> a WordPiece vocab.txt or a tokenizer.json (--model), or BERT's tokens added to one "
+              "(--extend)", "pipeline.commands.vocab:add_arguments", "pipeline.commands.vocab:run"),
     "pairs": ("documents -> NSP pair records (tokenized, unmasked)", plans.adder("pairs"), BEAM),
     "mask": ("pair records -> TFRecord shards in google's schema (re-mask without re-tokenizing)",
              plans.adder("mask"), BEAM),
