@@ -6,9 +6,7 @@ the exceptions are google's token-by-token truncation cutting a character's byte
 random replacements never special, whole words masked whole. verify, inspect, mask, pack and convert read the
 tokenizer from the manifest; Parquet keeps ids past 65,535. A Unigram trained here goes through the same chain.
 What is refused before the job: one line each."""
-import collections
 import json
-import re
 import subprocess
 import sys
 
@@ -16,19 +14,15 @@ import numpy as np
 import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from pipeline.algorithms import masking
 from pipeline.commands import cli
-from pipeline.formats import documents, manifest, pair_records, schema, tfrecord
+from pipeline.formats import manifest, pair_records, tfrecord
 from pipeline.text import subwords
+from bench.bench_tokenizers import fidelity, masked_arrays, masking_figures, segments, whole_words
 from tests.conftest import REPO, SAMPLES
 
 pytestmark = pytest.mark.slow
 GPT2 = REPO / "tests" / "data" / "tokenizers" / "gpt2-tokenizer.json"
 ONE = ["--preset", "local-1"]
-
-
-def collapse(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
 
 
 @pytest.fixture(scope="module")
@@ -50,37 +44,6 @@ def made(tmp_path_factory):
     return out, tok
 
 
-def segments(directory, sep_id: int):
-    """(key, ids) of each segment (the ids between [CLS]/[SEP] and the next [SEP]) of every pair record."""
-    for f in sorted(directory.glob("*.tfrecord")):
-        for record in tfrecord.read_file(str(f)):
-            pair = pair_records.decode(record)
-            ids = pair.token_ids
-            cuts = [0] + np.flatnonzero(ids == sep_id).tolist()
-            for a, b in zip(cuts, cuts[1:]):
-                yield pair.key, ids[a + 1:b].tolist()
-
-
-def fidelity(made, name: str) -> tuple[int, int, collections.Counter]:
-    """(segments, faithful ones, why the others are not)."""
-    out, path = made
-    tok = subwords.for_documents(subwords.load(str(path)))
-    source = "\0".join(collapse("\n".join(d.paragraphs)) for f in sorted((out / "docs").glob("*/documents-*"))
-                       for d in documents.read_file(str(f)))
-    entry = json.loads((out / f"pairs-{name}" / manifest.NAME).read_text())["vocab"]
-    total, faithful, why = 0, 0, collections.Counter()
-    for _, ids in segments(out / f"pairs-{name}", entry["ids"]["sep_id"]):
-        total += 1
-        text = tok.decode(ids, skip_special_tokens=False)
-        found = collapse(text) in source
-        same = tok.encode(text, add_special_tokens=False).ids == ids
-        if found and same:
-            faithful += 1
-        else:   # truncation that cut a character's UTF-8 bytes apart decodes to U+FFFD
-            why["a character cut by truncation" if "\ufffd" in text else f"found {found}, same ids {same}"] += 1
-    return total, faithful, why
-
-
 def test_the_manifest_records_the_tokenizer(made):
     out, path = made
     entry = json.loads((out / "pairs-nsp" / manifest.NAME).read_text())["vocab"]
@@ -95,10 +58,11 @@ def test_the_manifest_records_the_tokenizer(made):
 
 @pytest.mark.parametrize("name, at_least", [("nsp", 0.999), ("none", 1.0)])
 def test_segments_decode_to_the_source_and_reencode_to_their_ids(made, name, at_least):
-    total, faithful, why = fidelity(made, name)
+    out, path = made
+    total, faithful, why = fidelity(out / f"pairs-{name}", sorted((out / "docs").glob("*/documents-*")), path)
     assert total > (10_000 if name == "nsp" else 400)
     assert faithful / total >= at_least, (total, faithful, why)
-    assert set(why) <= {"a character cut by truncation"}, why
+    assert set(why) <= {"a character cut by truncation (U+FFFD)"}, why
 
 
 def test_paragraph_breaks_inside_a_segment_are_one_newline_token(made):
@@ -109,52 +73,24 @@ def test_paragraph_breaks_inside_a_segment_are_one_newline_token(made):
     assert breaks > 100 and tok.token_to_id("Ċ") == 198
 
 
-def masked(directory, shape) -> dict:
-    """Every record of a directory of shards, decoded: (N, L) and (N, P) arrays."""
-    arrays = [schema.decode_plain(list(tfrecord.read_file(str(f))), shape) for f in sorted(directory.glob("*.tfrecord"))]
-    return {k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]}
-
-
 def test_masking_takes_the_share_and_never_draws_a_special_token(made):
     out, _ = made
     assert cli.main(["mask", "--input", str(out / "pairs-none"), "--output", str(out / "masked-none"),
                      "--masked-lm-prob", "0.3", *ONE]) == 0
     m = json.loads((out / "masked-none" / manifest.NAME).read_text())
     assert m["vocab"]["tokenizer"]["model"] == "BPE"   # carried from the pairs' manifest
-    r = masked(out / "masked-none", manifest.shard_shape(m))
-    live = r["masked_lm_weights"] != 0
-    share = live.sum() / r["input_mask"].sum()
-    assert abs(share - 0.30) <= 0.005, share
-    rows = np.repeat(np.arange(len(live)), live.sum(1))
-    now = r["input_ids"][rows, r["masked_lm_positions"][live]]
-    labels = r["masked_lm_ids"][live]
-    replaced = now[(now != 50261) & (now != labels)]
-    assert len(replaced) > 1000 and (replaced < 50256).all()   # GPT-2's own tokens only: no special one
+    special = set(range(50256, 50304))   # <|endoftext|> and the 47 added
+    share, replaced, bad = masking_figures(out / "masked-none", special, 50261)
+    assert abs(share - 0.30) <= 0.005 and replaced > 1000 and bad == 0, (share, replaced, bad)
     assert cli.main(["verify", str(out / "masked-none")]) == 0
 
 
 def test_whole_word_masking_masks_the_tokenizers_words_whole(made):
     out, _ = made
     entry = json.loads((out / "pairs-nsp" / manifest.NAME).read_text())["vocab"]
-    vocab = masking.VocabIds.from_json(entry["ids"])
-    params = masking.MaskParams(whole_word_mask=True, max_predictions_per_seq=20)
     pairs = [pair_records.decode(r) for f in sorted((out / "pairs-nsp").glob("*.tfrecord"))
              for r in tfrecord.read_file(str(f))]
-    words = whole = 0
-    for at in range(0, len(pairs), 512):
-        batch = pairs[at:at + 512]
-        b = masking.mask_batch(batch, params, vocab, 12345, 128)
-        for i, pair in enumerate(batch):
-            hit = set(b.masked_lm_positions[i][b.masked_lm_weights[i] != 0].tolist())
-            # the words of the text: [CLS] and the [SEP]s end a word (a segment cut by truncation may start inside one)
-            text = np.ones(len(pair.token_ids), bool)
-            text[[0, pair.num_tokens_a + 1, len(pair.token_ids) - 1]] = False
-            starts = pair.word_starts | ~text | np.roll(~text, 1)
-            for lo, hi in zip(np.flatnonzero(starts).tolist(), np.flatnonzero(starts).tolist()[1:] + [len(text)]):
-                inside = hit & set(range(lo, hi))
-                if inside:
-                    words += 1
-                    whole += inside == set(range(lo, hi))
+    words, whole = whole_words(pairs, entry["ids"], 128)
     assert words > 10_000 and whole == words
     # the words are the pre-tokenizer's: " jumping" is one word of two pieces, both masked or neither
     assert sum(not s for p in pairs for s in p.word_starts) > 1000
@@ -179,10 +115,15 @@ def test_prepare_verify_inspect_pack_and_convert_read_the_tokenizer(made, capsys
     rows = datasets.load_dataset("parquet", data_files=sorted(str(f) for f in (tmp_path / "pq").glob("*.parquet")),
                                  split="train")
     assert rows.features["input_ids"].feature.dtype == "uint16"
-    m = json.loads((shards / manifest.NAME).read_text())
-    r = masked(shards, manifest.shard_shape(m))
-    first = np.asarray(rows[0]["input_ids"])
-    assert len(rows) == len(r["input_ids"]) and (first == r["input_ids"][0][:len(first)]).all()
+    r = masked_arrays(shards)   # every row equal to its record: the ids, and the labels at their positions
+    assert len(rows) == len(r["input_ids"])
+    for i, (got, labels) in enumerate(zip(rows["input_ids"], rows["labels"])):
+        got, labels = np.asarray(got), np.asarray(labels)
+        live = r["masked_lm_weights"][i] != 0
+        want = np.full(len(got), -100)
+        want[r["masked_lm_positions"][i][live]] = r["masked_lm_ids"][i][live]
+        assert (got == r["input_ids"][i][:len(got)]).all() and (r["input_ids"][i][len(got):] == 0).all()
+        assert (labels == want).all()
 
 
 def test_verify_finds_a_special_token_in_the_text(made, tmp_path):
@@ -223,7 +164,7 @@ def test_ids_past_65535_go_to_parquet_as_uint32(made, tmp_path):
     rows = datasets.load_dataset("parquet", data_files=sorted(str(f) for f in (tmp_path / "pq").glob("*.parquet")),
                                  split="train")
     assert rows.features["input_ids"].feature.dtype == "uint32"
-    r = masked(shards, manifest.shard_shape(m))
+    r = masked_arrays(shards)
     got = [np.asarray(x) for x in rows["input_ids"]]
     assert len(got) == len(r["input_ids"])
     assert all((g == want[:len(g)]).all() and g[0] == 65537 for g, want in zip(got, r["input_ids"]))
@@ -254,7 +195,7 @@ def test_a_unigram_goes_through_the_chain(made, tmp_path):
     assert m["vocab"]["ids"]["cls_id"] == 0 and m["vocab"]["ids"]["sep_id"] == 1   # <s>, </s>
     assert m["vocab"]["ids"]["replacement_ranges"] == [[5, 2000]]
     assert cli.main(["verify", str(shards)]) == 0
-    r = masked(shards, manifest.shard_shape(m))
+    r = masked_arrays(shards)
     assert r["input_ids"][:, 0].tolist() == [0] * len(r["input_ids"])
 
 
