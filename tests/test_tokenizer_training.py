@@ -1,18 +1,13 @@
 """The trainer and export-hf on shards made with a tokenizer.json (issue 37, part 7): GPT-2's byte-level BPE extended
-with BERT's tokens. A preset pads the embedding to a multiple of 64 rows and never predicts the padded ones; a config
-needs at least the tokenizer's rows; export-hf copies tokenizer.json and writes what `AutoTokenizer`,
-`AutoModelForMaskedLM` and `pipeline("fill-mask")` need, len(tokenizer) the tokenizer's size and config.json's
-vocab_size the padded rows; --init-from checks a source's tokenizer against the data's. vocab.txt runs are
-test_train.py's and test_export_hf.py's, unchanged.
-
-Shards are made here by hand from a bundled book, as the pipeline's contract (SPEC37) describes them: its sentences
-encoded by pipeline.text.subwords, full-sentence rows (objective none: BertForMaskedLM), masked by
-pipeline.algorithms.masking."""
+with BERT's tokens, `bertprep prepare --tokenizer` on a bundled book. A preset pads the embedding to a multiple of 64
+rows and never predicts the padded ones; a config needs at least the tokenizer's rows; export-hf copies
+tokenizer.json and writes what `AutoTokenizer`, `AutoModelForMaskedLM` and `pipeline("fill-mask")` need,
+len(tokenizer) the tokenizer's size and config.json's vocab_size the padded rows; --init-from checks a source's
+tokenizer against the data's. vocab.txt runs are test_train.py's and test_export_hf.py's, unchanged."""
 import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 import torch
 
@@ -20,21 +15,22 @@ from model import checkpoints, train
 from model.bert import Bert
 from model.config import BertConfig, embedding_rows
 from model.hf import UNPREDICTED_BIAS
-from pipeline.algorithms import masking
 from pipeline.commands import cli, training
-from pipeline.formats import pair_records, schema, tfrecord
-from pipeline.text import sentences, subwords
+from pipeline.formats import schema
+from pipeline.text import subwords
 from tests.conftest import SAMPLES
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 GPT2 = os.path.join(os.path.dirname(__file__), "data", "tokenizers", "gpt2-tokenizer.json")
+BOOK = str(SAMPLES / "books" / "carroll-alice.txt")
 L, P = 48, 8
 H = 16   # hidden size: a 50,304-row embedding stays 0.8M weights
 FILES = ["config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
 TEXTS = ["Alice was beginning to get very tired of sitting by her sister on the bank.",
          "  Curiouser and curiouser!\n\ncried Alice (she was so much surprised), 'tis 1865."]
+ONE = ["--preset", "local-1"]
 
 
 def tiny(vocab_size: int, **fields) -> str:
@@ -42,64 +38,23 @@ def tiny(vocab_size: int, **fields) -> str:
                       max_position_embeddings=64, **fields).to_json()
 
 
-def vocab_entry(path: str) -> dict:
-    """The manifest's vocab entry for a tokenizer.json, as SPEC37 writes it."""
-    tok = subwords.load(path)
-    specials = subwords.find_specials(tok, path)
-    added = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
-    size = tok.get_vocab_size(with_added_tokens=True)
-    keep = np.array([i not in added for i in range(size)] + [False])
-    edges = np.flatnonzero(np.diff(np.concatenate(([False], keep)).astype(np.int8)))
-    ranges = [[int(a), int(b)] for a, b in zip(edges[::2], edges[1::2])]
-    tokens = {role: None if i is None else tok.id_to_token(i) for role, i in vars(specials).items()}
-    return {"path": path, "sha256": subwords.sha256(path), "size": size, "lowercase": subwords.lowercases(tok),
-            "ids": {"mask_id": specials.mask, "cls_id": specials.cls, "sep_id": specials.sep,
-                    "replacement_ranges": ranges},
-            "tokenizer": {"model": subwords.model_type(tok), "tokens": tokens, "pad_id": specials.pad,
-                          "unk_id": specials.unk}}
+def prepare(out, tokenizer: str) -> str:
+    """Masked shards of the book made with `tokenizer`: full-sentence rows (objective none: BertForMaskedLM) of L."""
+    assert cli.main(["prepare", "books", "--input", BOOK, "--tokenizer", tokenizer, "--max-seq-length", str(L),
+                     "--max-predictions-per-seq", str(P), "--objective", "none", "--dupe-factor", "1",
+                     "--num-shards", "2", "--output", str(out), *ONE]) == 0
+    return str(out)
 
 
-def full_sentence_rows(path: str, book: str = "carroll-alice.txt", rows: int = 48) -> list[pair_records.PairInstance]:
-    """[CLS] sentences [SEP] rows of up to L tokens from a bundled book: each sentence with the whitespace before it
-    (subwords.document_texts), word starts from the tokenizer's words."""
-    tok, entry = subwords.load(path), vocab_entry(path)
-    raw = [" ".join(p.split()) for p in (SAMPLES / "books" / book).read_text().split("\n\n") if p.strip()][5:60]
-    texts = subwords.document_texts([sentences.split_paragraph(p) for p in raw], raw)
-    cls, sep = entry["ids"]["cls_id"], entry["ids"]["sep_id"]
-    out, ids, starts = [], [], []
-    for sentence_ids, sentence_starts in subwords.encode(tok, texts):
-        if ids and len(ids) + len(sentence_ids) > L - 2:
-            out.append(pair_records.PairInstance(f"{book}|0|{len(out)}", np.array([cls, *ids, sep], np.int32),
-                                                 len(ids), False, np.array([True, *starts, True])))
-            ids, starts = [], []
-        ids, starts = ids + sentence_ids[:L - 2], starts + sentence_starts[:L - 2]
-    return out[:rows]
-
-
-def write_shards(directory, path: str, files: int = 2) -> str:
-    """Masked shards (objective none, L, P) of `path`'s rows with their manifest; returns the directory."""
-    entry = vocab_entry(path)
-    batch = masking.mask_batch(full_sentence_rows(path), masking.MaskParams(max_predictions_per_seq=P),
-                               masking.VocabIds.from_json(entry["ids"]), 7, L)
-    os.makedirs(directory, exist_ok=True)
-    bounds = np.linspace(0, len(batch.input_ids), files + 1).astype(int)
-    listed = []
-    for i in range(files):
-        name = f"shard-{i:05d}-of-{files:05d}.tfrecord"
-        part = schema.Batch(**{f: getattr(batch, f)[bounds[i]:bounds[i + 1]] for f in schema.FEATURES})
-        with open(os.path.join(directory, name), "wb") as f:
-            tfrecord.write_records(f, schema.encode_batch(part))
-        listed.append({"file": name, "records": len(part)})
-    with open(os.path.join(directory, "manifest.json"), "w") as f:
-        json.dump({"format": "bertprep.shards/1", "objective": "none", "vocab": entry, "max_seq_length": L,
-                   "max_predictions_per_seq": P, "files": listed}, f)
-    return str(directory)
+def manifest_vocab(shards: str) -> dict:
+    with open(os.path.join(shards, "manifest.json")) as f:
+        return json.load(f)["vocab"]
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """GPT-2's tokenizer extended to 50,262 entries (BERT's five: not a multiple of 64) and to 50,304
-    (--pad-to-multiple 64), shards of each, and a run of 3 steps on the first with the tiny preset's shape."""
+    (--pad-to-multiple 64), prepared shards of the first, and a run of 3 steps on them."""
     root = tmp_path_factory.mktemp("tokenizer")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # tests/conftest.py's one_thread, for a module's fixture
@@ -108,7 +63,7 @@ def made(tmp_path_factory):
     odd, even = str(root / "odd.json"), str(root / "even.json")
     config = root / "tiny.json"
     config.write_text(tiny(embedding_rows(50262)))
-    shards = write_shards(root / "shards", odd)
+    shards = prepare(root / "shards", odd)
     result = train.train(training.parse_train(["--data", shards, "--model", str(config), "--output",
                                                str(root / "run"), "--steps", "3", "--batch-size", "8", "--lr",
                                                "1e-3", "--num-workers", "0", "--seed", "3"]))
@@ -159,7 +114,7 @@ def test_a_preset_takes_the_tokenizer_rounded_up_to_64_rows(made, tmp_path, caps
     assert (f"vocab: 50,262 tokens of {made.odd} in 50,304 embedding rows; the last 42 pad the table and are never "
             "predicted") in capsys.readouterr().out
     # the tokenizer of 50,304 entries fills its rows: nothing padded, no tokenizer_size
-    shards = write_shards(tmp_path / "even", made.even, files=1)
+    shards = prepare(tmp_path / "even", made.even)
     train.train(training.parse_train(["--data", shards, "--model", "tiny", "--output", str(tmp_path / "even-run"),
                                       "--steps", "1", "--batch-size", "4", "--num-workers", "0"]))
     config = json.loads((tmp_path / "even-run" / "config.json").read_text())
@@ -181,7 +136,7 @@ def test_a_config_needs_at_least_the_tokenizers_rows(made, tmp_path, capsys):
 
 def test_the_run_records_the_tokenizer_and_never_predicts_a_padded_row(made):
     ckpt = checkpoints.load(made.checkpoint)
-    assert ckpt["vocab"] == vocab_entry(made.odd)   # the manifest's entry, as export-hf and --init-from read it
+    assert ckpt["vocab"] == manifest_vocab(made.shards)   # as export-hf and --init-from read it
     config = BertConfig.from_json(ckpt["config"])
     assert (config.vocab_size, config.tokenizer_size) == (50304, 50262)
     assert ckpt["model"]["mlm_bias"].shape == (50262,) and ckpt["model"]["embeddings.word.weight"].shape == (50304, H)
@@ -281,7 +236,8 @@ def test_init_from_a_tokenizer_run_or_its_export(made, tmp_path, capsys):
         assert first.shape == (50262,) and first.max() > UNPREDICTED_BIAS / 2   # the padded rows' bias left behind
 
     # another tokenizer's data: refused, the tokens compared
-    other = write_shards(tmp_path / "even", made.even, files=1)
+    other = prepare(tmp_path / "even", made.even)
+    capsys.readouterr()
     for source in (made.run, hf):
         err = refusal(capsys, "train", 2, "--data", other, "--init-from", source, "--steps", "1", "--batch-size", "4",
                       "--num-workers", "0", "--output", tmp_path / "refused")
@@ -289,18 +245,14 @@ def test_init_from_a_tokenizer_run_or_its_export(made, tmp_path, capsys):
 
 
 def test_dynamic_masking_reads_a_tokenizers_pairs(made, tmp_path, capsys):
-    pairs_dir = tmp_path / "pairs"
-    pairs_dir.mkdir()
-    rows = full_sentence_rows(made.odd)
-    with open(pairs_dir / "pairs-00000-of-00001.tfrecord", "wb") as f:
-        tfrecord.write_records(f, [pair_records.encode(row) for row in rows])
-    (pairs_dir / "manifest.json").write_text(json.dumps({
-        "format": "bertprep.pairs/1", "objective": "none", "vocab": vocab_entry(made.odd), "max_seq_length": L,
-        "files": [{"file": "pairs-00000-of-00001.tfrecord", "records": len(rows)}]}))
+    assert cli.main(["extract", "books", "--input", BOOK, "--output", str(tmp_path / "docs"), *ONE]) == 0
+    assert cli.main(["pairs", "--input", str(tmp_path / "docs"), "--tokenizer", made.odd, "--max-seq-length", str(L),
+                     "--objective", "none", "--num-shards", "1", "--output", str(tmp_path / "pairs"), *ONE]) == 0
+    capsys.readouterr()
     small = tmp_path / "small.json"
     small.write_text(tiny(50261))
-    argv = ["--data", pairs_dir, "--dynamic-masking", "--max-predictions-per-seq", P, "--steps", "2", "--batch-size",
-            "4", "--num-workers", "0"]
+    argv = ["--data", tmp_path / "pairs", "--dynamic-masking", "--max-predictions-per-seq", P, "--steps", "2",
+            "--batch-size", "4", "--num-workers", "0"]
     err = refusal(capsys, "train", 2, *argv, "--model", small, "--output", tmp_path / "refused")
     assert f"pairs use the tokenizer {made.odd} of 50,262 ids, more than the model's vocab_size 50,261" in err, err
     assert cli.main(["train", *map(str, argv), "--model", made.config, "--output", str(tmp_path / "run")]) == 0
