@@ -15,6 +15,14 @@ Attention: google's rows run SDPA with a padding mask. Packed rows run one of th
 SDPA's memory-efficient kernel, which applies attention dropout); "flex_attention", FlexAttention's document mask;
 "varlen", FlashAttention over the batch's instances as concatenated sequences (`varlen_attn` with offsets read off
 input_mask: no mask, no score of one instance against another). The last two have no attention dropout.
+
+Padded rows: a tokenizer.json's embedding has its size rounded up to a multiple of 64 rows (model/config.py, as
+ModernBERT's 50,368), and the rows past its entries (config.tokenizer_size) are no token: no id of the data is one,
+so none may ever be predicted. The MLM decoder and its bias cover the tokenizer's rows only, logits (B, P,
+tokenizer_size): those rows have no logit, so neither argmax nor softmax can land on them and no gradient reaches
+their embeddings. That costs nothing (the decoder's matmul is a few rows smaller), where masking their logits would
+compute them first. HF's BertForMaskedLM decodes every row: export-hf gives them an output bias whose probability
+is 0 (model/hf.py, UNPREDICTED_BIAS).
 """
 from __future__ import annotations
 
@@ -112,10 +120,11 @@ class Bert(nn.Module):
         # The sentence head (pooler + nsp) exists only where it is trained: DDP refuses parameters without gradients.
         # Created in this order either way, so that the weights initialise as they always have.
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if sentence_head else None
-        # MLM head: transform then a decoder whose weight is the word embedding matrix (tied), plus its own bias.
+        # MLM head: transform then a decoder whose weight is the word embedding matrix (tied), plus its own bias;
+        # both over the tokenizer's rows only where the embedding is padded past them (module doc: padded rows).
         self.mlm_dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.mlm_ln = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.mlm_bias = nn.Parameter(torch.zeros(config.num_tokens))
         self.nsp = nn.Linear(config.hidden_size, 2) if sentence_head else None
         self.apply(self._init_weights)
         # Packed rows' attention, one of PACKED_ATTENTIONS: a property of the device, not of the model, so not in the
@@ -143,9 +152,9 @@ class Bert(nn.Module):
         Packed rows add position_ids (B, T) and next_sentence_positions/_weights (B, k), with labels (B, k) and
         input_mask the 1-based instance of each position (0: padding).
 
-        Returns mlm_logits (B, P, V), nsp_logits (B, 2), packed (B, k, 2), and, given the labels, mlm_loss, nsp_loss
-        and loss. Without the sentence head: no nsp_*, and next_sentence_labels (RoBERTa's rows: 0, meaningless)
-        are ignored.
+        Returns mlm_logits (B, P, V) (V: config.num_tokens; module doc: padded rows), nsp_logits (B, 2), packed
+        (B, k, 2), and, given the labels, mlm_loss, nsp_loss and loss. Without the sentence head: no nsp_*, and
+        next_sentence_labels (RoBERTa's rows: 0, meaningless) are ignored.
         """
         packed = next_sentence_positions is not None
         x = self.embeddings(input_ids, segment_ids, position_ids)  # (B, T, H)
@@ -167,7 +176,7 @@ class Bert(nn.Module):
         index = masked_lm_positions.long()[:, :, None].expand(-1, -1, H)  # (B, P, H)
         h = torch.gather(x, 1, index)  # (B, P, H)
         h = self.mlm_ln(F.gelu(self.mlm_dense(h)))  # (B, P, H)
-        mlm_logits = F.linear(h, self.embeddings.word.weight, self.mlm_bias)  # (B, P, V)
+        mlm_logits = F.linear(h, self.decoder_weight(), self.mlm_bias)  # (B, P, V)
         out["mlm_logits"] = mlm_logits
 
         losses = []
@@ -180,6 +189,11 @@ class Bert(nn.Module):
         if losses:
             out["loss"] = sum(losses)
         return out
+
+    def decoder_weight(self) -> torch.Tensor:
+        """The MLM decoder's (V, H): the word embeddings, less the padded rows (module doc: padded rows)."""
+        weight = self.embeddings.word.weight
+        return weight if self.config.tokenizer_size is None else weight[:self.config.tokenizer_size]
 
     def attention_mask(self, input_mask, packed: bool, slots: int = 0):
         """What each query may attend to, for the blocks' attention.
@@ -344,7 +358,7 @@ def pretraining_flops(config: BertConfig, seq_len: int, num_predictions: int) ->
     Per layer: 4 H^2 (qkv + proj) + 2 H I (FFN) weight MACs per token, 2 T H for QK^T and AV; the MLM head runs on
     the P gathered positions only (H^2 transform + H V decoder).
     """
-    H, I, L, V, T, P = (config.hidden_size, config.intermediate_size, config.num_layers, config.vocab_size,
+    H, I, L, V, T, P = (config.hidden_size, config.intermediate_size, config.num_layers, config.num_tokens,
                         seq_len, num_predictions)
     macs = L * T * (4 * H * H + 2 * H * I + 2 * T * H) + H * H + P * (H * H + H * V)  # encoder + pooler + MLM head
     return 3 * 2 * macs

@@ -90,9 +90,8 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
                              f"{next(iter(opened.manifests))} holds packed shards: they cannot be read as one input "
                              "(pack the other too, or give one at a time)")
     data_vocab = int(m["vocab"]["size"])
-    if vocab_size is not None and data_vocab != vocab_size:
-        raise ShardSpecError(f"{pattern}: shards use a vocab of {data_vocab} ids, the model has vocab_size "
-                             f"{vocab_size}")
+    if vocab_size is not None:
+        check_vocab_size(m["vocab"], vocab_size, f"{pattern}: shards")
     lengths = (("--max-seq-length", "L", max_seq_length, int(m["max_seq_length"])),
                ("--max-predictions-per-seq", "P", max_predictions_per_seq, int(m["max_predictions_per_seq"])))
     for flag, symbol, given, have in lengths:
@@ -103,6 +102,23 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
             raise ShardSpecError(f"{pattern}: {flag} {given} but the shards were made with {have}")
     return ShardSet(opened.files, manifest.shard_shape(m), data_vocab, opened.records, manifest.objective(m),
                     m["vocab"], validation_of(opened), manifest.fingerprint(opened))
+
+
+def is_tokenizer(entry: dict | None) -> bool:
+    """Whether a manifest's vocab entry is a tokenizer.json's (issue 37's contract: it has "tokenizer")."""
+    return entry is not None and "tokenizer" in entry
+
+
+def check_vocab_size(entry: dict, vocab_size: int, what: str) -> None:
+    """ShardSpecError where a model of `vocab_size` embedding rows cannot read data of the vocab `entry`: a vocab.txt
+    needs as many rows as it has tokens, a tokenizer.json at least as many (padded rows allowed: model/bert.py).
+    `what` starts the message: "DIR: shards", "pairs"."""
+    size = int(entry["size"])
+    if is_tokenizer(entry) and size > vocab_size:
+        raise ShardSpecError(f"{what} use the tokenizer {entry.get('path')} of {size:,} ids, more than the model's "
+                             f"vocab_size {vocab_size:,}")
+    if not is_tokenizer(entry) and size != vocab_size:
+        raise ShardSpecError(f"{what} use a vocab of {size} ids, the model has vocab_size {vocab_size}")
 
 
 def validation_of(opened: manifest.Opened) -> str | None:

@@ -21,8 +21,10 @@ def hf_architecture(objective: str) -> str:
     return "BertForMaskedLM" if objective == "none" else "BertForPreTraining"
 
 
-def hf_config(config: BertConfig, objective: str = "nsp") -> dict:
-    """transformers.BertConfig fields for our config (GELU is erf-GELU, "gelu" in HF's ACT2FN)."""
+def hf_config(config: BertConfig, objective: str = "nsp", pad_token_id: int = 0) -> dict:
+    """transformers.BertConfig fields for our config (GELU is erf-GELU, "gelu" in HF's ACT2FN); vocab_size is the
+    embedding's rows, padded ones included (HF's tokenizer has tokenizer_size of them); `pad_token_id`: the
+    tokenizer's pad id (google's vocab.txt: 0)."""
     return {
         "architectures": [hf_architecture(objective)],
         "model_type": "bert",
@@ -38,7 +40,7 @@ def hf_config(config: BertConfig, objective: str = "nsp") -> dict:
         "type_vocab_size": config.type_vocab_size,
         "initializer_range": config.initializer_range,
         "layer_norm_eps": config.layer_norm_eps,
-        "pad_token_id": 0,
+        "pad_token_id": pad_token_id,
         "position_embedding_type": "absolute",
         "torch_dtype": "float32",
     }
@@ -88,6 +90,11 @@ SENTENCE_HEAD = ("pooler", "NSP classifier")   # the parts a model without the s
 # by export-hf (as HF's own save_pretrained).
 TIED = {"cls.predictions.decoder.weight": "embeddings.word.weight", "cls.predictions.decoder.bias": "mlm_bias"}
 
+# HF's output bias of the embedding's padded rows, which our MLM head never decodes (model/bert.py, padded rows):
+# exp(-1e4) is 0 in float32, and -1e4 is finite in float16 (max 65,504), so a half-precision model gives them
+# probability 0 too, never -inf, and fill-mask never answers one.
+UNPREDICTED_BIAS = -1e4
+
 _EMBEDDINGS = (("embeddings.word.weight", "word_embeddings.weight"),
                ("embeddings.position.weight", "position_embeddings.weight"),
                ("embeddings.segment.weight", "token_type_embeddings.weight"),
@@ -114,7 +121,8 @@ def table(num_layers: int) -> list[Row]:
 def to_hf_state_dict(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
     """Our Bert state dict under HF BertForPreTraining's names (the tied keys included, for load_state_dict); a model
     without the sentence head (objective none) has BertForMaskedLM's, which are the same less the pooler and
-    cls.seq_relationship."""
+    cls.seq_relationship. The MLM output bias gets the embedding's padded rows, at UNPREDICTED_BIAS."""
+    state = {**state, "mlm_bias": padded_bias(state["mlm_bias"], config)}
     out = {}
     for row in table(config.num_layers):
         if row.ours in state:
@@ -122,6 +130,13 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], config: BertConfig) -> dict
             out.update(zip(row.hf, parts))
     out.update({hf: state[ours] for hf, ours in TIED.items()})
     return out
+
+
+def padded_bias(bias: torch.Tensor, config: BertConfig) -> torch.Tensor:
+    """(vocab_size,): our MLM output bias (tokenizer_size,) with UNPREDICTED_BIAS for the rows past it."""
+    if bias.size(0) == config.vocab_size:
+        return bias
+    return torch.nn.functional.pad(bias, (0, config.vocab_size - bias.size(0)), value=UNPREDICTED_BIAS)
 
 
 def hf_names(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -9,8 +9,8 @@ source's. In the order the trainer calls them:
     open_source   reads SOURCE and checks it alone: a BERT, weights that read, a tied decoder that is tied
     config_for    the run's model config: the source's (--model may only name the same shape), its position table
                   grown to --max-position-embeddings
-    check_data    the source against the shards: the same vocabulary (sha256 of vocab.txt, or its tokens), the same
-                  casing, L within the position table
+    check_data    the source against the shards: the same vocabulary (sha256 of vocab.txt or tokenizer.json, or
+                  their tokens), the same casing, L within the position table
     load          the weights into the built model, the optimizer's moments with --init-optimizer-state (a bertprep
                   source only), and the lines that account for every tensor: loaded, fresh and why, unused and why
 Each refusal is a RunError, one line, raised before the first step and before anything is written to --output.
@@ -29,12 +29,12 @@ import safetensors
 import safetensors.torch
 import torch
 
-from model import checkpoints, hf
+from model import checkpoints, data, hf
 from model.bert import Bert
 from model import config as config_lib
 from model.config import BertConfig
 from model.plan import RunError, TrainPlan
-from pipeline.text import tokenization
+from pipeline.text import subwords, tokenization
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -46,7 +46,7 @@ SHAPE = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "type_vo
 class SourceVocab:
     """What a source says of its vocabulary: the file, its sha256 and tokens where known, and its casing."""
     file: str | None                # vocab.txt, tokenizer.json, or the run's vocab path; None: nothing says
-    sha256: str | None
+    sha256: str | None              # of vocab.txt, or of the run's vocab file (a vocab.txt or a tokenizer.json)
     tokens: list[str] | None        # index = id, where the source holds them (an HF directory)
     lowercase: bool | None
     casing_from: str = ""           # where `lowercase` comes from, in words
@@ -216,17 +216,17 @@ def _read_weight_file(path: str, name: str) -> dict[str, torch.Tensor]:
 
 
 def _hf_vocab(path: str) -> SourceVocab:
-    """An HF directory's vocabulary: vocab.txt (google's format), else tokenizer.json's model vocab; casing from
-    tokenizer_config.json's do_lower_case, else tokenizer.json's normalizer, else the vocab itself."""
+    """An HF directory's vocabulary: vocab.txt (google's format), else tokenizer.json's tokens (its model's and
+    added ones); casing from tokenizer_config.json's do_lower_case, else tokenizer.json's normalizer (a
+    BertNormalizer's lowercase; without vocab.txt, any: subwords.lowercases), else the vocab itself."""
     tokens = sha256 = file = None
     tokenizer = os.path.join(path, "tokenizer.json")
     normalizer = {}
     if os.path.isfile(tokenizer):
         spec = _read_json(path, "tokenizer.json")
         normalizer = spec.get("normalizer") or {}
-        vocab = (spec.get("model") or {}).get("vocab")
-        if isinstance(vocab, dict):
-            tokens, file = [t for t, _ in sorted(vocab.items(), key=lambda item: item[1])], tokenizer
+        tokens = tokenizer_tokens(spec)
+        file = tokenizer if tokens is not None else None
     if os.path.isfile(os.path.join(path, "vocab.txt")):
         file = os.path.join(path, "vocab.txt")
         tokens, sha256 = tokenization.read_vocab(file), tokenization.vocab_sha256(file)
@@ -237,10 +237,40 @@ def _hf_vocab(path: str) -> SourceVocab:
                            f"do_lower_case {str(settings['do_lower_case']).lower()} in its tokenizer_config.json")
     if normalizer.get("type") == "BertNormalizer" and isinstance(normalizer.get("lowercase"), bool):
         return SourceVocab(file, sha256, tokens, normalizer["lowercase"], "its tokenizer.json's BertNormalizer")
+    if file == tokenizer:   # no vocab.txt: the tokenizer decides casing, as it did for the data made with it
+        try:
+            lowercase = subwords.lowercases(subwords.load(tokenizer))
+        except subwords.TokenizerError:   # a file this `tokenizers` cannot read: the vocab decides, below
+            lowercase = None
+        if lowercase is not None:
+            return SourceVocab(file, sha256, tokens, lowercase, "its tokenizer.json's normalizer")
     if tokens is not None:
         from model.export_hf import is_uncased
         return SourceVocab(file, sha256, tokens, is_uncased(tokens), "its vocab (no do_lower_case says)")
     return SourceVocab(None, None, None, None)
+
+
+def tokenizer_tokens(spec: dict) -> list[str] | None:
+    """A tokenizer.json's tokens, index = id: its model's vocab (a WordPiece's or BPE's {token: id}, a Unigram's
+    [[token, score]]) and its added tokens ([CLS], [unused0], ...); None where it has no vocab."""
+    vocab = (spec.get("model") or {}).get("vocab")
+    by_id = ({i: t for t, i in vocab.items()} if isinstance(vocab, dict) else
+             {i: entry[0] for i, entry in enumerate(vocab)} if isinstance(vocab, list) else {})
+    by_id.update({added["id"]: added["content"] for added in spec.get("added_tokens") or []})
+    return [by_id[i] for i in sorted(by_id)] if by_id else None
+
+
+def file_tokens(path: str) -> list[str]:
+    """The tokens of a vocab file, index = id: a tokenizer.json's (tokenizer_tokens), else a vocab.txt's lines."""
+    raw = open(path, "rb").read()
+    if raw.lstrip()[:1] == b"{":
+        try:
+            spec = json.loads(raw)
+        except ValueError:
+            spec = None
+        if isinstance(spec, dict) and "model" in spec:
+            return tokenizer_tokens(spec) or []
+    return tokenization.read_vocab(path)
 
 
 def _first_line(error: BaseException) -> str:
@@ -288,26 +318,30 @@ def check_data(source: Source, entry: dict | None, length: int, config: BertConf
         warnings.append(f"--data has no manifest (shards of google's tool): its vocab and casing cannot be checked "
                         f"against --init-from {source.path}'s; its ids are read as the source's")
     else:
+        tokenizer = data.is_tokenizer(entry)   # the data's vocab is a tokenizer.json, which decides its casing
+        kind = "tokenizer" if tokenizer else "vocab"
         same = same_vocab(source.vocab, entry)
         if same is False:
             theirs = _describe(source.vocab.sha256, source.vocab.tokens)
             raise refuse(source.path, f"its vocab {source.vocab.file} ({theirs}) "
-                                      f"is not the vocab --data was made with, {entry.get('path')} "
+                                      f"is not the {kind} --data was made with, {entry.get('path')} "
                                       f"({_describe(entry.get('sha256'), None, entry.get('size'))}): prepare --data "
-                                      "with the source's vocab")
+                                      f"with the source's {kind}" + (" (--tokenizer)" if tokenizer else ""))
         if same is None:
             warnings.append(f"the vocabs of --init-from {source.path} ({source.vocab.file or 'none named'}) and of "
                             f"--data ({entry.get('path') or 'none named'}) cannot be compared (no sha256 or tokens on "
                             "one side): they are taken to be the same, as their sizes agree")
-            if int(entry.get("size", config.vocab_size)) != config.vocab_size:
-                raise refuse(source.path, f"has {config.vocab_size:,} token embeddings and --data's vocab "
-                                          f"{entry.get('path')} {int(entry['size']):,} tokens: another vocab")
+            size = int(entry.get("size", config.vocab_size))
+            if size > config.vocab_size if tokenizer else size != config.vocab_size:   # a tokenizer's: padded rows
+                raise refuse(source.path, f"has {config.vocab_size:,} token embeddings and --data's {kind} "
+                                          f"{entry.get('path')} {size:,} tokens: another {kind}")
         lowercase = entry.get("lowercase")
         if lowercase is not None and source.vocab.lowercase is not None and lowercase != source.vocab.lowercase:
             casing = {True: "uncased", False: "cased"}
+            advice = ("its tokenizer's normalizer decides: prepare them with the source's tokenizer" if tokenizer else
+                      f"prepare them {'without' if lowercase is False else 'with'} --cased")
             raise refuse(source.path, f"is {casing[source.vocab.lowercase]} ({source.vocab.casing_from}) and --data's "
-                                      f"shards are {casing[lowercase]}: prepare them "
-                                      f"{'without' if lowercase is False else 'with'} --cased")
+                                      f"shards are {casing[lowercase]}: {advice}")
     if length > config.max_position_embeddings:
         if args.max_position_embeddings is not None:
             raise RunError(f"--max-position-embeddings {args.max_position_embeddings} is below --data's L={length}")
@@ -318,19 +352,24 @@ def check_data(source: Source, entry: dict | None, length: int, config: BertConf
 
 
 def same_vocab(vocab: SourceVocab, entry: dict) -> bool | None:
-    """Whether the source's vocabulary is the one a manifest's vocab `entry` names: by sha256, else by tokens where
-    both are at hand; None where neither can tell."""
+    """Whether the source's vocabulary is the one a manifest's vocab `entry` names: by sha256 (of a tokenizer.json
+    too: a bertprep run's entry, an export-hf copy), else by tokens where both are at hand (a tokenizer.json's with
+    their ids, added ones included); None where neither can tell."""
     if vocab.sha256 and vocab.sha256 == entry.get("sha256"):
         return True
+    tokenizer = data.is_tokenizer(entry)
+    on_disk = vocab.file is not None and os.path.isfile(vocab.file)
+    if tokenizer and on_disk and vocab.sha256 is None and subwords.sha256(vocab.file) == entry.get("sha256"):
+        return True   # an HF directory's tokenizer.json, the file the data was made with
     theirs = vocab.tokens
-    if theirs is None and vocab.file and os.path.isfile(vocab.file):
-        theirs = tokenization.read_vocab(vocab.file)
-    ours = tokenization.read_vocab(entry["path"]) if entry.get("path") and os.path.isfile(entry["path"]) else None
+    if theirs is None and on_disk:
+        theirs = file_tokens(vocab.file)
+    ours = file_tokens(entry["path"]) if entry.get("path") and os.path.isfile(entry["path"]) else None
     if theirs is not None and ours is not None:
         return theirs == ours
     if vocab.sha256 and entry.get("sha256"):
         return False
-    if theirs is not None and entry.get("sha256"):   # the tokens as google's vocab.txt writes them
+    if theirs is not None and entry.get("sha256") and not tokenizer:   # the tokens as google's vocab.txt writes them
         return hashlib.sha256("".join(t + "\n" for t in theirs).encode()).hexdigest() == entry["sha256"] or None
     return None
 
@@ -378,6 +417,8 @@ def load(source: Source, model: torch.nn.Module, objective: str, length: int, op
             fresh.append(name)
             continue
         value = source.tensors[name]
+        if name == "mlm_bias" and model.config.tokenizer_size is not None and value.shape[0] > tensor.shape[0]:
+            value = value[:tensor.shape[0]]   # an HF model's bias of every row: the padded ones are not predicted
         if name == "embeddings.position.weight" and value.shape[0] < tensor.shape[0]:
             grown = (value.shape[0], tensor.shape[0])
             value = grow_rows(value, tensor.shape[0])

@@ -108,7 +108,7 @@ def set_up(args: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoi
         checkpoints.check_resumable(checkpoint, args, ranks, shards.objective, len(shards.train_files), micro_batch,
                                     shards.fingerprint)
     loader = data.Loader(data.ShardDataset(shards.train_files, shards.shape, micro_batch,
-                                           vocab_size=config.vocab_size, seed=args.seed,
+                                           vocab_size=config.num_tokens, seed=args.seed,
                                            shuffle_buffer=args.shuffle_buffer, records=shards.records,
                                            decoder=shards.decoder),
                          num_workers=args.num_workers, pin_memory=ranks.device_type == "cuda")
@@ -160,6 +160,9 @@ def announce(args: TrainPlan, ranks: Ranks, config: config_lib.BertConfig, shard
           f"{data.describe(shards.shape)}, objective {shards.objective}; attention: {attention}; "
           f"{ranks.world} rank(s) x {args.grad_accum} micro-step(s) of {micro_batch} rows on {ranks.device}; "
           f"step {step}/{args.steps}")
+    if config.tokenizer_size is not None:
+        print(f"vocab: {config.tokenizer_size:,} tokens of {shards.vocab['path']} in {config.vocab_size:,} embedding "
+              f"rows; the last {config.vocab_size - config.tokenizer_size} pad the table and are never predicted")
     for line in init_lines:
         print(line)
     for line in shards.warnings:
@@ -194,15 +197,16 @@ class Shards:
 
 def open_data(args: TrainPlan, config: config_lib.BertConfig, preset: bool,
               source: init_from.Source | None = None) -> tuple[config_lib.BertConfig, Shards]:
-    """The training and held-out files, checked against the model config; a preset config takes the data's vocab,
-    and --init-from's checks its source against the data's vocab, casing and L."""
+    """The training and held-out files, checked against the model config; a preset config takes the data's vocab
+    (a tokenizer.json's rounded up to whole tiles, config.embedding_rows), and --init-from's checks its source against
+    the data's vocab, casing and L. With a tokenizer.json's data the config says which rows are its tokens
+    (config.tokenizer_size), wherever its vocab_size came from."""
     decoder, warnings = None, []
     by_size = not preset and source is None   # the vocab checked by its size alone (init_from checks a source's)
     if args.dynamic_masking:
         found, vocab_ids = data.open_pairs(args.data, args.max_predictions_per_seq, args.masked_lm_prob)
-        if by_size and found.vocab_size != config.vocab_size:
-            raise data.ShardSpecError(f"pairs use a vocab of {found.vocab_size} ids, the model has vocab_size "
-                                      f"{config.vocab_size}")
+        if by_size:
+            data.check_vocab_size(found.vocab, config.vocab_size, "pairs")
         decoder = data.DynamicMasker(
             masking.MaskParams(masked_lm_prob=args.masked_lm_prob,
                                max_predictions_per_seq=found.shape.max_predictions_per_seq,
@@ -214,7 +218,11 @@ def open_data(args: TrainPlan, config: config_lib.BertConfig, preset: bool,
     if source is not None:
         warnings = init_from.check_data(source, found.vocab, found.shape.max_seq_length, config, args)
     elif preset and found.vocab_size is not None:
-        config = dataclasses.replace(config, vocab_size=found.vocab_size)
+        rows = config_lib.embedding_rows(found.vocab_size) if data.is_tokenizer(found.vocab) else found.vocab_size
+        config = dataclasses.replace(config, vocab_size=rows)
+    if data.is_tokenizer(found.vocab):
+        data.check_vocab_size(found.vocab, config.vocab_size, "--data's shards")   # a source's rows too
+        config = config_lib.for_tokenizer(config, found.vocab_size)
     if found.shape.max_seq_length > config.max_position_embeddings:
         raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")
@@ -443,7 +451,7 @@ def evaluate(session: Session, step: int) -> dict:
     """Mean losses and accuracies over the held-out files (no shuffling): all of them, or the first --eval-batches
     batches."""
     dataset = data.ShardDataset(session.shards.eval_files, session.shards.eval_shape, session.micro_batch,
-                                vocab_size=session.config.vocab_size, shuffle=False, drop_last=False,
+                                vocab_size=session.config.num_tokens, shuffle=False, drop_last=False,
                                 decoder=session.shards.decoder)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(session.args.num_workers, 1),
                                          worker_init_fn=data.ignore_stop_signals,

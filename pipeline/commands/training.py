@@ -226,6 +226,9 @@ def add_export_hf(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", metavar="FILE",
                         help="the vocab.txt the run's shards were made with (default: the file their manifest names; "
                              "checked against its sha256)")
+    parser.add_argument("--tokenizer", metavar="FILE",
+                        help="instead of --vocab, where the shards were made with a tokenizer.json: that file "
+                             "(default: the one their manifest names; checked against its sha256)")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into an OUT_DIR that holds files, replacing the ones export-hf writes")
 
@@ -236,14 +239,15 @@ def run_export_hf(args: argparse.Namespace) -> int:
 
     try:
         path = export_hf.checkpoint_to_export(args.run_dir, args.checkpoint)
-        done = export_hf.export(path, args.out_dir, args.vocab, args.overwrite)
+        done = export_hf.export(path, args.out_dir, args.vocab, args.overwrite, args.tokenizer)
     except export_hf.ExportError as e:
         print(f"bertprep export-hf: error: {e}", file=sys.stderr)
         return 2
     casing = "uncased" if done.vocab.lowercase else "cased"
     casing += " (decided from the vocab: the manifest does not say)" if done.vocab.inferred else ""
+    kind = "tokenizer" if isinstance(done.vocab, export_hf.TokenizerFile) else "vocab"
     print(f"exported {path} -> {args.out_dir}: {', '.join(done.files)} ({done.architecture}; tokenizer {casing}, "
-          f"model_max_length {done.model_max_length}, vocab {done.vocab.path})")
+          f"model_max_length {done.model_max_length}, {kind} {done.vocab.path})")
     print(f'load it with transformers.pipeline("fill-mask", model={args.out_dir!r}), '
           f"{done.architecture}.from_pretrained({args.out_dir!r}) or AutoTokenizer.from_pretrained({args.out_dir!r})")
     return 0
