@@ -56,19 +56,50 @@ def segments(directory: Path, sep_id: int):
                 yield pair.key, pair.token_ids[a + 1:b].tolist()
 
 
+class Source:
+    """The documents' text, whitespace collapsed, and whether a segment's text is found in it: in the document its
+    key names, else in the document an 8-word run of it (its second to ninth words: the first may be a part) is
+    first seen in, else anywhere (a search of everything: slow, for the few segments left)."""
+
+    ANCHOR = 8
+
+    def __init__(self, document_files: list[Path]):
+        from pipeline.formats import documents
+
+        self.texts = {d.id: collapse("\n".join(d.paragraphs)) for f in document_files
+                      for d in documents.read_file(str(f))}
+        self.first_seen: dict[int, str] = {}
+        for doc_id, text in self.texts.items():
+            words = text.split(" ")
+            for i in range(len(words) - self.ANCHOR + 1):
+                self.first_seen.setdefault(hash(tuple(words[i:i + self.ANCHOR])), doc_id)
+        self.everything = "\0".join(self.texts.values())
+
+    def holds(self, text: str, key: str) -> bool:
+        text = collapse(text)
+        if text in self.texts.get(key.split("|", 1)[0], ""):
+            return True
+        words = text.split(" ")
+        if len(words) > self.ANCHOR + 1:
+            doc_id = self.first_seen.get(hash(tuple(words[1:1 + self.ANCHOR])))
+            if doc_id is not None and text in self.texts[doc_id]:
+                return True
+        return text in self.everything   # short, or its words are in several documents (a verse, an article twice)
+
+
 def fidelity(pairs_dir: Path, document_files: list[Path], tokenizer: Path) -> tuple[int, int, collections.Counter]:
     """(segments, those that decode to text of the source and re-encode to their ids, why the others do not)."""
-    from pipeline.formats import documents, manifest
+    from pipeline.formats import manifest
     from pipeline.text import subwords
 
     tok = subwords.for_documents(subwords.load(str(tokenizer)))
-    source = "\0".join(collapse("\n".join(d.paragraphs)) for f in document_files for d in documents.read_file(str(f)))
+    source = Source(document_files)
     sep = json.loads((pairs_dir / manifest.NAME).read_text())["vocab"]["ids"]["sep_id"]
     total, faithful, why = 0, 0, collections.Counter()
-    for _, ids in segments(pairs_dir, sep):
+    for key, ids in segments(pairs_dir, sep):
         total += 1
         text = tok.decode(ids, skip_special_tokens=False)
-        found, same = collapse(text) in source, tok.encode(text, add_special_tokens=False).ids == ids
+        found, same = source.holds(text, key), tok.encode(text, add_special_tokens=False).ids == ids
         if found and same:
             faithful += 1
         else:   # google's truncation removes a token at a time: it may cut a character's UTF-8 bytes apart

@@ -104,20 +104,15 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
                     m["vocab"], validation_of(opened), manifest.fingerprint(opened))
 
 
-def is_tokenizer(entry: dict | None) -> bool:
-    """Whether a manifest's vocab entry is a tokenizer.json's (issue 37's contract: it has "tokenizer")."""
-    return entry is not None and "tokenizer" in entry
-
-
 def check_vocab_size(entry: dict, vocab_size: int, what: str) -> None:
     """ShardSpecError where a model of `vocab_size` embedding rows cannot read data of the vocab `entry`: a vocab.txt
     needs as many rows as it has tokens, a tokenizer.json at least as many (padded rows allowed: model/bert.py).
     `what` starts the message: "DIR: shards", "pairs"."""
     size = int(entry["size"])
-    if is_tokenizer(entry) and size > vocab_size:
+    if manifest.is_tokenizer(entry) and size > vocab_size:
         raise ShardSpecError(f"{what} use the tokenizer {entry.get('path')} of {size:,} ids, more than the model's "
                              f"vocab_size {vocab_size:,}")
-    if not is_tokenizer(entry) and size != vocab_size:
+    if not manifest.is_tokenizer(entry) and size != vocab_size:
         raise ShardSpecError(f"{what} use a vocab of {size} ids, the model has vocab_size {vocab_size}")
 
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import safetensors.torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from model import checkpoints, data
+from model import checkpoints
 from model.config import BertConfig
 from model.hf import TIED, hf_architecture, hf_config, to_hf_state_dict
 from pipeline.formats import manifest, storage
@@ -151,7 +151,7 @@ def find_tokenizer(entry: dict | None, given: str | None, config: BertConfig) ->
     """--tokenizer, or the tokenizer.json the manifest's vocab `entry` names: it must exist, be a tokenizer.json with
     the entry's sha256 (where it has one), the model's config.num_tokens entries and the entry's special tokens (or,
     for shards whose manifest names none, the ones subwords.find_specials finds)."""
-    if entry and not data.is_tokenizer(entry) and given:
+    if entry and not manifest.is_tokenizer(entry) and given:
         raise ExportError(f"--tokenizer {given}: the run's shards were made with the vocab.txt {entry.get('path')}, "
                           "not a tokenizer.json: pass --vocab FILE, or neither")
     entry = entry or {}
@@ -267,7 +267,7 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     model_max_length = max_seq_length or config.max_position_embeddings
     if tokenizer_path is not None and vocab_path is not None:
         raise ExportError("give one of --vocab (a vocab.txt) and --tokenizer (a tokenizer.json), not both")
-    if tokenizer_path is not None or data.is_tokenizer(entry):
+    if tokenizer_path is not None or manifest.is_tokenizer(entry):
         if vocab_path is not None:
             raise ExportError(f"--vocab {vocab_path}: the run's shards were made with the tokenizer.json "
                               f"{entry.get('path')}: pass --tokenizer FILE, or neither")

@@ -29,11 +29,12 @@ import safetensors
 import safetensors.torch
 import torch
 
-from model import checkpoints, data, hf
+from model import checkpoints, hf
 from model.bert import Bert
 from model import config as config_lib
 from model.config import BertConfig
 from model.plan import RunError, TrainPlan
+from pipeline.formats import manifest
 from pipeline.text import subwords, tokenization
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -318,7 +319,7 @@ def check_data(source: Source, entry: dict | None, length: int, config: BertConf
         warnings.append(f"--data has no manifest (shards of google's tool): its vocab and casing cannot be checked "
                         f"against --init-from {source.path}'s; its ids are read as the source's")
     else:
-        tokenizer = data.is_tokenizer(entry)   # the data's vocab is a tokenizer.json, which decides its casing
+        tokenizer = manifest.is_tokenizer(entry)   # the data's vocab is a tokenizer.json, which decides its casing
         kind = "tokenizer" if tokenizer else "vocab"
         same = same_vocab(source.vocab, entry)
         if same is False:
@@ -357,7 +358,7 @@ def same_vocab(vocab: SourceVocab, entry: dict) -> bool | None:
     their ids, added ones included); None where neither can tell."""
     if vocab.sha256 and vocab.sha256 == entry.get("sha256"):
         return True
-    tokenizer = data.is_tokenizer(entry)
+    tokenizer = manifest.is_tokenizer(entry)
     on_disk = vocab.file is not None and os.path.isfile(vocab.file)
     if tokenizer and on_disk and vocab.sha256 is None and subwords.sha256(vocab.file) == entry.get("sha256"):
         return True   # an HF directory's tokenizer.json, the file the data was made with

@@ -51,7 +51,7 @@ from model.metrics import RunLog, Sums, batch_stats, stat_names, task_metrics, t
 from model.plan import DEFAULT_MODEL, RunError, TrainPlan
 from model.ranks import Ranks, Stop, setup_ranks
 from pipeline.algorithms import masking
-from pipeline.formats import schema
+from pipeline.formats import manifest, schema
 
 
 # DDP's all-reduce buckets, in MiB: BERT-base's 440 MB of fp32 gradients make ~18 buckets, the first of which (the
@@ -218,9 +218,9 @@ def open_data(args: TrainPlan, config: config_lib.BertConfig, preset: bool,
     if source is not None:
         warnings = init_from.check_data(source, found.vocab, found.shape.max_seq_length, config, args)
     elif preset and found.vocab_size is not None:
-        rows = config_lib.embedding_rows(found.vocab_size) if data.is_tokenizer(found.vocab) else found.vocab_size
+        rows = config_lib.embedding_rows(found.vocab_size) if manifest.is_tokenizer(found.vocab) else found.vocab_size
         config = dataclasses.replace(config, vocab_size=rows)
-    if data.is_tokenizer(found.vocab):
+    if manifest.is_tokenizer(found.vocab):
         data.check_vocab_size(found.vocab, config.vocab_size, "--data's shards")   # a source's rows too
         config = config_lib.for_tokenizer(config, found.vocab_size)
     if found.shape.max_seq_length > config.max_position_embeddings:

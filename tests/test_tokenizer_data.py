@@ -229,3 +229,23 @@ def test_bad_input_is_refused_in_one_line_before_the_job(made, tmp_path):
         err = done.stderr.strip()
         assert done.returncode == 2 and len(err.splitlines()) == 1 and message in err, (argv, err)
         assert "Traceback" not in err and not (tmp_path / "never").exists()
+
+
+def test_a_tokenizer_on_an_object_store_gives_the_local_bytes(made, tmp_path, monkeypatch):
+    """--tokenizer simstore://bucket/tok.json (a GCS-like store, tests/simstore.py) is read by the flag check and by
+    every worker as the local file is: the same shards; the manifest names the path given."""
+    from tests import simstore
+    out, path = made
+    monkeypatch.chdir(tmp_path)
+    bucket = simstore.new_bucket()
+    with open(simstore._object(bucket, "tok/bert-gpt2.json"), "wb") as f:
+        f.write(path.read_bytes())
+    flags = ["--input", f"books:{SAMPLES / 'books' / 'carroll-alice.txt'}", "--max-seq-length", "64",
+             "--dupe-factor", "1", *ONE]
+    assert cli.main(["prepare", *flags, "--tokenizer", str(path), "--output", str(tmp_path / "local")]) == 0
+    remote = f"simstore://{bucket}/tok/bert-gpt2.json"
+    assert cli.main(["prepare", *flags, "--tokenizer", remote, "--output", str(tmp_path / "remote")]) == 0
+    for f in sorted((tmp_path / "local").glob("*.tfrecord")):
+        assert (tmp_path / "remote" / f.name).read_bytes() == f.read_bytes()
+    m = json.loads((tmp_path / "remote" / manifest.NAME).read_text())
+    assert m["vocab"]["path"] == remote and m["vocab"]["sha256"] == subwords.sha256(str(path))

@@ -40,7 +40,7 @@ def _decode(vocab, ids) -> str:
 
 def _read_vocab(path: str, entry: dict):
     """What _decode decodes with: the tokens of a vocab.txt, or a tokenizer.json's decode (the entry says which)."""
-    if "tokenizer" not in entry:
+    if not manifest.is_tokenizer(entry):
         return tokenization.read_vocab(path)
     from pipeline.text import subwords   # deferred: HF tokenizers only where a tokenizer decodes
     try:

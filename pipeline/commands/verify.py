@@ -66,7 +66,7 @@ class Ids:
         entry = entry or {}
         ids = entry.get("ids") or {}
         special: tuple[int, ...] = (0,)
-        if "tokenizer" in entry:   # every id no random replacement draws, but the unknown token ([CLS]/[SEP] apart)
+        if manifest.is_tokenizer(entry):   # every id no random replacement draws, but the unknown token ([CLS]/[SEP] apart)
             size = entry["size"]
             draws = np.zeros(size, bool)
             for start, end in ids["replacement_ranges"]:

@@ -20,7 +20,9 @@ Its presence marks the directory complete (data files are published before it). 
     objective                pairs and shards: "nsp" (google's, the default) | "sop" (ALBERT's sentence order:
                              next_sentence_labels 1 = A and B swapped) | "none" (RoBERTa's full-sentence rows:
                              segment_ids 0, next_sentence_labels 0 and unused); absent (older or google-made) = nsp
-    vocab                    {"path", "sha256", "size", "lowercase"} (pairs, mask, prepare)
+    vocab                    {"path", "sha256", "size", "lowercase", "ids"} (pairs, mask, prepare, pack); a
+                             tokenizer.json's also "tokenizer": {"model", "tokens" (of cls sep mask pad unk),
+                             "pad_id", "unk_id"} (is_tokenizer)
     max_seq_length, max_predictions_per_seq   (shards; max_seq_length also for pairs; P is per instance)
     packing                  packed shards only: {"max_sequences_per_pack": k, "max_predictions_per_row": M,
                              "rows", "instances", "efficiency": real tokens / (rows x L), "rows_split"}; their
@@ -106,6 +108,11 @@ def shard_shape(manifest: dict[str, Any]) -> schema.Shape:
 
 
 OBJECTIVES = ("nsp", "sop", "none")
+
+
+def is_tokenizer(entry: dict | None) -> bool:
+    """Whether a manifest's vocab entry is a tokenizer.json's (it has "tokenizer"), not google's vocab.txt."""
+    return entry is not None and "tokenizer" in entry
 
 
 def objective(manifest: dict[str, Any] | None) -> str:

@@ -2,7 +2,9 @@
 
 sentences        paragraphs -> sentences (blingfire + rules keyed to scripts and words; no language flag)
 tokenization     WordPiece with HF `tokenizers`, giving google's FullTokenizer ids exactly
-subwords         any tokenizer.json (BPE, Unigram, WordPiece): its BERT special roles, casing, BERT's tokens added
+subwords         any tokenizer.json (BPE, Unigram, WordPiece): its BERT special roles, casing, BERT's tokens added;
+                 documents to its ids with word starts marked; `Vocabulary`, what a job's workers tokenize with
+training         a tokenizer.json trained from documents (`bertprep vocab --model bpe|unigram|wordpiece`)
 unicode_classes  google's BasicTokenizer character classes per Unicode version (generated)
 normalize        text as deduplication compares it (NFKC, case, quotes, dashes and spaces folded), its shingles
 contamination    lm-eval's Janitor rule (eval n-grams, matches, the fragments left), vectorised over a document

@@ -154,6 +154,12 @@ def find_specials(tokenizer: Tokenizer, path: str, overrides: dict[str, str] | N
     return Specials(**ids, unk=tokenizer.token_to_id(named["unk"]) if named["unk"] else None)
 
 
+def bert_special(token: str) -> AddedToken:
+    """BERT's special `token` as an added token; [MASK] takes the space before it, as RoBERTa's <mask> does: the data
+    masks " cat" whole, so "the [MASK]." must encode as "the", "[MASK]", "." (not a lone "Ġ" before it)."""
+    return AddedToken(token, special=True, normalized=False, lstrip=token == "[MASK]")
+
+
 def extend(tokenizer: Tokenizer, pad_to_multiple: int | None = None) -> tuple[Tokenizer, list[str]]:
     """(the tokenizer with BERT's specials, the tokens added): [UNK] [CLS] [SEP] [PAD] [MASK] as special tokens
     (those it lacks), a post-processor framing [CLS] A [SEP] B [SEP] (segment 1 for B, after the one it had: a
@@ -161,7 +167,7 @@ def extend(tokenizer: Tokenizer, pad_to_multiple: int | None = None) -> tuple[To
     vocabulary's size is a multiple of it. The same input gives the same file."""
     tokenizer = Tokenizer.from_str(tokenizer.to_str())   # a copy: the caller's stays as it was
     added = [t for t in BERT_SPECIALS if tokenizer.token_to_id(t) is None]
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in added])
+    tokenizer.add_special_tokens([bert_special(t) for t in added])
     if pad_to_multiple:
         unused = []
         while (tokenizer.get_vocab_size(with_added_tokens=True) + len(unused)) % pad_to_multiple:

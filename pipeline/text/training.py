@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from pipeline.text import subwords, tokenization
 
@@ -117,7 +117,7 @@ def with_specials(tokenizer: Tokenizer, pad_to_multiple: int | None) -> tuple[To
     """(the trained tokenizer with BERT's specials as special added tokens at their ids 0-4 and BERT's template,
     the [unusedK] tokens added up to a multiple of `pad_to_multiple`): subwords.extend, with nothing left to add
     but the template and the unused tokens."""
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    tokenizer.add_special_tokens([subwords.bert_special(t) for t in SPECIALS])
     assert [tokenizer.token_to_id(t) for t in SPECIALS] == list(range(len(SPECIALS)))
     tokenizer.no_truncation()
     tokenizer.no_padding()
