@@ -463,6 +463,60 @@ def _ship_with(prefix: str) -> Renderer:
     return lambda pos, named: _ship(pos, named, prefix)
 
 
+# --- citations used as words -------------------------------------------------------------------------------
+# The Harvard "text" forms stand in the sentence as its subject ("{{harvtxt|Artin|1970}} showed that"), and
+# Wikipedia's Module:Footnotes shows them "Artin (1970)"; the parenthetical forms (harv, harvnb, harvp, sfn,
+# harvcol, harvs without txt) are references, dropped with the others. Authors are joined as the module joins
+# them: "A & B", "A, B & C", four or more "A et al.".
+
+def _authors(names: list[str]) -> str | None:
+    """["A"] -> "A", ["A", "B"] -> "A & B", ["A", "B", "C"] -> "A, B & C", four or more -> "A et al."."""
+    if not names:
+        return None
+    if len(names) >= 4:
+        return f"{names[0]} et al."
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} & {names[-1]}"
+
+
+def _cited(names: list[str], year: str, named: dict[str, str], colon: bool) -> str | None:
+    """"Artin (1970, p. 5)"; `colon` (harvcoltxt): "Artin (1970:5)". loc= follows the pages after a comma."""
+    authors = _authors(names)
+    if authors is None or not year:
+        return None
+    page = (named.get("p") or named.get("page") or "").strip()
+    pages = (named.get("pp") or named.get("pages") or "").strip()
+    loc = (named.get("loc") or named.get("at") or "").strip()
+    inside = year
+    if page or pages:
+        inside += f":{page or pages}" if colon else f", p. {page}" if page else f", pp. {pages}"
+    if loc:
+        inside += f", {loc}"
+    return f"{authors} ({inside})"
+
+
+def _harvtxt(pos: list[str], named: dict[str, str], colon: bool = False) -> str | None:
+    """{{harvtxt|Smith|Jones|2001|p=5}} -> "Smith & Jones (2001, p. 5)": up to four authors, then the year
+    (the last parameter given, "1974, 1999" included)."""
+    values = [p.strip() for p in pos if p.strip()]
+    return _cited(values[:-1], values[-1], named, colon) if len(values) >= 2 else None
+
+
+def _harvs(pos: list[str], named: dict[str, str]) -> str | None:
+    """{{harvs|txt|last=Moishezon|year=1966}} -> "Moishezon (1966)"; named authors (last, last1..4, author1..4)
+    and years (year, year1..3: "Smith (2001, 2002)"). Without txt (or txt=yes) it is parenthetical: None."""
+    if "txt" not in (p.strip().lower() for p in pos) and not named.get("txt", "").strip():
+        return None
+    names = []
+    for i in range(1, 5):
+        keys = (f"last{i}", f"author{i}", f"surname{i}") + (("last", "author", "surname") if i == 1 else ())
+        name = next((named[k].strip() for k in keys if named.get(k, "").strip()), "")
+        if not name:
+            break
+        names.append(name)
+    years = [named[k].strip() for k in ("year", "year1", "year2", "year3") if named.get(k, "").strip()]
+    return _cited(names, ", ".join(years), named, colon=False)
+
+
 RENDERED: dict[str, Renderer] = {
     # text shown as given
     **dict.fromkeys(["nowrap", "nobr", "small", "smaller", "big", "larger", "nobold", "noitalic", "vanchor",
@@ -487,6 +541,9 @@ RENDERED: dict[str, Renderer] = {
     "spaced mdash": _constant(" — "), "nbsp": _constant(" "), "thinsp": _constant(" "), "sp": _constant(" "),
     "·": _constant(" · "), "dot": _constant(" · "), "middot": _constant("·"), "bull": _constant(" • "),
     "=": _constant("="), "!": _constant("|"), "anchor": _constant(""),
+    # citations used as words
+    "harvtxt": _harvtxt, "harvard citation text": _harvtxt,
+    "harvcoltxt": lambda pos, named: _harvtxt(pos, named, colon=True), "harvs": _harvs,
 }
 
 # What a wiki in another language may share with English Wikipedia: templates of the same name and meaning whose
