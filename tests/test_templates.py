@@ -74,6 +74,21 @@ from corpora.wikipedia.units import convert
     ("nbsp", ["3"], {}, " "),
     ("convert", ["10", "km", "mi"], {}, "10 kilometres (6.2 mi)"),
     ("cvt", ["10", "km", "mi"], {}, "10 km (6.2 mi)"),
+    # citations used as words, joined as Module:Footnotes joins them
+    ("harvtxt", ["Artin", "1970"], {}, "Artin (1970)"),
+    ("harvtxt", ["Smith", "Jones", "2001"], {}, "Smith & Jones (2001)"),
+    ("harvtxt", ["Smith", "Jones", "Brown", "2001"], {"p": "25"}, "Smith, Jones & Brown (2001, p. 25)"),
+    ("harvtxt", ["Smith", "Jones", "Brown", "Black", "2001"], {"pp": "25–26"}, "Smith et al. (2001, pp. 25–26)"),
+    ("harvtxt", ["Smith", "2005"], {"loc": "chpt. 3"}, "Smith (2005, chpt. 3)"),
+    ("harvtxt", ["Boolos", "Jeffrey", "1974, 1999"], {}, "Boolos & Jeffrey (1974, 1999)"),   # the last is the year
+    ("harvard citation text", ["[[Emil Artin|Artin]]", "1970a"], {"ref": "none"}, "[[Emil Artin|Artin]] (1970a)"),
+    ("harvcoltxt", ["D'Andrade", "1995"], {}, "D'Andrade (1995)"),
+    ("harvcoltxt", ["Smith", "2006"], {"p": "25"}, "Smith (2006:25)"),
+    ("harvcoltxt", ["Smith", "Jones", "2006"], {"pp": "25–27"}, "Smith & Jones (2006:25–27)"),
+    ("harvs", ["txt"], {"last": "Moishezon", "year": "1966", "authorlink": "Boris Moishezon"}, "Moishezon (1966)"),
+    ("harvs", [], {"txt": "yes", "last1": "Hardy", "last2": "Littlewood", "year": "1914"},
+     "Hardy & Littlewood (1914)"),
+    ("harvs", ["txt"], {"author1": "Serre", "year1": "1955", "year2": "1956"}, "Serre (1955, 1956)"),
 ])
 def test_rendering(name, pos, named, shown):
     assert is_rendered(name)
@@ -105,6 +120,19 @@ def test_rendering(name, pos, named, shown):
     ("convert", ["ten", "km"], {}),
     ("nihongo", [], {}),
     ("uss", [], {}),
+    ("harvnb", ["Smith", "2001"], {"p": "5"}),      # parenthetical citations: references, dropped with them
+    ("harv", ["Smith", "2001"], {}),
+    ("harvp", ["Smith", "2001"], {}),
+    ("harvard citation no brackets", ["Smith", "2001"], {}),
+    ("harvcol", ["Smith", "2001"], {"p": "5"}),
+    ("harvcolnb", ["Smith", "2001"], {}),
+    ("sfnp", ["Smith", "2001"], {}),
+    ("harvs", [], {"last": "Moishezon", "year": "1966"}),   # harvs without txt is parenthetical
+    ("harvs", ["nb"], {"last": "Moishezon", "year": "1966"}),
+    ("harvtxt", ["Smith"], {}),                      # no year, or no author: dropped
+    ("harvtxt", [], {"p": "5"}),
+    ("harvs", ["txt"], {"last": "Moishezon"}),
+    ("harvs", ["txt"], {"year": "1966"}),
 ])
 def test_dropped(name, pos, named):
     assert render(name, pos, named) is None
@@ -162,7 +190,8 @@ _WORDS = st.sampled_from(["", " ", "1", "0", "-3", "1e400", "2.5", "x", "km", "C
 
 @given(st.sampled_from(sorted(RENDERED) + ["lang-ru", "lang-", "formatnum:", "formatnum:1e9"]),
        st.lists(_WORDS, max_size=7), st.dictionaries(st.sampled_from(["df", "e", "u", "abbr", "disp", "sigfig",
-                                                                      "lit", "label", "hide", "order", "adj", "1"]),
+                                                                      "lit", "label", "hide", "order", "adj", "1",
+                                                                      "p", "pp", "loc", "last", "year", "txt"]),
                                                      _WORDS, max_size=3))
 @settings(max_examples=1500, deadline=None)
 def test_no_parameters_make_a_rendering_raise(name, pos, named):

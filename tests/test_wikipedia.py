@@ -3,6 +3,7 @@ splitting, damaged dumps, and a property test that no wikitext makes the cleaner
 import bz2
 import collections
 import json
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -178,6 +179,51 @@ def test_clean_wikitext_cases(wikitext, expected):
 ])
 def test_templates_rendered_and_holes_tidied(wikitext, expected):
     assert clean_wikitext(wikitext) == [expected]
+
+
+@pytest.mark.parametrize("wikitext,expected", [
+    # a citation used as a word shows as Wikipedia shows it; a parenthetical one goes, as a <ref> does
+    ("{{harvs|txt|last=Moishezon|year=1966|authorlink=Boris Moishezon}} showed that a [[Moishezon manifold]] "
+     "is projective.", ["Moishezon (1966) showed that a Moishezon manifold is projective."]),
+    ("{{harvtxt|Artin|1970}} showed that every such group is finite.",
+     ["Artin (1970) showed that every such group is finite."]),
+    ("As {{Harvtxt|Hardy|Littlewood|1914|p=12}} and {{harvcoltxt|Smith|2006|p=25}} note, it holds "
+     "{{harvnb|Smith|2006}} in ({{harv|Jones|2001}}) every case {{harvp|Brown|1999}}.",
+     ["As Hardy & Littlewood (1914, p. 12) and Smith (2006:25) note, it holds in every case."]),
+    ("It holds ({{harvs|last=Moishezon|year=1966}}).", ["It holds."]),
+    # real text: the shared enwiki sample's "Algorithm" and "Anthropology" (Wikipedia, CC BY-SA 4.0; excerpts)
+    ("A prototypical example of an algorithm is [[Euclid's algorithm]] to determine the maximum common divisor "
+     "of two integers.\n\n{{Harvtxt|Boolos|Jeffrey|1974, 1999}} offer an informal meaning of the word in the "
+     "following quotation:\n\n<blockquote>No human being can write fast enough</blockquote>",
+     ["A prototypical example of an algorithm is Euclid's algorithm to determine the maximum common divisor of "
+      "two integers.", "Boolos & Jeffrey (1974, 1999) offer an informal meaning of the word in the following "
+      "quotation:", "No human being can write fast enough"]),
+    ("Cognitive anthropology is concerned with what people from different groups know and how that implicit "
+     "knowledge changes the way people perceive and relate to the world around them."
+     "<ref>{{Harvcoltxt|D'Andrade|1995}}</ref>\n\n==== Transpersonal ====",
+     ["Cognitive anthropology is concerned with what people from different groups know and how that implicit "
+      "knowledge changes the way people perceive and relate to the world around them."]),   # in a <ref>: a note
+])
+def test_citations_used_as_words(wikitext, expected):
+    assert clean_wikitext(wikitext) == expected
+
+
+SHARED_SAMPLE = REPO.parent / "shared/corpora/wikipedia/enwiki-sample-pages-articles.xml.bz2"
+
+
+@pytest.mark.skipif(not SHARED_SAMPLE.exists(), reason="the shared enwiki sample is not here (../shared)")
+def test_shared_sample_citations_used_as_words():
+    """The shared sample's two Harvard text citations: the one in running text shows, the one in a <ref> goes
+    with its note, and no parenthetical citation leaves its names in the text."""
+    _, pages, _ = collect(read_pages(ReadRange(str(SHARED_SAMPLE))))
+    cited = [p for p in pages if re.search(r"\{\{\s*(?:harv[a-z]*txt|harvs\s*\|\s*txt)", p.text, re.I)]
+    assert sorted(p.title for p in cited) == ["Algorithm", "Anthropology"]
+    _, _, docs = extract(cited)
+    text = {d.title: "\n".join(d.paragraphs) for d in docs}
+    assert "\nBoolos & Jeffrey (1974, 1999) offer an informal meaning of the word in the following quotation:\n" \
+        in text["Algorithm"]
+    assert "D'Andrade" not in text["Anthropology"] and \
+        "perceive and relate to the world around them.\n" in text["Anthropology"]
 
 
 # --- the bundled real sample ----------------------------------------------------------------------------
