@@ -18,9 +18,9 @@ text, outside <ref>s, in the 98 articles that are no redirect or disambiguation 
     convert 350, lang 194, lang-xx 36, transl 43, as of 29, chem 22, nowrap 21, nihongo 15, vanchor 10,
     angbr 8, 's 8, vr 7, sc 6, nbsp 6, val 6, snd/mdashb 7, e 3, ' and ' " 4, music 2, USS 2, circa 1,
     small 1, oldstyledate 1; the date templates (birth date, death date and age ...: 18 uses, all in infoboxes
-    here, in lead sentences on most biographies) and frac, abbr, sic, nobr, cvt (not inside running text here; named in the issue);
-    harvtxt 1, with harvcoltxt and harvs|txt: citations used as words ("{{harvtxt|Artin|1970}} showed" -> "Artin
-    (1970) showed", issue 38).
+    here, in lead sentences on most biographies) and frac, abbr, sic, nobr, cvt (not inside running text here;
+    named in the issue); harvtxt 1, with harvcoltxt and harvs|txt: citations used as words
+    ("{{harvtxt|Artin|1970}} showed" -> "Artin (1970) showed", issue 38).
 
 Dropped on purpose, though as frequent: citation needed 115, rp 102, sfn/sfnp 185 and the parenthetical Harvard
 citations (harvnb, harv, harvp: in <ref>s here), refn 20, efn, clarify and the other inline cleanup tags (notes,
