@@ -435,3 +435,20 @@ def test_a_data_file_not_in_its_manifest_is_refused(made, tmp_path):
     with pytest.raises(manifest.ManifestError, match="documents-00000-of-00002.jsonl.gz: not listed in"):
         manifest.open_output(str(copy / "documents-*"), (manifest.DOCUMENTS,))
     assert len(manifest.open_output(str(copy), (manifest.DOCUMENTS,)).files) == 1   # the directory: its manifest
+
+
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+def test_help_gives_every_default(command):
+    """Issue 38: a flag with a default value says it in --help (--max-seq-length, --masked-lm-prob, --dupe-factor,
+    --seed, --steps, --batch-size, --lr ...), filled in from the parser's defaults, set_defaults included."""
+    p = cli.build_parser(command)
+    text = " ".join(p.format_help().split())   # argparse wraps lines
+    for action in p._actions:
+        default = p.get_default(action.dest)
+        if not action.option_strings or action.nargs == 0 or default in (None, False, argparse.SUPPRESS):
+            continue
+        assert "default" in (action.help or "").lower(), (command, action.option_strings)
+    if command in ("pairs", "prepare"):
+        assert "(default: 5)" in text and "default: 128" in text and "default: 12345" in text
+    if command == "train":
+        assert "(default: 10000)" in text and "(default: 256)" in text and "(default: 0.0001)" in text

@@ -115,6 +115,7 @@ def build_parser(command: str) -> flags.Parser:
     text, add_arguments, _ = COMMANDS[command]
     p = flags.Parser(prog=f"bertprep {command}", description=text)
     _resolve(add_arguments)(p)
+    flags.say_defaults(p)
     p.add_argument("--debug", action="store_true", help="show the traceback of a failure")
     return p
 

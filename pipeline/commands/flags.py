@@ -9,7 +9,21 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 import sys
+
+
+def say_defaults(p: argparse.ArgumentParser) -> None:
+    """Each flag's --help ends with its default, where it has one (a value, not None or a switch's False: those
+    say what they do) and its help does not say it already. Run once the parser and its set_defaults are built."""
+    for action in p._actions:
+        default = p.get_default(action.dest)
+        if (not action.option_strings or action.nargs == 0 or default is None or default is False
+                or default is argparse.SUPPRESS or action.help is argparse.SUPPRESS):
+            continue
+        if action.help and re.search(r"(?<!google's )\bdefault", action.help, re.IGNORECASE):
+            continue
+        action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
 
 
 class Parser(argparse.ArgumentParser):
