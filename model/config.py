@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 from dataclasses import dataclass
@@ -94,7 +95,9 @@ def from_name_or_json(spec: str, vocab_size: int | None = None) -> BertConfig:
         with open(spec) as f:
             config = BertConfig.from_json(f.read())
     else:
-        raise ValueError(f"--model {spec!r}: neither a preset ({'|'.join(PRESETS)}) nor a config JSON file")
+        near = difflib.get_close_matches(spec, PRESETS, n=1, cutoff=0.6)
+        raise ValueError(f"--model {spec!r}: neither a preset ({'|'.join(PRESETS)}) nor a config JSON file"
+                         + (f"; did you mean {near[0]}?" if near else ""))
     if vocab_size is not None:
         config = dataclasses.replace(config, vocab_size=vocab_size)
     return config

@@ -207,8 +207,11 @@ def test_config_json_round_trip(tmp_path):
     assert (large.num_layers, large.hidden_size, large.num_heads, large.intermediate_size) == (24, 1024, 16, 4096)
     with pytest.raises(ValueError, match="unknown BertConfig fields"):
         BertConfig.from_json('{"vocab_size": 5, "n_embd": 3}')
-    with pytest.raises(ValueError, match="neither a preset"):
+    with pytest.raises(ValueError, match="neither a preset") as e:
         config_lib.from_name_or_json("huge")
+    assert "did you mean" not in str(e.value)
+    with pytest.raises(ValueError, match=r"neither a preset .*; did you mean tiny\?$"):   # issue 38
+        config_lib.from_name_or_json("tinyy")
     with pytest.raises(ValueError, match="multiple of num_heads"):
         dataclasses.replace(ODD, num_heads=5)
 
