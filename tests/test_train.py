@@ -433,3 +433,7 @@ def test_dynamic_masking_masks_pairs_afresh_each_epoch(tmp_path, tiny_json):
     result = train.train(args_for(pairs_dir, tmp_path / "run", tiny_json, "--dynamic-masking", "--steps", "4",
                                   "--num-workers", "0"))
     assert result["step"] == 4 and len(train_losses(result)) == 4
+    # without the flag the refusal points to it (issue 38)
+    with pytest.raises(data.ShardSpecError, match=r"holds pair records, not masked-LM shards: train on it with "
+                                                  r"--dynamic-masking"):
+        train.train(args_for(pairs_dir, tmp_path / "run2", tiny_json, "--steps", "4", "--num-workers", "0"))
