@@ -79,7 +79,8 @@ def train(args: TrainPlan) -> dict:
             step, last_checkpoint, stopped = train_loop(session, step, resume_path)
         finally:
             session.writer.wait()  # the last checkpoint is on disk before the run ends, however it ends
-        if args.eval_every and session.shards.eval_files and step == args.steps > first_step:
+        # a run with held-out data is evaluated once it has done its steps, --eval-every or not
+        if session.shards.eval_files and step == args.steps > first_step:
             session.log(evaluate(session, step))
         session.log.close()
         if ranks.ddp:
@@ -170,8 +171,8 @@ def announce(args: TrainPlan, ranks: Ranks, config: config_lib.BertConfig, shard
     if shards.held_out == LAST_FILE and args.eval_every:
         print(f"warning: --eval-every evaluates on {LAST_FILE}", file=sys.stderr)
     elif shards.held_out:
-        print(f"evaluation: {shards.held_out}" + (f", every {args.eval_every} steps" if args.eval_every
-                                                  else " (with --eval-every N)"))
+        print(f"evaluation: {shards.held_out}" + (f", every {args.eval_every} steps and at the end" if args.eval_every
+                                                  else ", at the end (every N steps with --eval-every N)"))
 
 
 @dataclass

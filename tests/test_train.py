@@ -103,6 +103,12 @@ def test_resume_continues_bitwise(tmp_path, tiny_json, num_workers, accum):
     assert all(torch.equal(a[k], b[k]) for k in a)
     evals = [r["step"] for r in first["history"] + rest["history"] if r["split"] == "eval"]
     assert evals == [0, 5, 10, 15, 20, 25, 27]
+    # held-out data without --eval-every: evaluated once, at the end (issue 38); the stopped run not at all
+    once = ["--eval-data", eval_data, "--eval-batches", "2", "--num-workers", "0"]
+    ended = train.train(args_for(data, tmp_path / "once", tiny_json, *once, "--steps", "3"))
+    assert [r["step"] for r in ended["history"] if r["split"] == "eval"] == [3]
+    stopped = train.train(args_for(data, tmp_path / "stopped", tiny_json, *once, "--steps", "3", "--stop-after", "2"))
+    assert [r for r in stopped["history"] if r["split"] == "eval"] == []
 
 
 @pytest.fixture(scope="module")
