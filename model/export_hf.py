@@ -119,7 +119,8 @@ def find_vocab(entry: dict | None, given: str | None, vocab_size: int) -> Vocab:
     if missing:
         raise ExportError(f"{name} lacks {' '.join(missing)}: not a BERT vocab.txt")
     lowercase = entry.get("lowercase")   # how the shards' text was tokenized; None: not recorded
-    return Vocab(path, raw, tokens, vocab_fit.Casing.of(tokens).lowercase if lowercase is None else lowercase, lowercase is None)
+    found = vocab_fit.Casing.of(tokens).lowercase if lowercase is None else lowercase
+    return Vocab(path, raw, tokens, found, lowercase is None)
 
 
 def checked_file(entry: dict, given: str | None, flag: str, kind: str) -> tuple[str, str, bytes]:

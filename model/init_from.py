@@ -340,7 +340,8 @@ def check_data(source: Source, entry: dict | None, length: int, config: BertConf
         if lowercase is not None and source.vocab.lowercase is not None and lowercase != source.vocab.lowercase:
             casing = {True: "uncased", False: "cased"}
             advice = ("its tokenizer's normalizer decides: prepare them with the source's tokenizer" if tokenizer else
-                      f"prepare them {'without' if lowercase is False else 'with'} --cased")
+                      f"prepare them again with {'a cased' if lowercase else 'an uncased'} vocab (pairs and "
+                      "prepare take the casing from the vocab)")
             raise refuse(source.path, f"is {casing[source.vocab.lowercase]} ({source.vocab.casing_from}) and --data's "
                                       f"shards are {casing[lowercase]}: {advice}")
     if length > config.max_position_embeddings:

@@ -269,8 +269,9 @@ class Pairs(Group):
         casing = p.add_mutually_exclusive_group()
         casing.add_argument("--cased", dest="casing", action="store_const", const="cased",
                             help="no lowercasing, accents kept. Default: as the vocab says (cased when at least "
-                                 f"{100 * vocab_fit.CASED_SHARE:g}%% of its entries have an upper-case letter, as google's "
-                                 "cased vocabs; its uncased have none); a flag the vocab contradicts is refused")
+                                 f"{100 * vocab_fit.CASED_SHARE:g}%% of its entries have an upper-case letter, as "
+                                 "google's cased vocabs; its uncased have none); a flag the vocab contradicts is "
+                                 "refused")
         casing.add_argument("--uncased", dest="casing", action="store_const", const="uncased",
                             help="lowercase and strip accents (google's do_lower_case); default: as the vocab says")
         p.add_argument("--max-seq-length", type=positive_int, default=RULE.max_seq_length)
