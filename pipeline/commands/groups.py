@@ -14,6 +14,7 @@ from pipeline.algorithms import dedup, masking, packing, pool, split
 from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
                                      vocab_file)
+from pipeline.formats import storage
 from pipeline.jobs import settings
 from pipeline.text import contamination, vocab_fit
 
@@ -342,6 +343,7 @@ def vocab_casing(p: flags.Parser, path: str, casing: str | None) -> bool:
     where they agree with it (google's tool lowercases unless told, and an uncased vocab on cased text, or the other
     way round, gives [UNK] or odd pieces without a word said)."""
     from pipeline.text import tokenization   # deferred: HF tokenizers only for a command given a vocab
+    storage.check_reachable([path])   # a gs:// vocab: one line, not Beam's minutes of retries
     found = vocab_fit.Casing.of(tokenization.read_vocab(path))
     if casing is not None and (casing == "uncased") != found.lowercase:
         p.error(f"--{casing} with --vocab {path}: {found.describe()}; leave --{casing} out, or give "
