@@ -36,8 +36,9 @@ it were never trained (their embeddings are still their random init). A checkpoi
 max_position_embeddings.
 
 Lowercasing comes from the manifest; where it does not say (shards of google's tool, `mask --allow-incomplete`) the
-vocab decides: uncased when no entry but the bracketed special tokens ([CLS], [unused0]) has an uppercase letter,
-as in google's uncased vocabs (its cased ones have thousands). The tokenizer is HF's BERT pipeline, not bertprep's
+vocab decides, as `pairs` and `prepare` do (pipeline/text/vocab_fit.py): uncased when under 1% of the entries but
+the bracketed special tokens ([CLS], [unused0]) have an uppercase letter; google's uncased vocabs have none, its
+cased ones thousands. The tokenizer is HF's BERT pipeline, not bertprep's
 own (pipeline/text/tokenization.py): transformers 5 rebuilds a BertTokenizer from the vocab alone whatever
 tokenizer.json holds, so this file is what either version runs. Their ids differ only on rare characters (that
 module lists them) and on words of 101-200 characters, [UNK] in HF and WordPieces in google's data.
@@ -58,7 +59,7 @@ from model import checkpoints
 from model.config import BertConfig
 from model.hf import TIED, hf_architecture, hf_config, to_hf_state_dict
 from pipeline.formats import manifest, storage
-from pipeline.text import subwords, tokenization
+from pipeline.text import subwords, tokenization, vocab_fit
 
 class ExportError(ValueError):
     """Something export-hf refuses: OUT_DIR in use, or no vocab it can vouch for."""
@@ -106,11 +107,6 @@ def recorded_vocab(checkpoint: dict) -> tuple[dict | None, int | None]:
     return found.get("vocab"), found.get("max_seq_length")
 
 
-def is_uncased(tokens: list[str]) -> bool:
-    """No entry but the bracketed special tokens changes when lowercased (google's uncased vocabs; module doc)."""
-    return all(t == t.lower() for t in tokens if not (t.startswith("[") and t.endswith("]")))
-
-
 def find_vocab(entry: dict | None, given: str | None, vocab_size: int) -> Vocab:
     """--vocab, or the file the manifest's vocab `entry` names: it must exist, have the entry's sha256 (where the
     entry has one: hand-made manifests may not), `vocab_size` tokens and google's special tokens."""
@@ -123,7 +119,8 @@ def find_vocab(entry: dict | None, given: str | None, vocab_size: int) -> Vocab:
     if missing:
         raise ExportError(f"{name} lacks {' '.join(missing)}: not a BERT vocab.txt")
     lowercase = entry.get("lowercase")   # how the shards' text was tokenized; None: not recorded
-    return Vocab(path, raw, tokens, is_uncased(tokens) if lowercase is None else lowercase, lowercase is None)
+    found = vocab_fit.Casing.of(tokens).lowercase if lowercase is None else lowercase
+    return Vocab(path, raw, tokens, found, lowercase is None)
 
 
 def checked_file(entry: dict, given: str | None, flag: str, kind: str) -> tuple[str, str, bytes]:

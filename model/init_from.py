@@ -35,7 +35,7 @@ from model import config as config_lib
 from model.config import BertConfig
 from model.plan import RunError, TrainPlan
 from pipeline.formats import manifest
-from pipeline.text import subwords, tokenization
+from pipeline.text import subwords, tokenization, vocab_fit
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -246,8 +246,8 @@ def _hf_vocab(path: str) -> SourceVocab:
         if lowercase is not None:
             return SourceVocab(file, sha256, tokens, lowercase, "its tokenizer.json's normalizer")
     if tokens is not None:
-        from model.export_hf import is_uncased
-        return SourceVocab(file, sha256, tokens, is_uncased(tokens), "its vocab (no do_lower_case says)")
+        return SourceVocab(file, sha256, tokens, vocab_fit.Casing.of(tokens).lowercase,
+                           "its vocab (no do_lower_case says)")
     return SourceVocab(None, None, None, None)
 
 
@@ -340,7 +340,8 @@ def check_data(source: Source, entry: dict | None, length: int, config: BertConf
         if lowercase is not None and source.vocab.lowercase is not None and lowercase != source.vocab.lowercase:
             casing = {True: "uncased", False: "cased"}
             advice = ("its tokenizer's normalizer decides: prepare them with the source's tokenizer" if tokenizer else
-                      f"prepare them {'without' if lowercase is False else 'with'} --cased")
+                      f"prepare them again with {'a cased' if lowercase else 'an uncased'} vocab (pairs and "
+                      "prepare take the casing from the vocab)")
             raise refuse(source.path, f"is {casing[source.vocab.lowercase]} ({source.vocab.casing_from}) and --data's "
                                       f"shards are {casing[lowercase]}: {advice}")
     if length > config.max_position_embeddings:

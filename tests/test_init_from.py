@@ -346,7 +346,7 @@ def damage(kind, path, data_dir):
                 "(BertForPreTraining, BertForMaskedLM or BertModel weights), or a bertprep run"),
     ("another vocab", "is not the vocab --data was made with"),
     ("cased", "is cased (do_lower_case false in its tokenizer_config.json) and --data's shards are uncased: prepare "
-              "them with --cased"),
+              "them again with a cased vocab (pairs and prepare take the casing from the vocab)"),
     ("truncated", "model.safetensors cannot be read ("),
     ("truncated bin", "pytorch_model.bin cannot be read ("),
     ("too few positions", "has 16 position embeddings and --data's rows are L=24: pass --max-position-embeddings 24 "

@@ -218,6 +218,13 @@ class SpreadDocuments(beam.PTransform):
 # What Tokenize counts that the manifests read (pipeline/jobs/outputs.py); also tokenize/sentences and /tokens
 TOKENIZED = "tokenize/documents"               # the documents with text left, passed on (a manifest's documents)
 EMPTY_DOCUMENTS = "tokenize/empty_documents"   # those with none: no instance from them
+TOKENS = "tokenize/tokens"                     # the tokens of the documents passed on
+UNK_TOKENS = "tokenize/unk_tokens"             # those the vocab could not place ([UNK]); counted when any
+
+
+def unk_share(values: dict[str, int]) -> tuple[int, int] | None:
+    """([UNK] tokens, tokens) a job tokenized, from its counters; None for a job that tokenized nothing."""
+    return (values.get(UNK_TOKENS, 0), values[TOKENS]) if values.get(TOKENS) else None
 
 
 class _Tokenize(tally.DoFn):
@@ -229,6 +236,9 @@ class _Tokenize(tally.DoFn):
         # Beam runs one worker per core; HF's own thread pool on top would only oversubscribe the cores
         os.environ.setdefault("RAYON_NUM_THREADS", "1")
         self.encode = self.vocabulary.encoder()
+        unk = self.vocabulary.unknown_id()
+        # a tokenizer.json's pools mark a word's continuation as ~id (pool.WordStarts): [UNK] either way
+        self.unk = None if unk is None else np.array([unk, ~unk], np.int32)
 
     def process(self, doc: Document):
         tokenized = pairs.TokenizedDocument.from_sentences(doc.id, self.encode(doc))
@@ -237,7 +247,10 @@ class _Tokenize(tally.DoFn):
             return
         self.count(*tally.parts(TOKENIZED))
         self.count("tokenize", "sentences", tokenized.num_sentences)
-        self.count("tokenize", "tokens", len(tokenized.tokens))
+        self.count(*tally.parts(TOKENS), len(tokenized.tokens))
+        unk = 0 if self.unk is None else int(np.isin(tokenized.tokens, self.unk).sum())
+        if unk:
+            self.count(*tally.parts(UNK_TOKENS), unk)
         self.progress.add(documents=1, tokens=len(tokenized.tokens))
         yield tokenized
 

@@ -40,7 +40,13 @@ class Parser(argparse.ArgumentParser):
         return action
 
     def add_argument_group(self, *args, **kwargs):
-        group = super().add_argument_group(*args, **kwargs)
+        return self._recorded(super().add_argument_group(*args, **kwargs))
+
+    def add_mutually_exclusive_group(self, *args, **kwargs):
+        return self._recorded(super().add_mutually_exclusive_group(*args, **kwargs))
+
+    def _recorded(self, group):
+        """A group whose flags go to `flag_names` as the parser's own do."""
         add = group.add_argument
 
         def recording(*names, **kw):

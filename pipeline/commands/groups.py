@@ -14,8 +14,9 @@ from pipeline.algorithms import dedup, masking, packing, pool, split
 from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
                                      vocab_file)
+from pipeline.formats import storage
 from pipeline.jobs import settings
-from pipeline.text import contamination
+from pipeline.text import contamination, vocab_fit
 
 GOOGLE_DUPE_FACTOR = 10   # create_pretraining_data.py's default
 
@@ -266,7 +267,14 @@ class Pairs(Group):
         p.add_argument("--special-tokens", metavar="ROLE=TOKEN,...",
                        help="with --tokenizer: the tokens of BERT's roles where the tokenizer does not say, e.g. "
                             "cls=<s>,sep=</s>,mask=<mask>,pad=<pad>")
-        p.add_argument("--cased", action="store_true", help="cased vocab: no lowercasing, accents kept")
+        casing = p.add_mutually_exclusive_group()
+        casing.add_argument("--cased", dest="casing", action="store_const", const="cased",
+                            help="no lowercasing, accents kept. Default: as the vocab says (cased when at least "
+                                 f"{100 * vocab_fit.CASED_SHARE:g}%% of its entries have an upper-case letter, as "
+                                 "google's cased vocabs; its uncased have none); a flag the vocab contradicts is "
+                                 "refused")
+        casing.add_argument("--uncased", dest="casing", action="store_const", const="uncased",
+                            help="lowercase and strip accents (google's do_lower_case); default: as the vocab says")
         p.add_argument("--max-seq-length", type=positive_int, default=RULE.max_seq_length)
         p.add_argument("--dupe-factor", type=positive_int, default=RULE.dupe_factor,
                        help=f"passes over each document, each with new randomness (google's default is "
@@ -302,7 +310,8 @@ class Pairs(Group):
         if args.tokenizer is None and args.special_tokens is not None:
             p.error("--special-tokens goes with --tokenizer (google's vocab.txt has [CLS] [SEP] [MASK] [PAD])")
         if args.tokenizer is not None:
-            args.special_tokens = check_tokenizer(p, args.tokenizer, args.special_tokens, args.cased)
+            args.special_tokens = check_tokenizer(p, args.tokenizer, args.special_tokens, args.casing)
+        args.lowercase = True if args.tokenizer is not None else vocab_casing(p, args.vocab, args.casing)
         if args.bucket_docs < 2:
             p.error(f"--bucket-docs {args.bucket_docs}: a random-next pool needs at least 2 documents (a 1-document "
                     "pool would draw 'random' segments from the same document)")
@@ -325,11 +334,24 @@ class Pairs(Group):
         rule = pool.PairParams(max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
                                 objective=args.objective, cross_documents=args.cross_documents,
                                 split_sentences=args.split_sentences, **shape)
-        return settings.Pairing(args.vocab, not args.cased, rule, args.bucket_docs, args.pair_parallelism,
+        return settings.Pairing(args.vocab, args.lowercase, rule, args.bucket_docs, args.pair_parallelism,
                                 args.tokenizer, args.special_tokens or ())
 
 
-def check_tokenizer(p: flags.Parser, path: str, special_tokens: str | None, cased: bool) -> tuple:
+def vocab_casing(p: flags.Parser, path: str, casing: str | None) -> bool:
+    """Whether text is lowercased for --vocab: as the vocab says (vocab_fit.Casing); --cased or --uncased only
+    where they agree with it (google's tool lowercases unless told, and an uncased vocab on cased text, or the other
+    way round, gives [UNK] or odd pieces without a word said)."""
+    from pipeline.text import tokenization   # deferred: HF tokenizers only for a command given a vocab
+    storage.check_reachable([path])   # a gs:// vocab: one line, not Beam's minutes of retries
+    found = vocab_fit.Casing.of(tokenization.read_vocab(path))
+    if casing is not None and (casing == "uncased") != found.lowercase:
+        p.error(f"--{casing} with --vocab {path}: {found.describe()}; leave --{casing} out, or give "
+                f"{vocab_fit.article(casing)} vocab")
+    return found.lowercase
+
+
+def check_tokenizer(p: flags.Parser, path: str, special_tokens: str | None, casing: str | None) -> tuple:
     """--tokenizer read and its BERT roles found (--special-tokens naming the rest) before the job, each problem
     one line; the overrides as (role, token) pairs."""
     from pipeline.text import subwords   # deferred: HF tokenizers only for a command given a tokenizer
@@ -342,8 +364,8 @@ def check_tokenizer(p: flags.Parser, path: str, special_tokens: str | None, case
         subwords.find_specials(tok, path, overrides)
     except subwords.TokenizerError as e:
         p.error(str(e) if str(e).startswith("--") else f"--tokenizer {e}")
-    if cased:
-        p.error(f"--cased with --tokenizer: {path}'s normalizer decides casing (it "
+    if casing is not None:
+        p.error(f"--{casing} with --tokenizer: {path}'s normalizer decides casing (it "
                 f"{'lowercases' if subwords.lowercases(tok) else 'keeps case'})")
     return tuple(overrides.items())
 

@@ -16,7 +16,7 @@ from pipeline.algorithms import masking, packing
 from pipeline.commands import verify
 from pipeline.formats import (columns, decontamination_report, dedup_report, documents, example_proto, manifest,
                               pair_records, schema, storage, tfrecord)
-from pipeline.text import tokenization
+from pipeline.text import tokenization, vocab_fit
 
 
 def _histogram(lengths: np.ndarray, top: int) -> str:
@@ -131,9 +131,30 @@ def inspect_corpora(m: dict) -> None:
               f"{100 * c['token_share']:>14.1f}%  {p.get('weight', '')!s:>6}  {p.get('dupe_factor', '')!s:>11}")
 
 
-def shard_statistics(paths: list[str], shape: schema.Shape, mask_id: int, examples: int = 0) -> dict:
-    """Measured statistics of masked-LM shards (ours or google's): every record is read and CRC-checked."""
+def unknown_id(vocab, entry: dict) -> int | None:
+    """The id of [UNK] to count in the records: a vocab.txt's (read), a tokenizer.json's from its manifest entry
+    (None: it has none); None where the vocab could not be read."""
+    if manifest.is_tokenizer(entry):
+        return entry["tokenizer"]["unk_id"]
+    return vocab.index(tokenization.UNK) if isinstance(vocab, list) and tokenization.UNK in vocab else None
+
+
+def _unknown(unk_id: int | None, ids: np.ndarray, real: np.ndarray, rows, positions, labels) -> int:
+    """[UNK] among the real tokens of instances (ids (N, L), real (N, L) bool) as they were before masking: the
+    labels put back at their positions (rows, positions, labels: (K,) each)."""
+    if unk_id is None:
+        return 0
+    ids = ids.copy()
+    ids[rows, positions] = labels
+    return int(((ids == unk_id) & real).sum())
+
+
+def shard_statistics(paths: list[str], shape: schema.Shape, mask_id: int, examples: int = 0,
+                     unk_id: int | None = None) -> dict:
+    """Measured statistics of masked-LM shards (ours or google's): every record is read and CRC-checked; [UNK]
+    counted where `unk_id` is given."""
     lengths, masked, random_next, shown = [], [], [], []
+    unk = 0
     kinds = np.zeros(3, np.int64)   # masked positions: [MASK], random, kept
     for path in paths:
         for record in tfrecord.read_file(path):
@@ -142,6 +163,7 @@ def shard_statistics(paths: list[str], shape: schema.Shape, mask_id: int, exampl
             pos, ids = r["masked_lm_positions"][:k], r["masked_lm_ids"][:k]
             got = r["input_ids"][pos]
             kinds += [(got == mask_id).sum(), ((got != mask_id) & (got != ids)).sum(), (got == ids).sum()]
+            unk += _unknown(unk_id, r["input_ids"][None, :n], np.ones((1, n), bool), 0, pos, ids)
             lengths.append(n)
             masked.append(k)
             random_next.append(int(r["next_sentence_labels"][0]))
@@ -152,14 +174,15 @@ def shard_statistics(paths: list[str], shape: schema.Shape, mask_id: int, exampl
             "mean_length": float(lengths.mean()) if len(lengths) else 0.0,
             "random_next_fraction": float(np.mean(random_next)) if random_next else 0.0,
             "mean_masked": float(np.mean(masked)) if masked else 0.0,
-            "masked_kinds": kinds / max(1, kinds.sum()), "examples": shown}
+            "masked_kinds": kinds / max(1, kinds.sum()), "examples": shown, "unk": unk if unk_id is not None else None}
 
 
 def packed_statistics(paths: list[str], shape: schema.Shape, max_predictions_per_seq: int, mask_id: int,
-                      examples: int = 0) -> dict:
+                      examples: int = 0, unk_id: int | None = None) -> dict:
     """shard_statistics' figures for packed shards, measured on the instances taken out of the rows, plus the rows:
     their count, instances per row and the share of real tokens."""
     lengths, masked, random_next, per_row, shown = [], [], [], [], []
+    unk = 0
     kinds = np.zeros(3, np.int64)
     for path in paths:
         records = tfrecord.read_file(path)
@@ -174,6 +197,9 @@ def packed_statistics(paths: list[str], shape: schema.Shape, max_predictions_per
             got = np.take_along_axis(r["input_ids"], r["masked_lm_positions"], 1)[w]
             want = r["masked_lm_ids"][w]
             kinds += [(got == mask_id).sum(), ((got != mask_id) & (got != want)).sum(), (got == want).sum()]
+            at = np.nonzero(w)
+            unk += _unknown(unk_id, r["input_ids"], np.arange(r["input_ids"].shape[1]) < n[:, None], at[0],
+                            r["masked_lm_positions"][at], want)
             lengths.append(n)
             masked.append(w.sum(axis=1))
             random_next.append(r["next_sentence_labels"])
@@ -187,7 +213,7 @@ def packed_statistics(paths: list[str], shape: schema.Shape, max_predictions_per
             "mean_length": float(lengths.mean()) if len(lengths) else 0.0,
             "random_next_fraction": float(random_next.mean()) if len(random_next) else 0.0,
             "mean_masked": float(masked.mean()) if len(masked) else 0.0,
-            "masked_kinds": kinds / max(1, kinds.sum()), "examples": shown}
+            "masked_kinds": kinds / max(1, kinds.sum()), "examples": shown, "unk": unk if unk_id is not None else None}
 
 
 def _print_packing(m: dict, stats: dict) -> None:
@@ -223,6 +249,7 @@ def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
               f"(asked {f'{100 * asked:g}%' if asked is not None else 'unknown'}; at most "
               f"{m.get('max_predictions_per_seq')} an instance)   of masked: [MASK] {share[0]:.3f}  "
               f"random {share[1]:.3f}  kept {share[2]:.3f}")
+    _print_unknown(m, stats)
     print("  real length histogram:\n" + _histogram(lengths, L))
     for ids, pos, labels, is_random in stats["examples"]:
         label = {"nsp": f"next_sentence_label={is_random}: ", "sop": f"sentence_order_label={is_random}: ",
@@ -232,26 +259,50 @@ def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
             print("    masked: " + ", ".join(f"{p}={_decode(vocab, [l])}" for p, l in zip(pos, labels)))
 
 
+def _print_unknown(m: dict, stats: dict) -> None:
+    """The share of [UNK] measured in the instances, and as the job counted it at tokenization (its manifest);
+    a warning line above vocab_fit.UNK_WARNING_SHARE."""
+    tokenized = m["counts"].get("unk_share")
+    if stats.get("unk") is not None:
+        tokens = int(stats["lengths"].sum())
+        share, where = stats["unk"] / max(1, tokens), "in the instances"
+        line = vocab_fit.unk_line(stats["unk"], tokens, where) + (
+            "" if tokenized is None else f"; tokenized: {100 * tokenized:.2f}% (manifest)")
+    elif tokenized is not None:
+        share, where = tokenized, "tokenized"
+        line = f"[UNK] {100 * tokenized:.2f}% of the tokens tokenized (manifest)"
+    else:
+        return
+    print(f"  {line}")
+    warning = vocab_fit.unk_warning(share, where)
+    if warning:
+        print(f"  warning: {warning}")
+
+
 def inspect_records(paths: list[str], m: dict, examples: int, vocab: list[str] | None) -> None:
+    unk_id = unknown_id(vocab, m["vocab"])
     if m["format"] == manifest.SHARDS and manifest.packed(m):
         stats = packed_statistics(paths, manifest.shard_shape(m), m["max_predictions_per_seq"],
-                                  m["vocab"]["ids"]["mask_id"], examples)
+                                  m["vocab"]["ids"]["mask_id"], examples, unk_id)
         _print_packing(m, stats)
     elif m["format"] == manifest.SHARDS:
         shape = schema.Shape(m["max_seq_length"], m["max_predictions_per_seq"])
-        stats = shard_statistics(paths, shape, m["vocab"]["ids"]["mask_id"], examples)
+        stats = shard_statistics(paths, shape, m["vocab"]["ids"]["mask_id"], examples, unk_id)
     else:
         lengths, random_next, shown = [], [], []
+        unk = 0
         for path in paths:
             for record in tfrecord.read_file(path):
                 pair = pair_records.decode(record)
+                unk += int((pair.token_ids == unk_id).sum()) if unk_id is not None else 0
                 lengths.append(len(pair.token_ids))
                 random_next.append(int(pair.is_random_next))
                 if len(shown) < examples:
                     shown.append((pair.token_ids, [], [], int(pair.is_random_next)))
         stats = {"instances": len(lengths), "lengths": np.array(lengths),
                  "mean_length": float(np.mean(lengths)) if lengths else 0.0,
-                 "random_next_fraction": float(np.mean(random_next)) if random_next else 0.0, "examples": shown}
+                 "random_next_fraction": float(np.mean(random_next)) if random_next else 0.0, "examples": shown,
+                 "unk": unk if unk_id is not None else None}
     _print_stats(m, stats, vocab)
 
 

@@ -20,7 +20,9 @@ Its presence marks the directory complete (data files are published before it). 
     objective                pairs and shards: "nsp" (google's, the default) | "sop" (ALBERT's sentence order:
                              next_sentence_labels 1 = A and B swapped) | "none" (RoBERTa's full-sentence rows:
                              segment_ids 0, next_sentence_labels 0 and unused); absent (older or google-made) = nsp
-    vocab                    {"path", "sha256", "size", "lowercase", "ids"} (pairs, mask, prepare, pack); a
+    vocab                    {"path", "sha256", "size", "lowercase" (the casing the text was tokenized with: a
+                             vocab.txt's as it says, pipeline/text/vocab_fit.py), "ids"} (pairs, mask, prepare,
+                             pack); a
                              tokenizer.json's also "tokenizer": {"model", "tokens" (of cls sep mask pad unk),
                              "pad_id", "unk_id"} (is_tokenizer)
     max_seq_length, max_predictions_per_seq   (shards; max_seq_length also for pairs; P is per instance)
@@ -29,7 +31,8 @@ Its presence marks the directory complete (data files are published before it). 
                              files' "records" are rows
     counts                   documents, instances, tokens, masked_tokens, random_next_fraction, masked_share
                              (masked_tokens / tokens: the realised share, against parameters.masked_lm_prob),
-                             ... per stage; a multi-corpus job's `corpora`: per corpus documents, instances,
+                             unk_share (pairs, prepare: [UNK] among the tokens the job tokenized, both sides of a
+                             split), ... per stage; a multi-corpus job's `corpora`: per corpus documents, instances,
                              tokens and token_share
     files                    [{"file": "<name relative to the directory>", "records": n}, ...] in shard order
     inputs                   the input patterns and, where they were bertprep outputs, their manifests' sha256

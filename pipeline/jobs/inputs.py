@@ -40,7 +40,9 @@ def tokenizer_entry(path: str, overrides: dict[str, str] | None = None) -> dict[
 
 def vocabulary(entry: dict[str, Any]) -> subwords.Vocabulary:
     """What a job's workers tokenize with, from the manifest entry of it (pairing_vocab)."""
-    return subwords.Vocabulary(entry["path"], bool(entry["lowercase"]), manifest.is_tokenizer(entry))
+    if manifest.is_tokenizer(entry):
+        return subwords.Vocabulary(entry["path"], bool(entry["lowercase"]), True, entry["tokenizer"]["unk_id"])
+    return subwords.Vocabulary(entry["path"], bool(entry["lowercase"]))
 
 
 def pairing_vocab(pairing: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from pipeline.beam.shuffle import ShuffleConfig
 from pipeline.formats import manifest, storage
 from pipeline.jobs.errors import Refused
 from pipeline.jobs.settings import Running
+from pipeline.text import vocab_fit
 
 
 MiB = 1 << 20
@@ -45,6 +46,18 @@ def print_counters(title: str, values: dict[str, int], seconds: float) -> None:
     width = max([len(k) for k in values] + [10])
     for k, v in values.items():
         print(f"  {k:<{width}}  {v:>12,}", file=sys.stderr)
+
+
+def print_unk_share(title: str, values: dict[str, int]) -> None:
+    """A job that tokenized: its share of [UNK], and a warning above vocab_fit.UNK_WARNING_SHARE."""
+    found = transforms.unk_share(values)
+    if found is None:
+        return
+    unk, tokens = found
+    print(f"{title}: {vocab_fit.unk_line(unk, tokens, 'tokenized')}", file=sys.stderr)
+    warning = vocab_fit.unk_warning(unk / tokens, "tokenized")
+    if warning:
+        warn(warning)
 
 
 def warn(message: str) -> None:
@@ -197,6 +210,7 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
         print(f"{title}: warning: the runner's counters differ from the counts the job published ({differ})",
               file=sys.stderr)
     print_counters(title, values, time.time() - start)
+    print_unk_share(title, values)
     return m
 
 

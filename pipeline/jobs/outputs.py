@@ -69,6 +69,12 @@ def objective_counts(objective: str, counts: dict, max_seq_length: int) -> dict:
     return {"row_fill": counts["tokens"] / (n * max_seq_length)}
 
 
+def unk_counts(values: dict[str, int]) -> dict:
+    """The manifest's share of [UNK] among the tokens the job tokenized (both sides of a split), where it did."""
+    found = transforms.unk_share(values)
+    return {} if found is None else {"unk_share": found[0] / found[1]}
+
+
 COUNTED = transforms.TOKENIZED   # a manifest's documents as the counter of those the job tokenized
 
 
@@ -83,7 +89,7 @@ def pairs_manifest(head: dict, inputs: list[dict], written: list[dict], values: 
     counts = sum_stats(written, transforms.PAIR_STATS)
     return {**head, "counts": {"documents": documents_of(documents, values), **counts,
                                **objective_counts(head["objective"], counts, head["max_seq_length"]),
-                               "counters": values},
+                               **unk_counts(values), "counters": values},
             "files": written, "inputs": inputs}
 
 
@@ -107,7 +113,8 @@ def shards_manifest(head: dict, parameters: dict, documents, inputs: list[dict],
                     **counts, **objective_counts(objective, counts, L),
                     "mean_tokens_per_instance": counts["tokens"] / n,
                     "mean_masked_per_instance": counts["masked_tokens"] / n,
-                    "masked_share": counts["masked_tokens"] / max(1, counts["tokens"]), "counters": values},
+                    "masked_share": counts["masked_tokens"] / max(1, counts["tokens"]), **unk_counts(values),
+                    "counters": values},
          "files": written, "inputs": inputs}
     if pack:
         m["parameters"]["max_sequences_per_pack"] = pack.max_sequences_per_pack

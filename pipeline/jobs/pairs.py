@@ -73,7 +73,8 @@ def run(plan: Plan, options) -> dict | None:
     if plan.split:
         parts[1] | "ListValidation" >> splitting.ListHeldOut(sides[1].job.out.directory, shuffle, plan.seed)
     tuple(reversed(stats)) | "Publish" >> Publish(*(side.job for side in reversed(sides)))
-    notes = (settings.split_line("pairs", plan.split, sides[1].job.out),) if plan.split else ()
+    notes = (plan.pairing.line("pairs", vocab),) + (
+        (settings.split_line("pairs", plan.split, sides[1].job.out),) if plan.split else ())
     basis = settings.instances_basis(sum(sizes.values()), tokens, plan.pairing.rule.dupe_factor,
                                      plan.pairing.max_seq_length)
     return launch.run_job("pairs", p, sides[0].job, shuffle, basis, plan.run, notes)

@@ -105,9 +105,10 @@ def run(plan: Plan, options) -> dict | None:
 
 
 def notes(plan: Plan, kinds: str, sides: list[Side]) -> tuple[str, ...]:
-    """The plan's lines on masking, decontamination and the split."""
+    """The plan's lines on tokenization, masking, decontamination and the split."""
     title = f"prepare {kinds}"
-    lines = (plan.masking.line(title, sides[0].mask, plan.pairing.max_seq_length),)
+    lines = (plan.pairing.line(title, sides[0].vocab),
+             plan.masking.line(title, sides[0].mask, plan.pairing.max_seq_length))
     if plan.decontaminate:
         lines += (plan.decontaminate.line(title),)
     if plan.split:

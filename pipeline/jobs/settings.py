@@ -57,6 +57,14 @@ class Pairing:
         return dataclasses.replace(self.rule, cls_id=vocab["ids"]["cls_id"], sep_id=vocab["ids"]["sep_id"],
                                    dupe_factor=self.rule.dupe_factor if dupe_factor is None else dupe_factor)
 
+    def line(self, title: str, vocab: dict) -> str:
+        """The plan's line on tokenization: the vocab (its manifest entry) and the casing it is used with (a
+        vocab.txt's as it says: pipeline/text/vocab_fit.py; a tokenizer.json's its normalizer's)."""
+        whose = "its normalizer's" if self.tokenizer else "as the vocab says"
+        how = "lowercased, accents stripped" if vocab["lowercase"] else "case and accents kept"
+        return (f"{title}: tokenizing with {vocab['path']} ({vocab['size']:,} tokens): "
+                f"{'uncased' if vocab['lowercase'] else 'cased'} ({whose}), {how}")
+
     def parameters(self) -> dict:
         """The manifest's record of the pairing."""
         r = self.rule

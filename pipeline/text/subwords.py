@@ -270,11 +270,13 @@ def document_ids(tokenizer: Tokenizer, doc: Document) -> list[np.ndarray]:
 @dataclass(frozen=True)
 class Vocabulary:
     """What turns text into ids, as a job names it to its workers (a few strings; each worker builds the encoder
-    once): google's vocab.txt (tokenization.py, `lowercase` from --cased) or a tokenizer.json (`tokenizer`, its
-    casing its normalizer's)."""
+    once): google's vocab.txt (tokenization.py, `lowercase` as the vocab says: vocab_fit.Casing) or a tokenizer.json
+    (`tokenizer`, its casing its normalizer's; `unk_id` its unknown token's id from its manifest entry, None: it has
+    none, as byte-level BPE)."""
     path: str
     lowercase: bool = True
     tokenizer: bool = False
+    unk_id: int | None = None   # a tokenizer.json's; a vocab.txt's is its [UNK] (unknown_id)
 
     def encoder(self) -> Callable[[Document], list[np.ndarray]]:
         """document -> its sentences' ids, (n_i,) int32 each (a tokenizer.json's marked: pool.WordStarts)."""
@@ -287,6 +289,10 @@ class Vocabulary:
             sents = sentences.document_sentences(doc)
             return tokenization.tokenize_sentences(wordpieces, sents) if sents else []
         return encode
+
+    def unknown_id(self) -> int | None:
+        """The id of the unknown token, counted at tokenization: a vocab.txt's [UNK], a tokenizer.json's unk_id."""
+        return self.unk_id if self.tokenizer else tokenization.read_vocab(self.path).index(tokenization.UNK)
 
     def word_starts(self):
         """The table of word-starting ids (google's vocab.txt), or None: the ids are marked (a tokenizer.json)."""
