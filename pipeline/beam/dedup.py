@@ -414,6 +414,7 @@ def summary(params: dedup.DedupParams, values: dict[str, int], report: str | Non
     c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
     return {"parameters": dataclasses.asdict(params), "documents_in": c("documents"), "kept": c("kept"),
             "removed_exact": c("removed_exact"), "removed_near": c("removed_near"),
-            "removed_emptied": c("removed_emptied"), "removed_fragments": c("removed_fragments"), "clusters": c("clusters"),
+            "removed_emptied": c("removed_emptied"), "removed_fragments": c("removed_fragments"),
+            "clusters": c("clusters"),
             "empty_documents": c("empty_documents"), "repeated_paragraphs": c("repeated_paragraphs"),
             "paragraphs_dropped": c("paragraphs_dropped"), "report": report}
