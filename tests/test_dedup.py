@@ -10,6 +10,7 @@ import pytest
 
 from bench.copies import ALTERATIONS
 from pipeline.algorithms import dedup
+from pipeline.beam import dedup as deduplication
 from pipeline.commands import cli
 from pipeline.formats import dedup_report, documents
 from pipeline.formats.documents import Document
@@ -88,6 +89,17 @@ def test_params_refuse_what_cannot_work():
         with pytest.raises(ValueError, match=re.escape(f"--max-paragraph-loss {loss}: a share of a document's bytes "
                                                        "in (0, 1]")):
             dedup.DedupParams(max_paragraph_loss=loss).check()
+
+
+def test_the_counts_reconcile_with_the_report_or_nothing_is_published():
+    values = {"dedup/documents": 4, "dedup/kept": 1, "dedup/removed_near": 1, "dedup/removed_fragments": 2,
+              "dedup/clusters": 1, "dedup/report_clusters": 1, "dedup/report_removed_near": 1,
+              "dedup/report_removed_fragments": 2}
+    assert deduplication.lost(values, dedup.DedupParams()) == []
+    assert deduplication.lost({**values, "dedup/report_removed_fragments": 1}, dedup.DedupParams()) == [
+        "dedup: the report counts 1 removed fragments, the job 2"]
+    assert deduplication.lost({**values, "dedup/kept": 2}, dedup.DedupParams()) == [
+        "dedup: 4 documents in, 2 kept and 4 removed"]
 
 
 def test_paragraph_cut_measures_the_bytes_a_document_loses():
@@ -322,6 +334,11 @@ def test_blank_line_records_and_what_each_setting_leaves(chunked, tmp_path):
     assert len(pages) == n and not _fragment_lines(out)
     assert sum(map(len, (p for doc in pages for p in doc.paragraphs))) < 0.2 * len(
         (SAMPLES / "books" / "carroll-alice.txt").read_text())
+    # the paragraph pass alone drops and reports the same pages
+    assert cli.main(["dedup", "--input", str(tmp_path / "keep-docs"), "--no-exact", "--no-near", "--output",
+                     str(tmp_path / "alone"), *ONE]) == 0
+    d = json.loads((tmp_path / "alone/manifest.json").read_text())["dedup"]
+    assert (d["kept"], d["removed_fragments"], d["clusters"]) == (1, n, 0) and len(_report(tmp_path / "alone")) == n
 
 
 @pytest.mark.slow

@@ -294,7 +294,7 @@ class _DropParagraphs(tally.DoFn):
 
     def process(self, sliced):
         for _, bodies in _keyed(sliced, self.count):
-            drops = dict(b[1:].decode().split("\x00") for b in bodies if b[:1] == b"X")
+            drops = dict(b[1:].decode().split("\x00", 1) for b in bodies if b[:1] == b"X")
             for body in bodies:
                 if body[:1] != b"D":
                     continue
@@ -390,14 +390,14 @@ class Dedup(beam.PTransform):
 
 def lost(values: dict[str, int], params: dedup.DedupParams) -> list[str]:
     """The dedup counts that must reconcile before anything is published: documents in = kept + removed, and the
-    report accounts for every document a cluster removed."""
+    report accounts for every cluster and every document removed."""
     c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
     wrong = []
     if c("documents") != c("kept") + removed(values):
         wrong.append(f"dedup: {c('documents'):,} documents in, {c('kept'):,} kept and {removed(values):,} removed")
-    for name in dedup_report.COUNTS.values():
+    for name in ("clusters", *dedup_report.COUNTS.values()):
         if c(f"report_{name}") != c(name):
-            wrong.append(f"dedup: the report lists {c(f'report_{name}'):,} documents as {name}, the job "
+            wrong.append(f"dedup: the report counts {c(f'report_{name}'):,} {name.replace('_', ' ')}, the job "
                          f"{c(name):,}")
     return wrong
 
