@@ -99,7 +99,7 @@ def test_the_counts_reconcile_with_the_report_or_nothing_is_published():
     assert deduplication.lost({**values, "dedup/report_removed_fragments": 1}, dedup.DedupParams()) == [
         "dedup: the report counts 1 removed fragments, the job 2"]
     assert deduplication.lost({**values, "dedup/kept": 2}, dedup.DedupParams()) == [
-        "dedup: 4 documents in, 2 kept and 4 removed"]
+        "dedup: 4 documents in, 2 kept and 3 removed"]
 
 
 def test_paragraph_cut_measures_the_bytes_a_document_loses():
