@@ -280,7 +280,7 @@ def _fragment_lines(directory) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_book_chunks_in_a_jsonl_corpus_leave_no_fragment_documents(chunked, tmp_path):
+def test_book_chunks_in_a_jsonl_corpus_leave_no_fragment_documents(chunked, tmp_path, capsys):
     """Issue 38: a book's pages in a web corpus beside the book. Each page's long paragraphs are the book's, so
     paragraph dedup cuts each to its headings and short lines, and each goes whole: none reaches pairing."""
     root, n = chunked
@@ -305,6 +305,11 @@ def test_book_chunks_in_a_jsonl_corpus_leave_no_fragment_documents(chunked, tmp_
     assert {k: c["documents"] for k, c in m["counts"]["corpora"].items() if c["documents"]} == {"books": 1}
     assert m["counts"]["instances"] == m["counts"]["corpora"]["books"]["instances"] > 0
     assert cli.main(["verify", str(out)]) in (0, None)
+    capsys.readouterr()
+    assert cli.main(["inspect", str(out), "--examples", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert f"{n} cut by more than 0.5 of their bytes (fragments)" in shown and f"{n} fragments" in shown
+    assert "DIFFERS" not in shown
 
 
 def _extract_and_dedup(root, tmp_path, name, jsonl, *flags, paragraphs="lines"):
