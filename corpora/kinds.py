@@ -29,6 +29,9 @@ class ReadParams:
     text_field: str = "text"                      # jsonl, parquet: a record's text
     id_field: str = "id"                          # jsonl, parquet: a record's id
     strict: bool = False                          # jsonl, parquet: fail at the first malformed record
+    paragraphs: str = "lines"                     # jsonl, parquet: "lines", a paragraph a line (C4, Dolma and FineWeb
+                                                  # write one "\n" between paragraphs), or "blank-lines" (a hard-
+                                                  # wrapped text's, as books' are)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ def load(ref: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-_RECORD_OPTIONS = ("text_field", "id_field", "strict", "skip_bad_files")
+_RECORD_OPTIONS = ("text_field", "id_field", "strict", "skip_bad_files", "paragraphs")
+PARAGRAPHS = ("lines", "blank-lines")   # --paragraphs: where a record's text starts a paragraph
 
 WIKIPEDIA = Kind("wikipedia", extract="dump", documents="articles",
                  ids="wikipedia:<dump>:<page id>, the dump named by its path below the dumps' common directory",

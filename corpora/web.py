@@ -16,10 +16,12 @@ cut short as if it ended there, losing its tail without a word; here a stream th
 raises `BadFileError` naming the file.
 
 Records -> documents (`jsonl_record`, `text_paragraphs`, `FileIds`: pure). A record's text is its text field
-(`--text-field`, default "text"), which must be a string; its paragraphs are the runs of lines between blank
-(whitespace-only) lines, each with its whitespace collapsed to single spaces, as books' paragraphs are (a line break
-inside a paragraph is layout, and the sentence splitter runs later: the documents are not presplit). So C4, which
-puts one "\\n" between paragraphs, gives one paragraph a document, split into sentences all the same. The title
+(`--text-field`, default "text"), which must be a string; its paragraphs (`--paragraphs`) are its lines, as C4,
+Dolma and FineWeb write them (one "\\n" between paragraphs), blank lines skipped; or with "blank-lines" the runs
+of lines between blank (whitespace-only) lines, as books' paragraphs are (a line break inside a paragraph is
+layout: a hard-wrapped text). Either way each has its whitespace collapsed to single spaces, and the sentence
+splitter runs later: the documents are not presplit. Paragraphs are what dedup compares and drops: a C4 record
+read at blank lines is one paragraph, and a paragraph repeated across the web is never seen. The title
 is the record's "title" field or column when it is a string (Wikipedia on the Hub has one), else "".
 
 Ids: `<kind>:<name>:<id>`, name being the file's path relative to the inputs' common directory (text.relative_names,
@@ -81,7 +83,8 @@ _DECOMPRESSORS: dict[str, Callable] = {
     ".zst": lambda: zstandard.ZstdDecompressor(max_window_size=1 << 31).decompressobj(),
     ".zstd": lambda: zstandard.ZstdDecompressor(max_window_size=1 << 31).decompressobj(),
 }
-_PARAGRAPH_SEP_RE = re.compile(r"\n(?:[^\S\n]*\n)+")   # a line end and one or more blank lines
+_PARAGRAPH_SEP_RE = {"blank-lines": re.compile(r"\n(?:[^\S\n]*\n)+"),   # a line end and one or more blank lines
+                     "lines": re.compile(r"\n")}
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
@@ -95,11 +98,12 @@ class MalformedRecordError(ValueError):
 
 # ---------------------------------------------------------------------------------------------- records, pure
 
-def text_paragraphs(text: str) -> list[str]:
-    """Pure: a record's text -> its paragraphs: runs of lines between blank lines, whitespace collapsed."""
+def text_paragraphs(text: str, paragraphs: str = "lines") -> list[str]:
+    """Pure: a record's text -> its paragraphs (module doc: its non-blank lines, or with "blank-lines" the runs of
+    lines between blank lines), whitespace collapsed."""
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return [p for p in (" ".join(part.split()) for part in _PARAGRAPH_SEP_RE.split(text)) if p]
+    return [p for p in (" ".join(part.split()) for part in _PARAGRAPH_SEP_RE[paragraphs].split(text)) if p]
 
 
 def id_key(value) -> str | None:
@@ -227,7 +231,7 @@ def _lines(f: BinaryIO, path: str, stats: collections.Counter) -> Iterator[bytes
 
 
 def read_jsonl(path: str, *, text_field: str, id_field: str, strict: bool = False, skip_bad_files: bool = False,
-               name: str | None = None) -> Iterator[Document | Count]:
+               paragraphs: str = "lines", name: str | None = None) -> Iterator[Document | Count]:
     """One JSON Lines file -> a Document a record, with Count events (module doc); `name` (in the ids) is the
     file's name relative to the inputs' common directory (text.relative_names), by default its basename."""
     yield Count("files")
@@ -247,7 +251,8 @@ def read_jsonl(path: str, *, text_field: str, id_field: str, strict: bool = Fals
                     stats[found.reason] += 1
                     continue
                 text, fixed = _no_surrogates(found.text)
-                doc = _document(ids, "jsonl", text, found.key, lineno, found.title, stats, "ids_from_lines")
+                doc = _document(ids, "jsonl", text, found.key, lineno, found.title, stats, "ids_from_lines",
+                                paragraphs)
                 if doc is not None:
                     stats["lone_surrogates"] += fixed
                     yield doc
@@ -259,9 +264,10 @@ def read_jsonl(path: str, *, text_field: str, id_field: str, strict: bool = Fals
 
 
 def _document(ids: FileIds, source: str, text: str, key: str | None, position: int, title: str,
-              stats: collections.Counter, positional: str) -> Document | None:
-    """A record's Document with its unique id, counted; None (counted `empty_text`) when it holds no text."""
-    paragraphs = text_paragraphs(text)
+              stats: collections.Counter, positional: str, at: str) -> Document | None:
+    """A record's Document with its unique id, its paragraphs cut `at` lines or blank lines, counted; None
+    (counted `empty_text`) when it holds no text."""
+    paragraphs = text_paragraphs(text, at)
     if not paragraphs:
         stats["empty_text"] += 1
         return None
@@ -362,7 +368,7 @@ def check_parquet_input(path: str, text_field: str) -> str | None:
 
 
 def read_parquet(path: str, *, text_field: str, id_field: str, strict: bool = False, skip_bad_files: bool = False,
-                 name: str | None = None) -> Iterator[Document | Count]:
+                 paragraphs: str = "lines", name: str | None = None) -> Iterator[Document | Count]:
     """One Parquet file -> a Document a row, with Count events (module doc), a batch of rows at a time."""
     yield Count("files")
     ids, stats = FileIds("parquet", name or basename(path)), collections.Counter()
@@ -386,7 +392,8 @@ def read_parquet(path: str, *, text_field: str, id_field: str, strict: bool = Fa
                                                        "stops at a malformed record)")
                         stats["null_text"] += 1
                     else:
-                        doc = _document(ids, "parquet", text, id_key(key), row, title or "", stats, "ids_from_rows")
+                        doc = _document(ids, "parquet", text, id_key(key), row, title or "", stats, "ids_from_rows",
+                                        paragraphs)
                         if doc is not None:
                             yield doc
                     row += 1

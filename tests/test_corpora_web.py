@@ -38,7 +38,12 @@ def book_documents(n: int = 4) -> list[list[str]]:
 
 
 def record_text(paragraphs: list[str]) -> str:
-    """A record's text as web data holds it: paragraphs between blank lines, each hard-wrapped (layout only)."""
+    """A record's text as C4, Dolma and FineWeb hold it: a paragraph a line."""
+    return "\n".join(paragraphs)
+
+
+def wrapped_text(paragraphs: list[str]) -> str:
+    """A record's text as a hard-wrapped one holds it: paragraphs between blank lines, each wrapped (layout only)."""
     return "\n\n".join(textwrap.fill(p, 70, break_long_words=False, break_on_hyphens=False) for p in paragraphs)
 
 
@@ -61,12 +66,15 @@ def manifest(directory) -> dict:
 
 # ---------------------------------------------------------------------------------------------- pure parts
 
-def test_paragraphs_are_separated_by_blank_lines_and_lines_are_layout():
+def test_paragraphs_are_lines_or_runs_of_lines_between_blank_lines():
     text = "  One line\nwrapped.\r\n \t\r\nTwo.\n\n\n\nThree\u2028here.\n   \n"
-    assert web.text_paragraphs(text) == ["One line wrapped.", "Two.", "Three here."]
-    assert web.text_paragraphs(" \n\n \t") == []
-    doc = documents.Document("jsonl:a:1", "jsonl", "", web.text_paragraphs("A b. C d.\n\nE."))
-    assert sentences.document_sentences(doc) == ["A b.", "C d.", "E."]   # each paragraph split, as books'
+    assert web.text_paragraphs(text, "blank-lines") == ["One line wrapped.", "Two.", "Three here."]
+    assert web.text_paragraphs(text) == web.text_paragraphs(text, "lines") == [   # C4's: a paragraph a line
+        "One line", "wrapped.", "Two.", "Three here."]
+    assert web.text_paragraphs(" \n\n \t") == web.text_paragraphs(" \n\n \t", "blank-lines") == []
+    for at in ("lines", "blank-lines"):
+        doc = documents.Document("jsonl:a:1", "jsonl", "", web.text_paragraphs("A b. C d.\n\nE.", at))
+        assert sentences.document_sentences(doc) == ["A b.", "C d.", "E."]   # each paragraph split, as books'
 
 
 MALFORMED = [line if isinstance(line, bytes) else json.dumps(line).encode() for line in (
@@ -193,7 +201,7 @@ def test_the_same_documents_in_every_format_give_the_same_sentences(alice, tmp_p
     for d in extracted(out):
         kind, name, key = d.id.split(":")
         found.setdefault(f"{kind}:{name}", {})[int(key.removeprefix("alice-"))] = sentences.document_sentences(d)
-        if kind != "text":   # the record's paragraphs come back as books' cleaner gave them, wrapping undone
+        if kind != "text":   # the record's paragraphs come back as books' cleaner gave them
             assert d.paragraphs == docs[int(key.removeprefix("alice-"))] and d.source == kind and not d.presplit
     assert sorted(found) == ["jsonl:alice.jsonl", "jsonl:alice.jsonl.gz", "jsonl:alice.jsonl.zst",
                              "parquet:alice.parquet", "text:alice.txt"]
@@ -204,6 +212,21 @@ def test_the_same_documents_in_every_format_give_the_same_sentences(alice, tmp_p
     counters = manifest(out)["counts"]["counters"]
     assert counters["jsonl/documents"] == 12 and counters["parquet/documents"] == counters["text/documents"] == 4
     assert manifest(out)["counts"]["documents"] == 20
+
+
+def test_hard_wrapped_records_read_at_blank_lines_with_paragraphs_blank_lines(alice, tmp_path):
+    root, docs = alice
+    write_jsonl(tmp_path / "wrapped.jsonl", [{"id": f"alice-{k}", "text": wrapped_text(p)} for k, p in enumerate(docs)])
+    for at in ("blank-lines", "lines"):
+        assert cli.main(["extract", "--input", f"jsonl:{tmp_path}/wrapped.jsonl", "--paragraphs", at,
+                         "--output", str(tmp_path / at), *ONE]) == 0
+        assert manifest(tmp_path / at)["parameters"]["paragraphs"] == at
+    for d in extracted(tmp_path / "blank-lines"):   # the wrapping undone
+        assert d.paragraphs == docs[int(d.id.rsplit("-", 1)[1])]
+    for d in extracted(tmp_path / "lines"):         # a paragraph a wrapped line: the flag is what reads them whole
+        k = int(d.id.rsplit("-", 1)[1])
+        assert d.paragraphs == [line for line in wrapped_text(docs[k]).splitlines() if line]
+        assert len(d.paragraphs) > 2 * len(docs[k])
 
 
 def test_malformed_lines_through_the_job_and_strict(tmp_path, capsys):
@@ -245,6 +268,8 @@ def test_custom_fields_and_a_file_without_the_text_column(alice, tmp_path, capsy
     (["--input", "books:{books}", "--text-field", "body"], "--text-field without a jsonl or parquet input"),
     (["books", "--input", "{books}", "--strict"], "--strict without a jsonl or parquet input"),
     (["--input", "text:{alice}/alice.txt", "--id-field", "n"], "--id-field without a jsonl or parquet input"),
+    (["--input", "books:{books}", "--paragraphs", "lines"], "--paragraphs without a jsonl or parquet input"),
+    (["--input", "jsonl:{alice}/alice.jsonl", "--paragraphs", "blank"], "--paragraphs: invalid choice: 'blank'"),
     (["--input", "text:{alice}/alice.parquet"], "alice.parquet: a Parquet file given as text (give it as --input "
                                                 "parquet:...)"),
     (["--input", "parquet:{alice}/alice.jsonl"], "alice.jsonl: a JSON Lines file given as parquet"),

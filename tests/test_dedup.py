@@ -3,17 +3,20 @@ bundled books with altered copies of them (bench/copies.py): what it merges, wha
 import gzip
 import json
 import random
+import re
 
 import numpy as np
 import pytest
 
 from bench.copies import ALTERATIONS
 from pipeline.algorithms import dedup
+from pipeline.beam import dedup as deduplication
 from pipeline.commands import cli
 from pipeline.formats import dedup_report, documents
 from pipeline.formats.documents import Document
 from pipeline.text import normalize
 from tests.conftest import SAMPLES, UNCASED_VOCAB, same_tree
+from tests.test_cli import console
 
 ONE = ["--preset", "local-1"]
 TWO = ["--preset", "local", "--direct_num_workers=2"]
@@ -82,6 +85,34 @@ def test_params_refuse_what_cannot_work():
         dedup.DedupParams(threshold=0).check()
     with pytest.raises(ValueError, match="--bands 30 does not divide --num-perm 256"):
         dedup.DedupParams(bands=30).check()
+    for loss in (0, 1.5):
+        with pytest.raises(ValueError, match=re.escape(f"--max-paragraph-loss {loss}: a share of a document's bytes "
+                                                       "in (0, 1]")):
+            dedup.DedupParams(max_paragraph_loss=loss).check()
+
+
+def test_the_counts_reconcile_with_the_report_or_nothing_is_published():
+    values = {"dedup/documents": 4, "dedup/kept": 1, "dedup/removed_near": 1, "dedup/removed_fragments": 2,
+              "dedup/clusters": 1, "dedup/report_clusters": 1, "dedup/report_removed_near": 1,
+              "dedup/report_removed_fragments": 2}
+    assert deduplication.lost(values, dedup.DedupParams()) == []
+    assert deduplication.lost({**values, "dedup/report_removed_fragments": 1}, dedup.DedupParams()) == [
+        "dedup: the report counts 1 removed fragments, the job 2"]
+    assert deduplication.lost({**values, "dedup/kept": 2}, dedup.DedupParams()) == [
+        "dedup: 4 documents in, 2 kept and 3 removed"]
+
+
+def test_paragraph_cut_measures_the_bytes_a_document_loses():
+    params = dedup.DedupParams()
+    paras = ["Chapter 58", "x" * 300, "é" * 100, "Short line of dialogue.", "y" * 100]
+    keys = [dedup.paragraph_key(p, params) for p in paras]
+    assert keys[0] is None and keys[3] is None and None not in (keys[1], keys[2], keys[4])
+    kept, lost, keepers = dedup.paragraph_cut(paras, keys, {keys[1]: "b:1", keys[2]: "a:9"})
+    total = sum(len(p.encode()) for p in paras)   # "é" is two bytes: bytes, not characters
+    assert kept == ["Chapter 58", "Short line of dialogue.", "y" * 100]
+    assert lost == 500 / total and lost > 0.5 and keepers == ["a:9", "b:1"]
+    assert dedup.paragraph_cut(paras, keys, {}) == (paras, 0.0, [])
+    assert dedup.paragraph_cut([], [], {}) == ([], 0.0, [])
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -101,8 +132,13 @@ def copies(tmp_path_factory):
     return root
 
 
-def _clusters(directory):
+def _report(directory) -> list[dict]:
     return list(dedup_report.read(str(directory / "dedup_report.jsonl.gz")))
+
+
+def _clusters(directory):
+    """The report's cluster lines (the paragraph pass's removals have lines of their own)."""
+    return [line for line in _report(directory) if "kept" in line]
 
 
 def _source(doc_id: str) -> str:
@@ -129,9 +165,10 @@ def test_counts_reconcile_and_the_report_accounts_for_every_removal(copies, caps
     kept = [doc for f in sorted((copies / "out").glob("documents-*.jsonl.gz")) for doc in documents.read_file(str(f))]
     assert d["documents_in"] == len(BOOKS) * (1 + len(ALTERATIONS))
     assert d["kept"] == len(kept) == m["counts"]["documents"]
-    assert d["documents_in"] == d["kept"] + d["removed_exact"] + d["removed_near"] + d["removed_emptied"]
+    assert d["documents_in"] == d["kept"] + d["removed_exact"] + d["removed_near"] + d["removed_emptied"] + \
+        d["removed_fragments"]
     assert dedup_report.totals(str(copies / "out/dedup_report.jsonl.gz")) == \
-        {k: d[k] for k in ("clusters", "removed_exact", "removed_near")}
+        {k: d[k] for k in ("clusters", "removed_exact", "removed_near", "removed_emptied", "removed_fragments")}
     # the excerpts survive the document passes; their paragraphs are all in the full book: the paragraph pass
     # keeps each in the first document by id, and drops it from the others
     assert d["repeated_paragraphs"] > 100 and d["paragraphs_dropped"] >= d["repeated_paragraphs"]
@@ -172,13 +209,16 @@ def test_exact_copies_repeated_paragraphs_and_documents_left_empty(tmp_path):
     d = json.loads((tmp_path / "out/manifest.json").read_text())["dedup"]
     kept = {doc.id: doc for doc in documents.read_file(str(tmp_path / "out/documents-00000-of-00001.jsonl.gz"))}
     assert (d["removed_exact"], d["removed_near"], d["removed_emptied"], d["empty_documents"]) == (1, 0, 1, 1)
+    assert d["removed_fragments"] == 0   # c lost its licence, 3% of its bytes
     assert sorted(kept) == ["t:a", "t:c", "t:e"]   # b: a's exact copy; d: its one paragraph is a's; e: no words
     assert licence in kept["t:a"].paragraphs and licence not in kept["t:c"].paragraphs
     assert "Notes." in kept["t:c"].paragraphs      # short paragraphs are never dropped
     assert d["repeated_paragraphs"] == 1 and d["paragraphs_dropped"] == 2
-    (cluster,) = _clusters(tmp_path / "out")
+    cluster, emptied = sorted(_report(tmp_path / "out"), key=lambda line: "kept" not in line)
     assert cluster["kept"] == "t:a" and cluster["removed"] == [
-        {"id": "t:b", "title": "B copy", "reason": "exact", "similarity": 1.0}]
+        {"id": "t:b", "title": "B copy", "reason": "exact", "similarity": 1.0, "of": "t:a"}]
+    assert emptied == {"removed": "t:d", "title": "D", "reason": "emptied", "lost": 1.0, "paragraphs_dropped": 1,
+                       "kept_in": ["t:a"]}
 
 
 @pytest.mark.slow
@@ -211,3 +251,134 @@ def test_gzip_outputs_carry_no_file_name(tmp_path):
     other = io.BytesIO()
     dedup_report.write(other, [b"{}"])
     assert (tmp_path / "dedup_report.jsonl.gz").read_bytes() == other.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------- fragments
+
+CHUNK = 60   # paragraphs a record: a web copy of a book, cut into pages
+
+
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory):
+    """Alice as a book, and as JSON Lines records of CHUNK of its paragraphs (as they stand in the file, unwrapped:
+    headings, dialogue, Gutenberg's notes and all), joined by one newline as C4, Dolma and FineWeb write them
+    (chunks.jsonl) or by a blank line (chunks-blank.jsonl)."""
+    root = tmp_path_factory.mktemp("chunked")
+    (root / "books").mkdir()
+    text = (SAMPLES / "books" / "carroll-alice.txt").read_text()
+    (root / "books" / "carroll-alice.txt").write_text(text)
+    paras = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text) if p.strip()]
+    chunks = [paras[i:i + CHUNK] for i in range(0, len(paras), CHUNK)]
+    for name, sep in (("chunks.jsonl", "\n"), ("chunks-blank.jsonl", "\n\n")):
+        (root / name).write_text("".join(json.dumps({"id": f"alice-{k}", "text": sep.join(chunk)}) + "\n"
+                                         for k, chunk in enumerate(chunks)))
+    return root, len(chunks)
+
+
+def _fragment_lines(directory) -> list[dict]:
+    return [line for line in _report(directory) if line.get("reason") == "paragraphs"]
+
+
+@pytest.mark.slow
+def test_book_chunks_in_a_jsonl_corpus_leave_no_fragment_documents(chunked, tmp_path, capsys):
+    """Issue 38: a book's pages in a web corpus beside the book. Each page's long paragraphs are the book's, so
+    paragraph dedup cuts each to its headings and short lines, and each goes whole: none reaches pairing."""
+    root, n = chunked
+    assert n == 14
+    out = tmp_path / "out"
+    assert cli.main(["prepare", "--input", f"books:{root / 'books'}", "--input", f"jsonl:{root / 'chunks.jsonl'}",
+                     "--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1", "--max-seq-length", "128", "--dedup",
+                     "--output", str(out), *ONE]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    d = m["dedup"]
+    assert m["parameters"]["paragraphs"] == "lines" and d["parameters"]["max_paragraph_loss"] == 0.5
+    assert (d["documents_in"], d["kept"], d["removed_fragments"]) == (1 + n, 1, n)
+    assert d["documents_in"] == d["kept"] + d["removed_exact"] + d["removed_near"] + d["removed_emptied"] + \
+        d["removed_fragments"]
+    assert d["paragraphs_dropped"] > 400   # the pages' long paragraphs, every one the book's
+    lines = _fragment_lines(out)
+    assert sorted(line["removed"] for line in lines) == sorted(f"jsonl:chunks.jsonl:alice-{k}" for k in range(n))
+    assert all(line["lost"] > 0.5 and line["kept_in"] == ["books:carroll-alice.txt#0"] for line in lines)
+    assert dedup_report.totals(str(out / "dedup_report.jsonl.gz")) == {
+        "clusters": 0, "removed_exact": 0, "removed_near": 0, "removed_emptied": 0, "removed_fragments": n}
+    # 0 fragment documents: every pair comes from the book
+    assert {k: c["documents"] for k, c in m["counts"]["corpora"].items() if c["documents"]} == {"books": 1}
+    assert m["counts"]["instances"] == m["counts"]["corpora"]["books"]["instances"] > 0
+    assert cli.main(["verify", str(out)]) in (0, None)
+    capsys.readouterr()
+    assert cli.main(["inspect", str(out), "--examples", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert f"{n} cut by more than 0.5 of their bytes (fragments)" in shown and f"{n} fragments" in shown
+    assert "DIFFERS" not in shown
+
+
+def _extract_and_dedup(root, tmp_path, name, jsonl, *flags, paragraphs="lines"):
+    docs, out = tmp_path / f"{name}-docs", tmp_path / name
+    assert cli.main(["extract", "--input", f"books:{root / 'books'}", "--input", f"jsonl:{root / jsonl}",
+                     "--paragraphs", paragraphs, "--output", str(docs), *ONE]) == 0
+    assert cli.main(["dedup", "--input", str(docs), "--output", str(out), *flags, *ONE]) == 0
+    kept = [doc for f in sorted(out.glob("documents-*.jsonl.gz")) for doc in documents.read_file(str(f))]
+    return json.loads((out / "manifest.json").read_text())["dedup"], kept, out
+
+
+@pytest.mark.slow
+def test_blank_line_records_and_what_each_setting_leaves(chunked, tmp_path):
+    root, n = chunked
+    # pages whose paragraphs stand between blank lines, read so: the same n documents go whole
+    d, kept, out = _extract_and_dedup(root, tmp_path, "blank", "chunks-blank.jsonl", paragraphs="blank-lines")
+    assert (d["kept"], d["removed_fragments"]) == (1, n) and len(_fragment_lines(out)) == n
+    assert [doc.id for doc in kept] == ["books:carroll-alice.txt#0"]
+    # C4's single newlines read at blank lines (the reading before --paragraphs): a page is one paragraph, nothing
+    # is caught
+    d, kept, _ = _extract_and_dedup(root, tmp_path, "old", "chunks.jsonl", paragraphs="blank-lines")
+    assert (d["kept"], d["paragraphs_dropped"], d["removed_fragments"]) == (1 + n, 0, 0) and len(kept) == 1 + n
+    # --max-paragraph-loss 1 keeps what is left of each page: the fragments it would otherwise drop
+    d, kept, out = _extract_and_dedup(root, tmp_path, "keep", "chunks.jsonl", "--max-paragraph-loss", "1")
+    assert (d["kept"], d["removed_fragments"]) == (1 + n, 0) and d["paragraphs_dropped"] > 400
+    pages = [doc for doc in kept if doc.source == "jsonl"]
+    assert len(pages) == n and not _fragment_lines(out)
+    assert sum(map(len, (p for doc in pages for p in doc.paragraphs))) < 0.2 * len(
+        (SAMPLES / "books" / "carroll-alice.txt").read_text())
+    # the paragraph pass alone drops and reports the same pages
+    assert cli.main(["dedup", "--input", str(tmp_path / "keep-docs"), "--no-exact", "--no-near", "--output",
+                     str(tmp_path / "alone"), *ONE]) == 0
+    d = json.loads((tmp_path / "alone/manifest.json").read_text())["dedup"]
+    assert (d["kept"], d["removed_fragments"], d["clusters"]) == (1, n, 0) and len(_report(tmp_path / "alone")) == n
+
+
+@pytest.mark.slow
+def test_an_exact_copy_is_reported_exact_whichever_member_the_cluster_keeps(tmp_path):
+    """Two copies of a book and a web record of its whole file (Gutenberg's notes and all: the longest, so the
+    cluster keeps it). One copy is near the record; the other is that copy's exact duplicate, and says so."""
+    text = (SAMPLES / "books" / "carroll-alice.txt").read_text()
+    for name in ("a/carroll-alice.txt", "b/alice-copy.txt"):
+        (tmp_path / name).parent.mkdir()
+        (tmp_path / name).write_text(text)
+    (tmp_path / "web.jsonl").write_text(json.dumps({"id": "x", "text": text}) + "\n")
+    assert cli.main(["extract", "--input", f"books:{tmp_path / 'a'},{tmp_path / 'b'}", "--input",
+                     f"jsonl:{tmp_path / 'web.jsonl'}", "--paragraphs", "blank-lines", "--output",
+                     str(tmp_path / "docs"), *ONE]) == 0
+    assert cli.main(["dedup", "--input", str(tmp_path / "docs"), "--output", str(tmp_path / "out"), *ONE]) == 0
+    (cluster,) = _clusters(tmp_path / "out")
+    a, b = "books:a/carroll-alice.txt#0", "books:b/alice-copy.txt#0"
+    assert cluster["kept"] == "jsonl:web.jsonl:x"
+    near, exact = cluster["removed"]
+    assert (near["id"], near["reason"], near["of"]) == (a, "near", "jsonl:web.jsonl:x")
+    assert 0.8 <= near["similarity"] < 1.0   # the record's, not the 1.0 of its exact copy
+    assert (exact["id"], exact["reason"], exact["similarity"], exact["of"]) == (b, "exact", 1.0, a)
+    d = json.loads((tmp_path / "out/manifest.json").read_text())["dedup"]
+    assert (d["removed_exact"], d["removed_near"]) == (1, 1)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["dedup", "--input", "{docs}", "--max-paragraph-loss", "0"],
+     "--max-paragraph-loss: 0 is out of range: a share of a document's bytes is in (0, 1]"),
+    (["dedup", "--input", "{docs}", "--max-paragraph-loss", "1.5"],
+     "--max-paragraph-loss: 1.5 is out of range: a share of a document's bytes is in (0, 1]"),
+    (["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB), "--max-paragraph-loss",
+      "0.9"], "--max-paragraph-loss without --dedup"),
+])
+def test_max_paragraph_loss_refusals_are_one_line(argv, message, tmp_path, capsys):
+    code, err = console([a.format(docs=tmp_path) for a in argv] + ["--output", str(tmp_path / "o"), *ONE], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()

@@ -7,6 +7,9 @@
     similarity(a, b)        the estimated Jaccard similarity: the share of equal signature values
     Components              union-find over verified pairs: clusters are its connected components
     keeper(members)         the one document a cluster keeps: the longest normalized text, ties to the smallest id
+    paragraph_cut(...)      a document less its repeated paragraphs, and the share of its bytes they held: a
+                            document cut by more than `max_paragraph_loss` is dropped whole (what is left of it is
+                            fragments: "Chapter 58", a line of dialogue, "Chapter 59", paired as if they were text)
 
 MinHash (Broder 1997): two documents' signatures agree at each value with probability their Jaccard similarity
 (here by one permutation hashing, `minhash`). Exact duplicates (the same normalized text) have the same exact hash
@@ -34,6 +37,8 @@ class DedupParams:
     shingle_words: int = 5
     min_paragraph_chars: int = 64       # shorter paragraphs ("CHAPTER I.", "Notes") are never dropped
     max_paragraph_copies: int = 1       # a long paragraph in more documents than this is kept only in the first
+    max_paragraph_loss: float = 0.5     # a document whose repeated paragraphs held more than this share of its
+                                        # bytes goes whole (1: never)
     seed: int = 0
 
     @property
@@ -44,6 +49,8 @@ class DedupParams:
         """Raises ValueError naming the flag of an impossible value."""
         if not 0 < self.threshold <= 1:
             raise ValueError(f"--near-threshold {self.threshold}: a Jaccard similarity in (0, 1]")
+        if not 0 < self.max_paragraph_loss <= 1:
+            raise ValueError(f"--max-paragraph-loss {self.max_paragraph_loss}: a share of a document's bytes in (0, 1]")
         if self.num_perm < 1 or self.bands < 1 or self.num_perm % self.bands:
             raise ValueError(f"--bands {self.bands} does not divide --num-perm {self.num_perm}: every band needs "
                              "the same number of rows")
@@ -86,6 +93,22 @@ def fingerprint(doc: Document, params: DedupParams) -> Fingerprint:
     signature = (minhash(normalize.shingles(normalize.word_ids(tokens), params.shingle_words), params.num_perm,
                          params.seed) if params.near else np.zeros(0, np.uint64))
     return Fingerprint(doc.id, doc.title, len(text), _hash(text), signature, paragraphs)
+
+
+def paragraph_cut(paragraphs: list[str], keys: list[str | None], drops: dict[str, str]
+                  ) -> tuple[list[str], float, list[str]]:
+    """A document's paragraphs, their keys (fingerprint) and the repeated paragraphs it loses (key -> the document
+    that keeps it) -> (the paragraphs it keeps, the share of its UTF-8 bytes it lost, the documents that keep what
+    it lost, sorted)."""
+    kept, lost, keepers = [], 0, set()
+    for paragraph, key in zip(paragraphs, keys):
+        if key is not None and key in drops:
+            lost += len(paragraph.encode("utf-8", "surrogatepass"))
+            keepers.add(drops[key])
+        else:
+            kept.append(paragraph)
+    total = sum(len(p.encode("utf-8", "surrogatepass")) for p in paragraphs)
+    return kept, (lost / total if total else 0.0), sorted(keepers)
 
 
 def _seed(seed: int, what: str) -> np.uint64:

@@ -5,15 +5,18 @@
     Buckets          keyed by exact hash and by each LSH band key | Shuffle | an exact group's members -> pairs
                      with its first; a band bucket's members -> candidate pairs
     Verify           candidates + signatures keyed by one end, then by the other | Shuffle x2 | -> similar pairs
-    Clusters         similar pairs            | Shuffle (one group) | union-find -> removals, the report
+    Clusters         similar pairs            | Shuffle (one group) | union-find -> removals, report lines
     DropDocuments    documents + removals keyed by id        | Shuffle | -> the documents kept
     ParagraphGroups  kept documents' long paragraphs by hash | Shuffle | -> drops beyond the first document
-    DropParagraphs   kept documents + drops keyed by id      | Shuffle | -> the documents, repeated paragraphs out
+    DropParagraphs   kept documents + drops keyed by id      | Shuffle | -> the documents, repeated paragraphs out;
+                     one cut by more than max_paragraph_loss out whole, a report line each
+    WriteReport      report lines             | Shuffle (one group) | -> .incomplete/dedup_report.jsonl.gz
 
 The shuffle hands each Slice its records in hash order, so records of one key arrive together: every step walks
 one key's records at a time (a band bucket's members, a document and its decisions), never a whole Slice, and
 no step holds the corpus. The one exception is Clusters, which holds the similar pairs' documents (a union-find
-over the documents that have a duplicate, not over the corpus) in one worker, and writes the report.
+over the documents that have a duplicate, not over the corpus) in one worker. WriteReport streams its lines in
+the shuffle's hash order of their keys (unique: a cluster's first id, a removed document's id).
 Every decision is a function of the documents' ids and texts: any worker count keeps the same documents.
 """
 from __future__ import annotations
@@ -181,10 +184,12 @@ def _pair_records(pair: dict) -> list[shuffle.Record]:
 
 class _Clusters(tally.DoFn):
     """The one group of every similar pair -> union-find -> the documents each cluster removes (keyed by id), and
-    the report, one line a cluster, written under the output's .incomplete/ (published with the data)."""
+    on the `report` output one line a cluster.
 
-    def __init__(self, directory: str):
-        self.directory = directory
+    A removed document is an exact duplicate when a member before it (in keep order) has its normalized text,
+    else a near one, of the member of other text it is most similar to: so three copies, two of them the same,
+    report the same two as exact whichever the cluster keeps, and a near duplicate's similarity is never the 1.0
+    of its exact copy."""
 
     def process(self, sliced):
         components, members, best = dedup.Components(), {}, {}
@@ -194,23 +199,49 @@ class _Clusters(tally.DoFn):
                 a, b = pair["a"], pair["b"]
                 members[a["id"]], members[b["id"]] = a, b
                 components.union(a["id"], b["id"])
-                for x in (a["id"], b["id"]):
-                    best[x] = max(best.get(x, 0.0), pair["similarity"])
+                if a["exact"] != b["exact"]:   # each text's most similar member of other text, ties to the least id
+                    for x, y in ((a, b), (b, a)):
+                        found = best.get(x["exact"], (0.0, ""))
+                        if (pair["similarity"], found[1]) > (found[0], y["id"]) or not found[1]:
+                            best[x["exact"]] = (pair["similarity"], y["id"])
         lines, removals = [], []
         for group in components.groups():
             cluster = sorted((members[i] for i in group), key=lambda m: dedup.keep_order(m["length"], m["id"]))
-            kept, removed = cluster[0], []
+            kept, removed, first = cluster[0], [], {cluster[0]["exact"]: cluster[0]["id"]}
             self.count("dedup", "clusters")
             for m in cluster[1:]:
-                reason = "exact" if m["exact"] == kept["exact"] else "near"
-                self.count("dedup", f"report_removed_{reason}")
-                removed.append({**m, "reason": reason, "similarity": round(best[m["id"]], 4)})
+                if m["exact"] in first:
+                    reason, similarity, of = "exact", 1.0, first[m["exact"]]
+                else:
+                    first[m["exact"]] = m["id"]
+                    similarity, of = best[m["exact"]]
+                    reason = "near"
+                removed.append({**m, "reason": reason, "similarity": round(similarity, 4), "of": of})
                 removals.append(_record(m["id"], b"R", reason.encode()))
-            lines.append(dedup_report.encode(kept, removed))
+            lines.append(_record(f"c:{group[0]}", b"L", dedup_report.encode(kept, removed)))
+        yield removals
+        yield beam.pvalue.TaggedOutput("report", lines)
+
+
+class _WriteReport(tally.DoFn):
+    """The one group of report lines -> .incomplete/dedup_report.jsonl.gz, streamed, each removal counted by its
+    reason (report_removed_exact, ...: `lost` checks them against the steps that removed the documents)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def process(self, sliced):
         path = FileSystems.join(self.directory, INCOMPLETE, dedup_report.NAME)
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            dedup_report.write(f, lines)   # a retried bundle writes the same bytes
-        yield removals
+            dedup_report.write(f, self._lines(sliced))   # a retried bundle writes the same bytes
+        yield path
+
+    def _lines(self, sliced) -> Iterator[bytes]:
+        for _, bodies in _keyed(sliced, self.count):
+            for body in bodies:
+                for key, n in dedup_report.line_totals(json.loads(body[1:])).items():
+                    self.count("dedup", f"report_{key}", n)
+                yield body[1:]
 
 
 def _document_records(pair: tuple[str, bytes]) -> list[shuffle.Record]:
@@ -244,34 +275,42 @@ def _paragraph_records(body: bytes):
 
 
 def _paragraph_drops(sliced, max_copies: int, count) -> Iterator[list[shuffle.Record]]:
-    """Each long paragraph's documents -> a drop for every document after the first (by id), when it is in more
-    than `max_copies` documents."""
+    """Each long paragraph's documents -> a drop (the paragraph's key, the document keeping it) for every document
+    after the first (by id), when it is in more than `max_copies` documents."""
     for key, bodies in _keyed(sliced, count):
         ids = sorted({b[1:].decode() for b in bodies if b[:1] == b"P"})
         if len(ids) > max_copies:
             count("dedup", "repeated_paragraphs")
-            yield [_record(doc_id, b"X", key.encode()) for doc_id in ids[1:]]
+            yield [_record(doc_id, b"X", f"{key}\x00{ids[0]}".encode()) for doc_id in ids[1:]]
 
 
 class _DropParagraphs(tally.DoFn):
     """A kept document and its paragraph drops -> the document without those paragraphs (all their occurrences);
-    a document left with none is removed, counted."""
+    a document left with none, or cut by more than `max_loss` of its bytes (dedup.paragraph_cut), is removed,
+    counted, with a line on the `report` output."""
+
+    def __init__(self, max_loss: float):
+        self.max_loss = max_loss
 
     def process(self, sliced):
         for _, bodies in _keyed(sliced, self.count):
-            drops = {b[1:].decode() for b in bodies if b[:1] == b"X"}
+            drops = dict(b[1:].decode().split("\x00", 1) for b in bodies if b[:1] == b"X")
             for body in bodies:
                 if body[:1] != b"D":
                     continue
                 d = json.loads(body[1:])
                 doc = Document.from_json(d["document"])
-                keep = [p for p, k in zip(doc.paragraphs, d["keys"]) if k is None or k not in drops]
-                self.count("dedup", "paragraphs_dropped", len(doc.paragraphs) - len(keep))
-                if not keep:
-                    self.count("dedup", "removed_emptied")
+                keep, lost, keepers = dedup.paragraph_cut(doc.paragraphs, d["keys"], drops)
+                dropped = len(doc.paragraphs) - len(keep)
+                self.count("dedup", "paragraphs_dropped", dropped)
+                if keep and lost <= self.max_loss:
+                    self.count("dedup", "kept")
+                    yield Document(doc.id, doc.source, doc.title, keep, doc.presplit)
                     continue
-                self.count("dedup", "kept")
-                yield Document(doc.id, doc.source, doc.title, keep, doc.presplit)
+                reason = "paragraphs" if keep else "emptied"
+                self.count("dedup", dedup_report.COUNTS[reason])
+                line = dedup_report.encode_cut(doc.id, doc.title, reason, lost, dropped, keepers)
+                yield beam.pvalue.TaggedOutput("report", [_record(f"d:{doc.id}", b"L", line)])
 
 
 class _PassOn(tally.DoFn):
@@ -305,6 +344,7 @@ class Dedup(beam.PTransform):
         fingerprints = docs | "Fingerprint" >> tally.ParDo(_Fingerprint(p), outputs=("documents",),
                                                                           main="fingerprints")
         kept = fingerprints.documents | "Bodies" >> beam.Map(lambda pair: b"D" + pair[1])
+        report = []   # the report lines of each pass that removes documents
         if p.exact or p.near:
             found = (fingerprints.fingerprints
                      | "BucketRecords" >> beam.Map(_bucket_records, p)
@@ -319,42 +359,53 @@ class Dedup(beam.PTransform):
                 pairs.append((signed, fingerprints.fingerprints | "SignaturesAgain" >> beam.Map(_signature_records))
                              | "VerifySecond" >> self._shuffle("verify-second")
                              | "SimilarPairs" >> tally.FlatMap(_similar_pairs, p))
-            removals = (tuple(pairs)
+            clusters = (tuple(pairs)
                         | "AllPairs" >> beam.Flatten()
                         | "PairRecords" >> beam.Map(_pair_records)
                         | "OneGroup" >> self._shuffle("pairs", one=True)
-                        | "Clusters" >> tally.ParDo(_Clusters(self.directory)))
-            kept = ((fingerprints.documents | "DocumentRecords" >> beam.Map(_document_records), removals)
+                        | "Clusters" >> tally.ParDo(_Clusters(), outputs=("report",), main="removals"))
+            report.append(clusters.report)
+            kept = ((fingerprints.documents | "DocumentRecords" >> beam.Map(_document_records), clusters.removals)
                     | "ByDocument" >> self._shuffle("documents")
                     | "DropDocuments" >> tally.ParDo(_DropDocuments()))
-        if not p.paragraphs:
-            return kept | "Kept" >> tally.ParDo(_PassOn())
-        records = kept | "ParagraphRecords" >> beam.FlatMap(_paragraph_records).with_outputs(
-            "paragraphs", main="documents")
-        drops = (records.paragraphs
-                 | "ParagraphGroups" >> self._shuffle("paragraphs")
-                 | "RepeatedParagraphs" >> tally.FlatMap(_paragraph_drops, p.max_paragraph_copies))
-        return ((records.documents, drops)
-                | "ByKeptDocument" >> self._shuffle("kept")
-                | "DropParagraphs" >> tally.ParDo(_DropParagraphs()))
+        if p.paragraphs:
+            records = kept | "ParagraphRecords" >> beam.FlatMap(_paragraph_records).with_outputs(
+                "paragraphs", main="documents")
+            drops = (records.paragraphs
+                     | "ParagraphGroups" >> self._shuffle("paragraphs")
+                     | "RepeatedParagraphs" >> tally.FlatMap(_paragraph_drops, p.max_paragraph_copies))
+            cut = ((records.documents, drops)
+                   | "ByKeptDocument" >> self._shuffle("kept")
+                   | "DropParagraphs" >> tally.ParDo(_DropParagraphs(p.max_paragraph_loss), outputs=("report",)))
+            report.append(cut.report)
+            out = cut.main
+        else:
+            out = kept | "Kept" >> tally.ParDo(_PassOn())
+        (tuple(report)
+         | "ReportLines" >> beam.Flatten()
+         | "ReportGroup" >> self._shuffle("report", one=True)
+         | "WriteReport" >> tally.ParDo(_WriteReport(self.directory)))
+        return out
 
 
 def lost(values: dict[str, int], params: dedup.DedupParams) -> list[str]:
     """The dedup counts that must reconcile before anything is published: documents in = kept + removed, and the
-    report accounts for every document a cluster removed."""
+    report accounts for every cluster and every document removed."""
     c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
     wrong = []
     if c("documents") != c("kept") + removed(values):
         wrong.append(f"dedup: {c('documents'):,} documents in, {c('kept'):,} kept and {removed(values):,} removed")
-    if c("report_removed_exact") + c("report_removed_near") != c("removed_exact") + c("removed_near"):
-        wrong.append(f"dedup: the report removes {c('report_removed_exact') + c('report_removed_near'):,} "
-                     f"documents, the documents step {c('removed_exact') + c('removed_near'):,}")
+    for name in ("clusters", *dedup_report.COUNTS.values()):
+        if c(f"report_{name}") != c(name):
+            wrong.append(f"dedup: the report counts {c(f'report_{name}'):,} {name.replace('_', ' ')}, the job "
+                         f"{c(name):,}")
     return wrong
 
 
 def removed(values: dict[str, int]) -> int:
-    """The documents dedup removed: exact and near duplicates, and those its paragraph pass left empty."""
-    return sum(values.get(f"dedup/{k}", 0) for k in ("removed_exact", "removed_near", "removed_emptied"))
+    """The documents dedup removed: exact and near duplicates, and those its paragraph pass left empty or cut to
+    fragments."""
+    return sum(values.get(f"dedup/{k}", 0) for k in dedup_report.COUNTS.values())
 
 
 def summary(params: dedup.DedupParams, values: dict[str, int], report: str | None) -> dict:
@@ -363,6 +414,7 @@ def summary(params: dedup.DedupParams, values: dict[str, int], report: str | Non
     c = lambda name: values.get(f"dedup/{name}", 0)   # noqa: E731
     return {"parameters": dataclasses.asdict(params), "documents_in": c("documents"), "kept": c("kept"),
             "removed_exact": c("removed_exact"), "removed_near": c("removed_near"),
-            "removed_emptied": c("removed_emptied"), "clusters": c("clusters"),
+            "removed_emptied": c("removed_emptied"), "removed_fragments": c("removed_fragments"),
+            "clusters": c("clusters"),
             "empty_documents": c("empty_documents"), "repeated_paragraphs": c("repeated_paragraphs"),
             "paragraphs_dropped": c("paragraphs_dropped"), "report": report}

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 
 from corpora import KINDS, RECORD_KINDS, ReadParams
+from corpora.kinds import PARAGRAPHS
 from pipeline.algorithms import dedup, masking, packing, pool, split
 from pipeline.commands import flags
 from pipeline.commands.flags import (nonnegative_int, positive_float, positive_int, probability, readable_file,
@@ -169,8 +170,11 @@ class Corpus(Group):
                        help="count and skip corrupt input files instead of failing the job")
         p.add_argument("--text-field", default=None, metavar="NAME",
                        help=f"jsonl, parquet: the field (column) of a record's text (default "
-                            f"{RECORD_FIELDS['text_field']}). Blank lines in it separate paragraphs; each paragraph's "
-                            "sentences are split as books' are")
+                            f"{RECORD_FIELDS['text_field']}); each paragraph's sentences are split as books' are")
+        p.add_argument("--paragraphs", choices=PARAGRAPHS, default=None,
+                       help="jsonl, parquet: where a record's text starts a paragraph: at every line (default: C4, "
+                            "Dolma and FineWeb write a paragraph a line) or at blank lines (a hard-wrapped text, as "
+                            "books are read); --dedup compares and drops paragraphs"),
         p.add_argument("--id-field", default=None, metavar="NAME",
                        help=f"jsonl, parquet: the field (column) of a record's id (default "
                             f"{RECORD_FIELDS['id_field']}): document ids are KIND:FILE:ID, or KIND:FILE:N where a "
@@ -200,12 +204,12 @@ class Corpus(Group):
             corpora[kind] = f"{corpora[kind]},{globs}" if kind in corpora else globs
         args.corpora = list(corpora.items())
         args.input = ",".join(corpora.values())
-        flagged = given(args, (*RECORD_FIELDS, "strict"))
+        flagged = given(args, (*RECORD_FIELDS, "strict", "paragraphs"))
         if flagged and not any(kind in RECORD_KINDS for kind, _ in args.corpora):
             p.error(f"{flagged[0]} without a {' or '.join(RECORD_KINDS)} input (it reads their records)")
 
     def build(self, args) -> tuple[tuple[tuple[str, str], ...], ReadParams]:
-        fields = {k: getattr(args, k) for k in RECORD_FIELDS if getattr(args, k) is not None}
+        fields = {k: getattr(args, k) for k in (*RECORD_FIELDS, "paragraphs") if getattr(args, k) is not None}
         return tuple(args.corpora), ReadParams(
             wiki_index=args.wiki_index, skip_disambiguation=not args.keep_disambiguation,
             disambiguation_templates=tuple(args.disambiguation_templates), max_document_bytes=args.max_document_bytes,
@@ -488,11 +492,17 @@ class GoogleShards(Group):
 DEDUP = dedup.DedupParams()   # the defaults bench/bench_dedup.py chose
 DEDUP_FLAGS = {"near_threshold": "threshold", "num_perm": "num_perm", "bands": "bands",
                "shingle_words": "shingle_words", "min_paragraph_chars": "min_paragraph_chars",
-               "max_paragraph_copies": "max_paragraph_copies"}   # flag -> DedupParams field
+               "max_paragraph_copies": "max_paragraph_copies",
+               "max_paragraph_loss": "max_paragraph_loss"}   # flag -> DedupParams field
 
 
 def jaccard_threshold(text: str) -> float:
     return flags._number(float, text, lambda v: 0 < v <= 1, "a Jaccard similarity is in (0, 1]")
+
+
+def paragraph_loss(text: str) -> float:
+    return flags._number(float, text, lambda v: 0 < v <= 1, "a share of a document's bytes is in (0, 1]; 1 never "
+                                                            "drops a document for its repeated paragraphs")
 
 
 class Dedup(Group):
@@ -527,6 +537,10 @@ class Dedup(Group):
         p.add_argument("--max-paragraph-copies", type=positive_int, default=d("max_paragraph_copies"),
                        help="a paragraph in more documents than this is kept in the first (by id) only (default "
                             f"{DEDUP.max_paragraph_copies})")
+        p.add_argument("--max-paragraph-loss", type=paragraph_loss, default=d("max_paragraph_loss"), metavar="F",
+                       help="a document whose repeated paragraphs held more than this share of its bytes is dropped "
+                            "whole, counted and reported, not left as fragments (default "
+                            f"{DEDUP.max_paragraph_loss}; 1: never)")
 
     def check(self, p, args):
         if self.switch:

@@ -73,13 +73,16 @@ def inspect_dedup(directory: str, m: dict) -> None:
         return
     print(f"\n  dedup: {d['documents_in']:,} documents in, {d['kept']:,} kept; removed: {d['removed_exact']:,} exact "
           f"and {d['removed_near']:,} near duplicates in {d['clusters']:,} clusters, {d['removed_emptied']:,} left "
-          f"with no paragraph; {d['paragraphs_dropped']:,} paragraphs dropped ({d['repeated_paragraphs']:,} "
+          f"with no paragraph, {d.get('removed_fragments', 0):,} cut by more than "
+          f"{d['parameters'].get('max_paragraph_loss', 1):g} of their bytes (fragments); "
+          f"{d['paragraphs_dropped']:,} paragraphs dropped ({d['repeated_paragraphs']:,} "
           f"repeated ones); {d['empty_documents']:,} documents with no words (kept, never clustered)")
     if d.get("report"):
         found = dedup_report.totals(storage.join(directory, d["report"]))
-        differs = any(found[k] != d[k] for k in found)
+        differs = any(found[k] != d[k] for k in dedup_report.compared(d))
         print(f"  report {d['report']}: {found['clusters']:,} clusters, {found['removed_exact']:,} exact, "
-              f"{found['removed_near']:,} near" + ("  <-- DIFFERS from the manifest" if differs else ""))
+              f"{found['removed_near']:,} near, {found['removed_emptied']:,} emptied, {found['removed_fragments']:,} "
+              "fragments" + ("  <-- DIFFERS from the manifest" if differs else ""))
 
 
 def inspect_decontamination(directory: str, m: dict) -> None:

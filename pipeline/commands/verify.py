@@ -427,12 +427,13 @@ def _check_report(directory: str, entry: dict, totals, problems: Problems) -> No
 
 
 def _check_dedup_report(directory: str, m: dict, problems: Problems) -> None:
-    """A deduplicated output's report must account for every document its clusters removed."""
+    """A deduplicated output's report must account for every document it removed."""
     dedup = m.get("dedup")
     if not dedup or not dedup.get("report"):
         return
-    _check_report(directory, dedup, dedup_report.totals, problems)
-    removed = dedup["removed_exact"] + dedup["removed_near"] + dedup["removed_emptied"]
+    _check_report(directory, dedup, lambda path: {k: v for k, v in dedup_report.totals(path).items()
+                                                  if k in dedup_report.compared(dedup)}, problems)
+    removed = sum(dedup.get(k, 0) for k in dedup_report.COUNTS.values())
     if dedup["documents_in"] != dedup["kept"] + removed:
         problems.add("manifest.json", f"dedup: {dedup['documents_in']} documents in, {dedup['kept']} kept and "
                                       f"{removed} removed")

@@ -10,7 +10,8 @@ columns                 the columns `convert` exports (Hugging Face's names), fr
 parquet                 Parquet files of those columns, as `datasets` reads them, and their dataset card
 mds                     MosaicML streaming's MDS shards, written by our own code
 heldout                 a validation set beside its training output, and its list of held-out documents
-dedup_report            `dedup_report.jsonl.gz`: one line per cluster of duplicates, the one kept and those removed
+dedup_report            `dedup_report.jsonl.gz`: one line per cluster of duplicates, the one kept and those removed,
+                        and per document the paragraph pass removed
 decontamination_report  `decontamination_report.jsonl.gz`: one line per document the eval sets cut or dropped
 evalsets                eval-set files (SQuAD, JSON Lines, text) -> the examples to decontaminate against
 gzip_lines              gzip JSON Lines side files (the reports, the held-out list), the same bytes on any machine

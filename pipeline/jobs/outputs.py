@@ -165,8 +165,8 @@ def packed_manifest(head: dict, documents: int | None, params: packing.PackParam
 
 
 def dedup_side_files(params: dedup.DedupParams | None) -> tuple[str, ...]:
-    """The report, written by the clusters step: there is none when neither document pass runs."""
-    return (deduplication.REPORT,) if params and (params.exact or params.near) else ()
+    """The report of the documents dedup removed (pipeline/formats/dedup_report.py), whichever passes run."""
+    return (deduplication.REPORT,) if params else ()
 
 
 def dedup_summary(params: dedup.DedupParams, values: dict[str, int]) -> dict:

@@ -105,7 +105,8 @@ def record_parameters(read: ReadParams, inputs) -> dict:
     """The flags that read jsonl and parquet corpora, for the manifest: {} when no input is one."""
     if not any(kind in RECORD_KINDS for kind, *_ in inputs):
         return {}
-    return {"text_field": read.text_field, "id_field": read.id_field, "strict": read.strict}
+    return {"text_field": read.text_field, "id_field": read.id_field, "strict": read.strict,
+            "paragraphs": read.paragraphs}
 
 
 def expected_documents(opened: manifest.Opened, sizes: dict[str, int], tokens: float) -> float:
