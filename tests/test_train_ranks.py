@@ -122,7 +122,8 @@ def _batch(rows: int, seed: int = 0) -> dict:
 
 
 def one_step(rank: int, world: int, rows: dict, accum: int, out: str, port: int = 0) -> None:
-    """One optimizer step of train_step on `rows` (this rank's), the weights after it saved by rank 0."""
+    """One optimizer step of train_step on `rows` (this rank's), the weights after it saved by rank 0; a rank of
+    several (world > 1, spawned) exits the process at its end."""
     import types
 
     import torch
@@ -151,12 +152,16 @@ def one_step(rank: int, world: int, rows: dict, accum: int, out: str, port: int 
     if rank == 0:
         torch.save({"before": before, "after": model.state_dict()}, out)
     if world > 1:
+        dist.barrier()   # rank 0 has saved: neither rank leaves while the other still needs the group
         dist.destroy_process_group()
+        # A spawned rank ends here, before this frame's DDP model and gloo group are freed: freeing them once the
+        # other rank had exited hung a rank in C++ destructors (twice in full suites on a loaded machine, the
+        # hung rank's stack at the call of one_step, in no Python frame).
+        os._exit(0)
 
 
 def _step_rank(rank: int, world: int, port: int, out: str) -> None:
-    # seen once in a full suite (2026-11-27): rank 1 still running after 120 s, rank 0 done, nothing printed and
-    # not reproduced alone; a rank that hangs prints every thread's stack first, for the next one to read
+    # a rank that hangs prints every thread's stack first, for the next one to read (one_step's end says what hung)
     faulthandler.dump_traceback_later(100)
     rows = _batch(8)
     try:
