@@ -129,3 +129,23 @@ def test_unk_above_one_percent_is_warned_by_the_job_and_by_inspect(tmp_path, cap
     measured = [line for line in shown.splitlines() if line.startswith("  [UNK] ")]
     assert len(measured) == 1 and f"; tokenized: {100 * share:.2f}% (manifest)" in measured[0], shown
     assert "\n  warning: [UNK] is " in shown and "of the tokens in the instances, over 1%" in shown
+
+
+def test_a_vocab_on_an_object_store_is_read_by_the_job(tmp_path, monkeypatch, capsys):
+    """A gs://-like vocab (tests/simstore.py) is not read while the flags are parsed (Beam's retries would come
+    before the launcher's probe of the store): the job decides its casing, and refuses a contradicting flag in the
+    same one line as for a local file."""
+    from tests import simstore
+    monkeypatch.chdir(tmp_path)
+    bucket = simstore.new_bucket()
+    with open(simstore._object(bucket, "vocab.txt"), "wb") as f:
+        f.write(UNCASED_VOCAB.read_bytes())
+    remote = f"simstore://{bucket}/vocab.txt"
+    base = ["prepare", "--input", f"books:{SAMPLES / 'books' / 'carroll-alice.txt'}", "--vocab", remote, *ONE]
+    status, err = console([*base, "--cased", "--output", str(tmp_path / "never")], capsys)
+    assert status == 1 and err.strip() == (f"bertprep prepare: --cased with --vocab {remote}: an uncased vocab: none "
+                                           "of its 29,523 entries has an upper-case letter ([CLS]-style specials "
+                                           "apart); leave --cased out, or give a cased vocab"), err
+    assert not (tmp_path / "never").exists()
+    assert cli.main([*base, "--output", str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["vocab"]["lowercase"] is True

@@ -10,7 +10,7 @@ from pipeline.algorithms import masking
 from pipeline.formats import heldout, manifest, schema, storage
 from pipeline.jobs.errors import Refused
 from pipeline.jobs.settings import MadeWith
-from pipeline.text import subwords, tokenization
+from pipeline.text import subwords, tokenization, vocab_fit
 
 
 def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
@@ -46,10 +46,21 @@ def vocabulary(entry: dict[str, Any]) -> subwords.Vocabulary:
 
 
 def pairing_vocab(pairing: Any) -> dict[str, Any]:
-    """The manifest entry of what a `Pairing` tokenizes with."""
+    """The manifest entry of what a `Pairing` tokenizes with. A vocabulary on an object store is read here, by the
+    job (the command line reads a local one): its casing decided, a tokenizer's roles found, or Refused."""
     if pairing.tokenizer:
-        return tokenizer_entry(pairing.tokenizer, dict(pairing.special_tokens))
-    return vocab_entry(pairing.vocab, pairing.lowercase)
+        try:
+            return tokenizer_entry(pairing.tokenizer, dict(pairing.special_tokens))
+        except subwords.TokenizerError as e:
+            raise Refused(subwords.refusal(e)) from None
+    lowercase = pairing.lowercase
+    if lowercase is None:
+        found = vocab_fit.Casing.of(tokenization.read_vocab(pairing.vocab))
+        refusal = vocab_fit.contradiction(pairing.casing, pairing.vocab, found)
+        if refusal:
+            raise Refused(refusal)
+        lowercase = found.lowercase
+    return vocab_entry(pairing.vocab, lowercase)
 
 
 def held_out_input(opened: manifest.Opened, what: str) -> tuple[str, dict] | None:

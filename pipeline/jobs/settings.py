@@ -36,12 +36,13 @@ class Pairing:
     with its special tokens named by `special_tokens` where it does not say), google's pairing parameters (their
     vocab ids filled from the vocab by `params`), the random-next pools' size and the pairing workers."""
     vocab: str | None
-    lowercase: bool = True
+    lowercase: bool | None = True   # None: as the vocab says, read by the job (a vocab on an object store)
     rule: pool.PairParams = pool.PairParams()
     bucket_docs: int = 10_000
     parallelism: int = 0   # 0: the local worker count, or 32 on a distributed runner (launch.pair_parallelism)
     tokenizer: str | None = None                         # a tokenizer.json instead of `vocab`
     special_tokens: tuple[tuple[str, str], ...] = ()     # (role, token): --special-tokens
+    casing: str | None = None                            # --cased | --uncased as given; None: the vocab's
 
 
     @property

@@ -40,6 +40,11 @@ class TokenizerError(ValueError):
     """A file that is not a tokenizer.json, or a tokenizer that lacks what BERT's data needs: one line."""
 
 
+def refusal(e: TokenizerError) -> str:
+    """The line a TokenizerError is refused with, naming the flag."""
+    return str(e) if str(e).startswith("--") else f"--tokenizer {e}"
+
+
 @dataclass(frozen=True)
 class Specials:
     """The ids of BERT's special roles in one tokenizer; `unk` None where it has no unknown token (byte-level BPE

@@ -40,6 +40,14 @@ class Casing:
                 "specials apart)")
 
 
+def contradiction(casing: str | None, path: str, found: Casing) -> str | None:
+    """The refusal of a --cased/--uncased (`casing`) that the vocab at `path` contradicts, or None."""
+    if casing is None or (casing == "uncased") == found.lowercase:
+        return None
+    return (f"--{casing} with --vocab {path}: {found.describe()}; leave --{casing} out, or give "
+            f"{article(casing)} vocab")
+
+
 def article(word: str) -> str:
     return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
 
