@@ -101,6 +101,12 @@ def run(plan: Plan, options) -> dict | None:
     m = launch.run_job(f"prepare {kinds}", p, sides[0].job, shuffle, basis, plan.run, notes(plan, kinds, sides),
                        plan.masking.warnings(plan.pairing.max_seq_length) + ((warning,) if warning else ()))
     sources.warn_hard_wrapped_after(m, bool(warning))
+    if plan.split:
+        shares, warnings = outputs.split_lines(f"prepare {kinds}", plan.split, m)
+        for line in shares:
+            print(line)
+        for line in warnings:
+            launch.warn(line)
     return m
 
 
@@ -139,11 +145,10 @@ def pools(read: dict, plan: Plan, shuffle, parallelism: int, tokens: float) -> l
 
 
 def split_pools(pooled: list, plan: Plan, shuffle, readers, parallelism: int) -> list[list]:
-    """Each pool's documents dealt over the workers (always before a split by count: its threshold is a side input,
-    read across a shuffle), then split: [the training pools] or [the training pools, the validation pools]."""
+    """Each pool's documents dealt over the workers (always before a split: its thresholds are a side input, read
+    across a shuffle), then split: [the training pools] or [the training pools, the validation pools]."""
     limits = (tuple(docs for _, _, docs in pooled) | "JoinForDraws" >> beam.Flatten()
-              | "ValidationThresholds" >> splitting.Thresholds(plan.split)) \
-        if plan.split and plan.split.documents else None
+              | "ValidationThresholds" >> splitting.Thresholds(plan.split)) if plan.split else None
     training, held = [], []
     for name, members, docs in pooled:
         reads = sum(len(r.reads) for k, r in readers if k in members)
@@ -167,8 +172,11 @@ def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tok
         if several:   # each corpus's documents, for the manifest
             docs = docs | f"{side.prefix}CountDocuments{name}" >> tally.FlatMap(transforms.count_documents,
                                                                                 namespace=side.corpus)
+        docs = docs | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(inputs.vocabulary(side.vocab))
+        if plan.split:   # each corpus's tokens on each side, for the split's token shares
+            docs = docs | f"{side.prefix}CountSplitTokens{name}" >> tally.FlatMap(
+                splitting.count_side_tokens, side=splitting.VALIDATION if side.prefix else splitting.TRAINING)
         made.append(docs
-                    | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(inputs.vocabulary(side.vocab))
                     | f"{side.prefix}MakePairs{name}" >> transforms.MakePairs(
                         shuffle, inputs.vocabulary(side.vocab), plan.pairing.params(side.vocab, dupes), plan.seed,
                         plan.pairing.bucket_docs, side.share * sum(documents_of[k] for k in members),

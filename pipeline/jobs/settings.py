@@ -150,7 +150,8 @@ class MadeWith:
 # ---------------------------------------------------------------------------------------------- a validation split
 
 def held_out_share(params: split.SplitParams, documents: float) -> float:
-    """The share of an input of about `documents` documents the split holds out (for planning files and buckets)."""
+    """The share of an input of about `documents` documents the split holds out (for planning files and buckets;
+    a fraction is of tokens, about the same share of the documents' tokens)."""
     if params.fraction is not None:
         return params.fraction
     return min(1.0, params.documents / max(1.0, documents))
@@ -159,7 +160,9 @@ def held_out_share(params: split.SplitParams, documents: float) -> float:
 def split_line(title: str, params: split.SplitParams, out) -> str:
     """The plan's line on the validation split."""
     how = (f"{params.documents:,} documents (the smallest draws, per corpus in proportion)" if params.documents
-           else f"each document with probability {params.fraction:g}")
+           else f"whole documents, in the order of their draws, until each corpus's are closest to {params.fraction:g} "
+                f"of its tokens, never over {2 * params.fraction:g} (text length as the token proxy): training "
+                f"{1 - params.fraction:g} / validation {params.fraction:g} of each corpus's tokens")
     return (f"{title}: validation set: {how}, seed {params.seed}, one dupe pass, into {out.directory} "
             f"({out.num_shards} file(s)); its documents are never seen by training")
 
