@@ -233,9 +233,12 @@ class Mix(Group):
 
     def add(self, p):
         p.add_argument("--corpus-weights", type=corpus_weights, default=None, metavar="KIND=W,...",
-                       help="sampling weights of the corpora: each document of a corpus of weight W is paired in "
-                            "round(--dupe-factor x W) dupe passes (at least 1), e.g. books=2 to see books twice as "
-                            "often; recorded in the manifest (default: 1 for every corpus)")
+                       help="sampling weights of the corpora: a corpus of weight W is paired in --dupe-factor x W "
+                            "dupe passes, a fractional part as one more pass over that seeded share of its "
+                            "documents (by id): 2.5 is two passes over every document and a third over half of "
+                            "them, 0.2 one pass over a fifth; e.g. books=2 to see books twice as often. The plan "
+                            "prints each corpus's expected share of the tokens; recorded in the manifest (default: "
+                            "1 for every corpus)")
         p.add_argument("--mix-corpora", action="store_true",
                        help="several corpora: one random-next pool over all of them (by default each corpus pairs "
                             "in its own buckets: a B segment never comes from another corpus)")

@@ -52,10 +52,12 @@ class Plan:
         """Every corpus's globs, comma-joined (the outputs' record of what they were made from)."""
         return ",".join(spec for _, spec in self.corpora)
 
-    def dupes(self) -> dict[str, int]:
-        """Dupe passes of each corpus: round(dupe factor x its weight), at least 1."""
+    def dupes(self) -> dict[str, int | float]:
+        """Dupe passes of each corpus: dupe factor x its weight, e.g. 2.5 (two passes over every document, a third
+        over a seeded half of them: pipeline/algorithms/pairs.py, in_partial_pass); whole numbers as ints."""
         d = self.pairing.rule.dupe_factor
-        return {kind: max(1, round(d * self.corpus_weights.get(kind, 1.0))) for kind, _ in self.corpora}
+        passes = {kind: round(d * self.corpus_weights.get(kind, 1.0), 6) for kind, _ in self.corpora}
+        return {kind: int(n) if n == int(n) else n for kind, n in passes.items()}
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ def run(plan: Plan, options) -> dict | None:
     warning = sources.hard_wrapped_warning(found)
     basis = settings.instances_basis(sum(sum(sz.values()) for _, _, sz in found), sum(tokens_of.values()),
                                      plan.pairing.rule.dupe_factor, plan.pairing.max_seq_length)
-    m = launch.run_job(f"prepare {kinds}", p, sides[0].job, shuffle, basis, plan.run, notes(plan, kinds, sides),
+    m = launch.run_job(f"prepare {kinds}", p, sides[0].job, shuffle, basis, plan.run,
+                       notes(plan, kinds, sides, tokens_of),
                        plan.masking.warnings(plan.pairing.max_seq_length) + ((warning,) if warning else ()))
     sources.warn_hard_wrapped_after(m, bool(warning))
     if plan.split:
@@ -110,7 +113,7 @@ def run(plan: Plan, options) -> dict | None:
     return m
 
 
-def notes(plan: Plan, kinds: str, sides: list[Side]) -> tuple[str, ...]:
+def notes(plan: Plan, kinds: str, sides: list[Side], tokens_of: dict) -> tuple[str, ...]:
     """The plan's lines on tokenization, masking, decontamination and the split."""
     title = f"prepare {kinds}"
     lines = (plan.pairing.line(title, sides[0].vocab),
@@ -119,7 +122,18 @@ def notes(plan: Plan, kinds: str, sides: list[Side]) -> tuple[str, ...]:
         lines += (plan.decontaminate.line(title),)
     if plan.split:
         lines += (settings.split_line(title, plan.split, sides[1].job.out),)
+    if len(tokens_of) > 1 and not plan.mix_corpora:
+        lines += (mix_line(title, plan.dupes(), tokens_of),)
     return lines
+
+
+def mix_line(title: str, dupes: dict, tokens_of: dict) -> str:
+    """The plan's line on each corpus's expected share of the training tokens: its tokens (estimated from its
+    bytes) x its passes."""
+    seen = {kind: tokens_of[kind] * dupes[kind] for kind in tokens_of}
+    total = sum(seen.values()) or 1.0
+    return f"{title}: expected share of the training tokens: " + ", ".join(
+        f"{kind} {seen[kind] / total:.3f} ({dupes[kind]:g} passes)" for kind in tokens_of)
 
 
 def pools(read: dict, plan: Plan, shuffle, parallelism: int, tokens: float) -> list[tuple[str, list, object]]:

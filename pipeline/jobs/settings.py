@@ -52,10 +52,12 @@ class Pairing:
     def objective(self) -> str:
         return self.rule.objective
 
-    def params(self, vocab: dict, dupe_factor: int | None = None) -> pool.PairParams:
-        """The pairing parameters with the vocab entry's [CLS] and [SEP]; `dupe_factor`: a pool's own."""
+    def params(self, vocab: dict, dupe_factor: float | None = None) -> pool.PairParams:
+        """The pairing parameters with the vocab entry's [CLS] and [SEP]; `dupe_factor`: a pool's own, its
+        fractional part a last pass over that share of the documents (--corpus-weights)."""
+        passes = self.rule.dupe_factor if dupe_factor is None else dupe_factor
         return dataclasses.replace(self.rule, cls_id=vocab["ids"]["cls_id"], sep_id=vocab["ids"]["sep_id"],
-                                   dupe_factor=self.rule.dupe_factor if dupe_factor is None else dupe_factor)
+                                   dupe_factor=int(passes), partial=passes - int(passes))
 
     def line(self, title: str, vocab: dict) -> str:
         """The plan's line on tokenization: the vocab (its manifest entry) and the casing it is used with (a
