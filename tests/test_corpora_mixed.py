@@ -113,6 +113,34 @@ def test_corpus_weights_set_each_corpus_dupe_passes(tmp_path):
         books_heavy["instances"] - books_even["instances"]
 
 
+def test_a_fractional_weight_samples_its_share_of_documents(tmp_path, capsys):
+    """Issue 38: books=0.1 with --dupe-factor 2 acted as 0.5 (rounded up to one whole pass). Now 0.2 of a pass:
+    a seeded fifth of the books' documents, so about 0.1 of the books' tokens at weight 1. Books cut at 2 kB
+    (~240 documents): the drawn count is binomial(n, 0.2), relative sd sqrt(0.8 / (0.2 n)) ~ 0.13, so the ratio is
+    within 0.1 +- 0.04 (3 sd)."""
+    cut = ["--max-document-bytes", "2000"]
+    for name, weights in (("even", []), ("light", ["--corpus-weights", "books=0.1"])):
+        assert cli.main(["prepare", *BOTH, *COMMON, *cut, *weights, "--output", str(tmp_path / name)]) == 0
+    out = "".join(capsys.readouterr())   # the plan's lines and the job's
+    assert "expected share of the training tokens: wikipedia" in out and "books 0.0" in out and "(0.2 passes)" in out
+    even, light = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("even", "light"))
+    assert [(c["kind"], c["weight"], c["dupe_factor"]) for c in light["parameters"]["corpora"]] == [
+        ("wikipedia", 1.0, 2), ("books", 0.1, 0.2)]
+    books_even, books_light = (m["counts"]["corpora"]["books"] for m in (even, light))
+    assert books_even["documents"] == books_light["documents"] > 200
+    ratio = books_light["tokens"] / books_even["tokens"]
+    assert abs(ratio - 0.1) < 0.04, ratio
+    assert heavy_wikipedia_unchanged(even, light)
+    expected = 0.1 * books_even["tokens"] / (0.1 * books_even["tokens"] + even["counts"]["corpora"]["wikipedia"][
+        "tokens"])
+    assert abs(books_light["token_share"] - expected) < 0.4 * expected
+
+
+def heavy_wikipedia_unchanged(a, b) -> bool:
+    wa, wb = a["counts"]["corpora"]["wikipedia"], b["counts"]["corpora"]["wikipedia"]
+    return wa == wb | {"token_share": wa["token_share"]}
+
+
 def test_one_corpus_given_either_way_is_the_same_job(tmp_path):
     assert cli.main(["prepare", "books", "--input", str(SAMPLES / "books"), *COMMON, "--output",
                      str(tmp_path / "a")]) == 0
