@@ -204,7 +204,7 @@ def split_corpora(values: dict[str, int]) -> dict[str, dict]:
     """Each corpus's side of a split from its counts (pipeline/beam/split.py: side_counter): {kind: {training_documents,
     validation_documents, training_tokens, validation_tokens, validation_token_share}}."""
     kinds = sorted({k[len("split/"):].rsplit("_", 2)[0] for k in values if k.startswith("split/") and
-                    k.endswith(("_training_documents", "_validation_documents"))} - {""})
+                    k.endswith(("_training_documents", "_validation_documents"))})
     out = {}
     for kind in kinds:
         c = {f"{side}_{what}": values.get(splitting.side_counter(kind, side, what), 0)
