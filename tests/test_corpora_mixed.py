@@ -1,6 +1,7 @@
 """BERT's real corpus in one job: `prepare`/`extract` with --input wikipedia:DUMP --input books:DIR. Each corpus
 pairs in its own random-next buckets unless --mix-corpora; --corpus-weights sets each one's dupe passes; a file of
 the wrong kind is refused before the job."""
+import dataclasses
 import json
 
 import numpy as np
@@ -146,3 +147,31 @@ def test_one_corpus_given_either_way_is_the_same_job(tmp_path):
                      str(tmp_path / "a")]) == 0
     assert cli.main(["prepare", "--input", f"books:{SAMPLES / 'books'}", *COMMON, "--output", str(tmp_path / "b")]) == 0
     same_tree(tmp_path / "a", tmp_path / "b")   # the manifest too: the same job
+
+
+@pytest.mark.parametrize("objective", ["nsp", "none"])
+def test_two_and_a_half_passes_are_two_over_every_document_and_a_third_over_a_seeded_half(objective):
+    """--dupe-factor 2 x weight 1.25: dupe_factor 2, partial 0.5; a document's third pass is drawn by its id alone,
+    its first two are the instances of a plain 2-pass run."""
+    from pipeline.algorithms import pairs
+    from pipeline.algorithms.pool import PairParams, TokenizedDocument
+    from pipeline.jobs import settings
+    vocab = {"ids": {"cls_id": 101, "sep_id": 102}}
+    params = settings.Pairing(None, rule=PairParams(max_seq_length=32, dupe_factor=2, objective=objective)).params(
+        vocab, 2.5)
+    assert (params.dupe_factor, params.partial) == (2, 0.5)
+    rng = np.random.default_rng(0)
+    docs = [TokenizedDocument.from_sentences(f"books:b.txt#{i}", [rng.integers(1000, 2000, 12, dtype=np.int32)
+                                                                  for _ in range(6)]) for i in range(200)]
+    starts = np.ones(3000, bool)
+    passes: dict[str, set] = {}
+    for instance in pairs.pairs_for_pool(docs, params, starts, seed=3):
+        doc_id, dupe, _ = instance.key.split("|")
+        passes.setdefault(doc_id, set()).add(int(dupe))
+    third = {d for d, p in passes.items() if 2 in p}
+    assert all(p in ({0, 1}, {0, 1, 2}) for p in passes.values()) and len(passes) == 200
+    assert third == {d.id for d in docs if pairs.in_partial_pass(3, d.id, 0.5)}
+    assert 70 <= len(third) <= 130   # binomial(200, 0.5): sd 7
+    whole = list(pairs.pairs_for_pool(docs, dataclasses.replace(params, partial=0.0), starts, seed=3))
+    assert [i.key for i in whole] == [i.key for i in pairs.pairs_for_pool(docs, params, starts, seed=3)
+                                      if not i.key.split("|")[1] == "2"]
