@@ -94,7 +94,7 @@ def full_sentence_rows(pool: Sequence[TokenizedDocument | SpilledDocument], para
             first = pool[row[0][0]].id
             k = counts[first]
             counts[first] += 1
-            if only is not None and first not in only or dupe >= params.dupe_factor and dupe >= passes(first):
+            if (only is not None and first not in only) or (dupe >= params.dupe_factor and dupe >= passes(first)):
                 continue
             if cut and dupe == 0:   # counted once, not per dupe pass
                 stats["none_sentences_cut"] += 1
