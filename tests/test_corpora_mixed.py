@@ -1,6 +1,7 @@
 """BERT's real corpus in one job: `prepare`/`extract` with --input wikipedia:DUMP --input books:DIR. Each corpus
 pairs in its own random-next buckets unless --mix-corpora; --corpus-weights sets each one's dupe passes; a file of
 the wrong kind is refused before the job."""
+import dataclasses
 import json
 
 import numpy as np
@@ -113,8 +114,64 @@ def test_corpus_weights_set_each_corpus_dupe_passes(tmp_path):
         books_heavy["instances"] - books_even["instances"]
 
 
+def test_a_fractional_weight_samples_its_share_of_documents(tmp_path, capsys):
+    """Issue 38: books=0.1 with --dupe-factor 2 acted as 0.5 (rounded up to one whole pass). Now 0.2 of a pass:
+    a seeded fifth of the books' documents, so about 0.1 of the books' tokens at weight 1. Books cut at 2 kB
+    (~240 documents): the drawn count is binomial(n, 0.2), relative sd sqrt(0.8 / (0.2 n)) ~ 0.13, so the ratio is
+    within 0.1 +- 0.04 (3 sd)."""
+    cut = ["--max-document-bytes", "2000"]
+    for name, weights in (("even", []), ("light", ["--corpus-weights", "books=0.1"])):
+        assert cli.main(["prepare", *BOTH, *COMMON, *cut, *weights, "--output", str(tmp_path / name)]) == 0
+    out = "".join(capsys.readouterr())   # the plan's lines and the job's
+    assert "expected share of the training tokens: wikipedia" in out and "books 0.0" in out and "(0.2 passes)" in out
+    even, light = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("even", "light"))
+    assert [(c["kind"], c["weight"], c["dupe_factor"]) for c in light["parameters"]["corpora"]] == [
+        ("wikipedia", 1.0, 2), ("books", 0.1, 0.2)]
+    books_even, books_light = (m["counts"]["corpora"]["books"] for m in (even, light))
+    assert books_even["documents"] == books_light["documents"] > 200
+    ratio = books_light["tokens"] / books_even["tokens"]
+    assert abs(ratio - 0.1) < 0.04, ratio
+    assert heavy_wikipedia_unchanged(even, light)
+    expected = 0.1 * books_even["tokens"] / (0.1 * books_even["tokens"] + even["counts"]["corpora"]["wikipedia"][
+        "tokens"])
+    assert abs(books_light["token_share"] - expected) < 0.4 * expected
+
+
+def heavy_wikipedia_unchanged(a, b) -> bool:
+    wa, wb = a["counts"]["corpora"]["wikipedia"], b["counts"]["corpora"]["wikipedia"]
+    return wa == wb | {"token_share": wa["token_share"]}
+
+
 def test_one_corpus_given_either_way_is_the_same_job(tmp_path):
     assert cli.main(["prepare", "books", "--input", str(SAMPLES / "books"), *COMMON, "--output",
                      str(tmp_path / "a")]) == 0
     assert cli.main(["prepare", "--input", f"books:{SAMPLES / 'books'}", *COMMON, "--output", str(tmp_path / "b")]) == 0
     same_tree(tmp_path / "a", tmp_path / "b")   # the manifest too: the same job
+
+
+@pytest.mark.parametrize("objective", ["nsp", "none"])
+def test_two_and_a_half_passes_are_two_over_every_document_and_a_third_over_a_seeded_half(objective):
+    """--dupe-factor 2 x weight 1.25: dupe_factor 2, partial 0.5; a document's third pass is drawn by its id alone,
+    its first two are the instances of a plain 2-pass run."""
+    from pipeline.algorithms import pairs
+    from pipeline.algorithms.pool import PairParams, TokenizedDocument
+    from pipeline.jobs import settings
+    vocab = {"ids": {"cls_id": 101, "sep_id": 102}}
+    params = settings.Pairing(None, rule=PairParams(max_seq_length=32, dupe_factor=2, objective=objective)).params(
+        vocab, 2.5)
+    assert (params.dupe_factor, params.partial) == (2, 0.5)
+    rng = np.random.default_rng(0)
+    docs = [TokenizedDocument.from_sentences(f"books:b.txt#{i}", [rng.integers(1000, 2000, 12, dtype=np.int32)
+                                                                  for _ in range(6)]) for i in range(200)]
+    starts = np.ones(3000, bool)
+    passes: dict[str, set] = {}
+    for instance in pairs.pairs_for_pool(docs, params, starts, seed=3):
+        doc_id, dupe, _ = instance.key.split("|")
+        passes.setdefault(doc_id, set()).add(int(dupe))
+    third = {d for d, p in passes.items() if 2 in p}
+    assert all(p in ({0, 1}, {0, 1, 2}) for p in passes.values()) and len(passes) == 200
+    assert third == {d.id for d in docs if pairs.in_partial_pass(3, d.id, 0.5)}
+    assert 70 <= len(third) <= 130   # binomial(200, 0.5): sd 7
+    whole = list(pairs.pairs_for_pool(docs, dataclasses.replace(params, partial=0.0), starts, seed=3))
+    assert [i.key for i in whole] == [i.key for i in pairs.pairs_for_pool(docs, params, starts, seed=3)
+                                      if not i.key.split("|")[1] == "2"]

@@ -105,6 +105,30 @@ def test_no_instance_or_random_segment_crosses_the_split(corpus, objective, tmp_
     assert m["split"]["role"] == "training" and v["split"]["role"] == "validation"
 
 
+def test_a_fraction_walks_the_draws_by_size():
+    """Documents in the order of their draws, each taken while it brings the held-out size closer to F x the
+    corpus's; one over 2F of it never; merged accumulators give the same ids."""
+    rng = np.random.default_rng(1)
+    docs = [("wikipedia", f"wikipedia:enwiki:{i}", int(n)) for i, n in enumerate(rng.integers(100, 5000, 400))]
+    docs += [("books", "books:a.txt", 500_000), ("books", "books:b.txt", 200_000)]
+    whole, parts = split.Sizes(split.reach(0.1)), [split.Sizes(split.reach(0.1)) for _ in range(3)]
+    for k, (corpus, doc_id, n) in enumerate(docs):
+        whole.add(corpus, split.draw(5, doc_id), doc_id, n)
+        parts[k % 3].add(corpus, split.draw(5, doc_id), doc_id, n)
+    parts[2].merge(parts[0])
+    parts[2].merge(parts[1])
+    chosen = split.chosen(whole, 0.1)
+    assert chosen == split.chosen(parts[2], 0.1)
+    assert chosen["books"] == frozenset()   # each book is over 0.2 of the books
+    size = dict((doc_id, n) for _, doc_id, n in docs)
+    total = sum(n for corpus, _, n in docs if corpus == "wikipedia")
+    held = sum(size[i] for i in chosen["wikipedia"])
+    assert abs(held / total - 0.1) < 5000 / total   # within one document of F
+    params = split.SplitParams(5, fraction=0.1)
+    assert all(split.held_out(params, "wikipedia", i, chosen) for i in chosen["wikipedia"])
+    assert not split.held_out(params, "books", "books:a.txt", chosen)
+
+
 # ---------------------------------------------------------------------------------------------- prepare, mask, pack
 
 def prepare(tmp_path, name, *extra, workers=ONE):
@@ -144,6 +168,38 @@ def test_a_count_holds_out_exactly_that_many_the_same_on_any_runner(tmp_path):
     assert cli.main(["verify", str(one)]) == 0
 
 
+@pytest.mark.slow
+def test_a_fraction_is_a_share_of_each_corpus_tokens(tmp_path, capsys):
+    """Issue 38: 0.1 held out 60% of the instances when a one-document book was drawn. Books cut at 20 kB: each
+    corpus holds out 0.05-0.2 of its tokens (counted after tokenization), the same documents on 1 and 2 workers;
+    whole books at 0.05 cannot be split (each is over 0.1 of the books): none held out, said in one line."""
+    ask = ["--validation-fraction", "0.1", "--max-document-bytes", "20000"]
+    one = prepare(tmp_path, "one", *ask)
+    two = prepare(tmp_path, "two", *ask, workers=["--preset", "local", "--direct_num_workers=2"])
+    assert (one / "validation" / heldout.NAME).read_bytes() == (two / "validation" / heldout.NAME).read_bytes()
+    m = json.loads((one / "manifest.json").read_text())
+    corpora = m["split"]["corpora"]
+    assert set(corpora) == {"books", "wikipedia"}
+    for kind, c in corpora.items():
+        assert 0.05 <= c["validation_token_share"] <= 0.2, (kind, c)
+        assert c["validation_documents"] >= 1
+    listed = [line["id"] for line in heldout.read(str(one / "validation" / heldout.NAME))]
+    assert sum(c["validation_documents"] for c in corpora.values()) == len(listed) == \
+        m["split"]["validation_documents"]
+    out = capsys.readouterr().out
+    assert "validation split of the tokens: books " in out and "/ 0.1" in out
+
+    whole = prepare(tmp_path, "whole", "--validation-fraction", "0.05")
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "holds out no validation document" in line]
+    assert len(said) == 1 and said[0].startswith("warning: books holds out") and "--max-document-bytes" in said[0]
+    corpora = json.loads((whole / "manifest.json").read_text())["split"]["corpora"]
+    assert corpora["books"]["validation_documents"] == 0 and corpora["books"]["training_documents"] == 3
+    assert 0.025 <= corpora["wikipedia"]["validation_token_share"] <= 0.1
+    assert cli.main(["inspect", str(whole), "--examples", "0"]) == 0
+    assert "<-- holds out none" in capsys.readouterr().out
+
+
 def _books(path):
     from corpora import books
     return [d for d in books.read_books(str(path)) if isinstance(d, documents.Document)]
@@ -180,7 +236,8 @@ def test_split_flags_are_checked(tmp_path, capsys):
     base = ["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB), "--output",
             str(tmp_path / "o"), *ONE]
     for extra, message in ((["--validation-fraction", "1.5"], "--validation-fraction: 1.5 is out of range"),
-                           (["--validation-fraction", "0"], "a fraction of the documents is in (0, 1)"),
+                           (["--validation-fraction", "0"], "a fraction of the tokens is in (0, 0.5)"),
+                           (["--validation-fraction", "0.999"], "the validation side may reach twice it"),
                            (["--validation-documents", "3", "--validation-fraction", "0.1"], "give one of them"),
                            (["--validation-masked-lm-prob", "0.2"], "without --validation-documents")):
         with pytest.raises(SystemExit) as e:

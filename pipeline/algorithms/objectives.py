@@ -78,21 +78,23 @@ def plan_rows(ends: Sequence[np.ndarray], max_tokens: int, cross_documents: bool
 
 def full_sentence_rows(pool: Sequence[TokenizedDocument | SpilledDocument], params: PairParams,
                        word_starts: WordStarts | np.ndarray, only: set[str] | None = None,
-                       stats: collections.Counter | None = None) -> Iterator[PairInstance]:
+                       stats: collections.Counter | None = None,
+                       passes=None) -> Iterator[PairInstance]:
     """Every row of every dupe pass over a pool sorted by id (pairs_for_pool), as PairInstances; with `only`,
-    the rows that start in those documents."""
+    the rows that start in those documents; `passes(id)`: a document's own passes (a partial pass: pairs.passes),
+    the rows that start in it kept in passes below it."""
     stats = stats if stats is not None else collections.Counter()
     word_starts = WordStarts.of(word_starts)
     cls, sep = np.array([params.cls_id], np.int32), np.array([params.sep_id], np.int32)
     max_tokens = params.max_seq_length - 2
     ends = [d.ends for d in pool]
-    for dupe in range(params.dupe_factor):
+    for dupe in range(params.dupe_factor + (params.partial > 0)):
         counts: collections.Counter = collections.Counter()   # rows so far that start in each document
         for row, cut in plan_rows(ends, max_tokens, params.cross_documents, params.split_sentences):
             first = pool[row[0][0]].id
             k = counts[first]
             counts[first] += 1
-            if only is not None and first not in only:
+            if (only is not None and first not in only) or (dupe >= params.dupe_factor and dupe >= passes(first)):
                 continue
             if cut and dupe == 0:   # counted once, not per dupe pass
                 stats["none_sentences_cut"] += 1

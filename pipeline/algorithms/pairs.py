@@ -209,6 +209,17 @@ def split_pool(pool: Sequence[TokenizedDocument | SpilledDocument], parts: int) 
     return shares
 
 
+def in_partial_pass(seed: int, doc_id: str, share: float) -> bool:
+    """Whether a document is in a corpus's last, partial pass (a weight x dupe factor with a fractional part, e.g.
+    2.5: two passes over every document, a third over a seeded half): a draw of its id under `share`."""
+    return stable_hash(seed, "partial_pass", doc_id) / float(1 << 64) < share
+
+
+def passes(params: PairParams, seed: int, doc_id: str) -> int:
+    """A document's dupe passes: every whole one, and the partial one if it is drawn into it."""
+    return params.dupe_factor + (params.partial > 0 and in_partial_pass(seed, doc_id, params.partial))
+
+
 def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: PairParams, word_starts: WordStarts | np.ndarray,
                    seed: int, only: set[str] | None = None,
                    stats: collections.Counter | None = None) -> Iterator[PairInstance]:
@@ -225,12 +236,13 @@ def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: 
         duplicate = sorted(i for i in ids if ids.count(i) > 1)[0]
         raise ValueError(f"duplicate document ids in one bucket, e.g. {duplicate!r}")
     if params.objective == "none":
-        yield from objectives.full_sentence_rows(pool, params, word_starts, only, stats)
+        yield from objectives.full_sentence_rows(pool, params, word_starts, only, stats,
+                                                 lambda doc_id: passes(params, seed, doc_id))
         return
     for index, doc in enumerate(pool):
         if only is not None and doc.id not in only:
             continue
         loaded = doc.loaded()   # the document's own tokens, read once for all its dupe passes
-        for dupe in range(params.dupe_factor):
+        for dupe in range(passes(params, seed, doc.id)):
             yield from create_instances_from_document(
                 pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), loaded, stats)

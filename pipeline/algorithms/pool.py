@@ -165,7 +165,8 @@ OBJECTIVES = ("nsp", "sop", "none")
 class PairParams:
     max_seq_length: int = 128
     short_seq_prob: float = 0.1          # nsp, sop
-    dupe_factor: int = 5
+    dupe_factor: int = 5                 # whole passes over every document
+    partial: float = 0.0                 # then one more pass over this seeded share of them (--corpus-weights)
     cls_id: int = 101
     sep_id: int = 102
     objective: str = "nsp"               # nsp | sop | none (OBJECTIVES)

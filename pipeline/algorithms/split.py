@@ -1,9 +1,14 @@
 """The validation split, by document: which documents are held out, decided before any pairing.
 
 Each document draws u = a seeded hash of its id, uniform in [0, 1) (MLPerf's BERT holds out 10,000 Wikipedia
-articles by a seeded draw). With a fraction F the held-out documents are those with u < F: each document decides
-alone, so a corpus of D documents holds out about F x D of them (binomial), and every corpus of a multi-corpus job
-the same share. With a count N the held-out documents are the N smallest draws, shared out over the corpora in
+articles by a seeded draw). With a fraction F, F is a share of each corpus's tokens, held out in whole documents:
+a corpus's documents are taken in the order of their draws, each one held out when that brings the held-out size
+closer to F x the corpus's size than it was (2 x held + size <= 2 x F x total), so the held-out share ends as
+close to F as whole documents allow and never above 2F. A document's size is its text's length in characters,
+the token proxy known before tokenization (`size`). A corpus whose documents are each over 2F of it (one book
+that is one document) holds out none (`Sizes`, one accumulator of every corpus's total and of its documents that
+draw under min(1, 4F): the walk needs about F of them, and more only past documents too large to take). With a
+count N the held-out documents are the N smallest draws, shared out over the corpora in
 proportion to their documents (largest remainders, so the shares sum to N exactly): each corpus's threshold is the
 draw of its N_k-th smallest, which needs every document's draw first (`Smallest`, one small accumulator per corpus).
 
@@ -23,7 +28,8 @@ _SCALE = 1.0 / (1 << 64)
 
 @dataclass(frozen=True)
 class SplitParams:
-    """How many documents go to the validation set: `documents` (a count, over all corpora) or `fraction`."""
+    """How much goes to the validation set: `documents` (a count, over all corpora) or `fraction` (of each
+    corpus's tokens, under 0.5: the held-out side may reach 2F)."""
     seed: int
     documents: int | None = None
     fraction: float | None = None
@@ -31,8 +37,8 @@ class SplitParams:
     def __post_init__(self):
         if (self.documents is None) == (self.fraction is None):
             raise ValueError("a validation split takes a count or a fraction of documents, one of them")
-        if self.fraction is not None and not 0 < self.fraction < 1:
-            raise ValueError(f"a validation fraction is in (0, 1), got {self.fraction}")
+        if self.fraction is not None and not 0 < self.fraction < 0.5:
+            raise ValueError(f"a validation fraction is in (0, 0.5), got {self.fraction}")
         if self.documents is not None and self.documents < 1:
             raise ValueError(f"a validation count is at least 1, got {self.documents}")
 
@@ -67,6 +73,48 @@ class Smallest:
                 self.add(corpus, -negative)
 
 
+class Sizes:
+    """Per corpus: its total size and (draw, id, size) of each document that draws under `reach`, mergeable in any
+    order (the walk sorts them)."""
+
+    def __init__(self, reach: float):
+        self.reach, self.total, self.drawn = reach, {}, {}   # corpus -> characters; corpus -> [(u, id, size)]
+
+    def add(self, corpus: str, u: float, doc_id: str, size: int) -> None:
+        self.total[corpus] = self.total.get(corpus, 0) + size
+        if u < self.reach:
+            self.drawn.setdefault(corpus, []).append((u, doc_id, size))
+
+    def merge(self, other: "Sizes") -> None:
+        for corpus, n in other.total.items():
+            self.total[corpus] = self.total.get(corpus, 0) + n
+            self.drawn.setdefault(corpus, []).extend(other.drawn.get(corpus, []))
+
+
+def reach(fraction: float) -> float:
+    """The draws a token share's walk keeps: under min(1, 4F)."""
+    return min(1.0, 4 * fraction)
+
+
+def size(paragraphs) -> int:
+    """A document's size for a token share: its text's characters (tokens are about 4.5 characters in English)."""
+    return sum(map(len, paragraphs))
+
+
+def chosen(sizes: Sizes, fraction: float) -> dict[str, frozenset[str]]:
+    """Per corpus, the ids it holds out for a token share `fraction` (an empty set: none of its documents fits
+    under 2F of it)."""
+    out = {}
+    for corpus, total in sizes.total.items():
+        held, ids, target = 0, [], fraction * total
+        for _, doc_id, n in sorted(sizes.drawn.get(corpus, [])):
+            if 2 * held + n <= 2 * target:   # closer to F x total than before (so never past 2F)
+                held += n
+                ids.append(doc_id)
+        out[corpus] = frozenset(ids)
+    return out
+
+
 class TooFewDocuments(ValueError):
     """--validation-documents asks for more documents than the input holds."""
 
@@ -96,10 +144,9 @@ def thresholds(smallest: Smallest, documents: int) -> dict[str, float]:
     return out
 
 
-def held_out(params: SplitParams, corpus: str, doc_id: str, limits: dict[str, float] | None = None) -> bool:
-    """Whether a document goes to the validation set: its draw below the fraction, or at most its corpus's
-    threshold (`limits`, from `thresholds`) for a count."""
-    u = draw(params.seed, doc_id)
+def held_out(params: SplitParams, corpus: str, doc_id: str, limits: dict) -> bool:
+    """Whether a document goes to the validation set: one of its corpus's ids (`limits`, from `chosen`) for a
+    fraction, its draw at most its corpus's threshold (`limits`, from `thresholds`) for a count."""
     if params.fraction is not None:
-        return u < params.fraction
-    return u <= limits.get(corpus, -1.0)
+        return doc_id in limits.get(corpus, ())
+    return draw(params.seed, doc_id) <= limits.get(corpus, -1.0)

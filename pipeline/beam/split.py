@@ -2,11 +2,12 @@
 of the held-out documents that ships with the validation set (pipeline/algorithms/split.py decides each one).
 
     documents | SplitValidation(params, limits) -> .training, .validation
-    all documents | Thresholds(params)           -> limits: {corpus: largest held-out draw} (a count only)
+    all documents | Thresholds(params)           -> limits: {corpus: largest held-out draw} (a count),
+                                                    {corpus: frozenset of held-out ids} (a fraction of tokens)
     validation documents | ListHeldOut(directory) -> <directory>/.incomplete/documents.jsonl.gz
 
-With a fraction each document decides alone: no step waits on another. With a count, the split needs every
-document's draw first (the N smallest): `Thresholds` is a side input, so the split must read its documents from
+Either way the split needs every document's draw first (the N smallest; or each corpus's size and its documents in
+the order of their draws): `Thresholds` is a side input, so the split must read its documents from
 the far side of a shuffle (the jobs deal them through SpreadDocuments first); its main input is then the shuffle's
 slices, and no runner holds the documents in memory while the draws are counted.
 """
@@ -28,6 +29,12 @@ TRAINING, VALIDATION = "training", "validation"
 SIDE_DOCUMENTS = {TRAINING: "split/training_documents", VALIDATION: "split/validation_documents"}
 TRAINING_DOCUMENTS, HELD_OUT_DOCUMENTS = SIDE_DOCUMENTS[TRAINING], SIDE_DOCUMENTS[VALIDATION]
 LISTED_DOCUMENTS = "split/listed_documents"
+
+
+def side_counter(corpus: str, side: str, what: str) -> str:
+    """A corpus's count on one side: split/<corpus>_<side>_<documents|tokens> (pipeline/jobs/outputs.py reads
+    them into the manifests' split.corpora)."""
+    return f"split/{corpus}_{side}_{what}"
 
 
 class _Draws(beam.CombineFn):
@@ -54,8 +61,34 @@ class _Draws(beam.CombineFn):
         return split.thresholds(acc, self.documents)
 
 
+class _Sizes(beam.CombineFn):
+    """(corpus, draw, id, size) -> per corpus its size and its documents that draw under the reach -> the ids each
+    corpus holds out for a token share."""
+
+    def __init__(self, fraction: float):
+        self.fraction = fraction
+
+    def create_accumulator(self) -> split.Sizes:
+        return split.Sizes(split.reach(self.fraction))
+
+    def add_input(self, acc: split.Sizes, item: tuple[str, float, str, int]) -> split.Sizes:
+        acc.add(*item)
+        return acc
+
+    def merge_accumulators(self, accs) -> split.Sizes:
+        accs = iter(accs)
+        first = next(accs)
+        for acc in accs:
+            first.merge(acc)
+        return first
+
+    def extract_output(self, acc: split.Sizes) -> dict[str, frozenset]:
+        return split.chosen(acc, self.fraction)
+
+
 class Thresholds(beam.PTransform):
-    """Every document (all corpora) -> one dict {corpus: the largest draw it holds out}, for a count."""
+    """Every document (all corpora) -> one dict: {corpus: the largest draw it holds out} for a count,
+    {corpus: the ids it holds out} for a fraction of tokens."""
 
     def __init__(self, params: split.SplitParams):
         super().__init__()
@@ -63,6 +96,11 @@ class Thresholds(beam.PTransform):
 
     def expand(self, docs):
         seed = self.params.seed
+        if self.params.fraction is not None:
+            return (docs
+                    | "Draw" >> beam.Map(lambda d: (d.source or corpus_of(d.id), split.draw(seed, d.id), d.id,
+                                                    split.size(d.paragraphs)))
+                    | "Walk" >> beam.CombineGlobally(_Sizes(self.params.fraction)))
         return (docs
                 | "Draw" >> beam.Map(lambda d: (d.source or corpus_of(d.id), split.draw(seed, d.id)))
                 | "Smallest" >> beam.CombineGlobally(_Draws(self.params.documents)))
@@ -72,24 +110,31 @@ class _Split(tally.DoFn):
     def __init__(self, params: split.SplitParams):
         self.params = params
 
-    def process(self, doc: Document, limits=None):
-        side = VALIDATION if split.held_out(self.params, doc.source or corpus_of(doc.id), doc.id, limits) \
-            else TRAINING
+    def process(self, doc: Document, limits):
+        corpus = doc.source or corpus_of(doc.id)
+        side = VALIDATION if split.held_out(self.params, corpus, doc.id, limits) else TRAINING
         self.count(*tally.parts(SIDE_DOCUMENTS[side]))
+        self.count(*tally.parts(side_counter(corpus, side, "documents")))
         yield beam.pvalue.TaggedOutput(side, doc)
 
 
-class SplitValidation(beam.PTransform):
-    """Documents -> tagged outputs .training and .validation (counted: SIDE_DOCUMENTS). `limits`: the Thresholds
-    of a count (a PCollection of one dict), else None."""
+def count_side_tokens(document, count, side: str):
+    """Passes a tokenized document on, its tokens counted under its corpus and side (side_counter)."""
+    count(*tally.parts(side_counter(corpus_of(document.id), side, "tokens")), len(document.tokens))
+    yield document
 
-    def __init__(self, params: split.SplitParams, limits=None):
+
+class SplitValidation(beam.PTransform):
+    """Documents -> tagged outputs .training and .validation (counted: SIDE_DOCUMENTS, and per corpus
+    side_counter). `limits`: the Thresholds (a PCollection of one dict)."""
+
+    def __init__(self, params: split.SplitParams, limits):
         super().__init__()
         self.params, self.limits = params, limits
 
     def expand(self, docs):
-        extra = (beam.pvalue.AsSingleton(self.limits),) if self.limits is not None else ()
-        return docs | "Split" >> tally.ParDo(_Split(self.params), *extra, outputs=(TRAINING, VALIDATION))
+        return docs | "Split" >> tally.ParDo(_Split(self.params), beam.pvalue.AsSingleton(self.limits),
+                                             outputs=(TRAINING, VALIDATION))
 
 
 class _WriteList(tally.DoFn):

@@ -233,9 +233,12 @@ class Mix(Group):
 
     def add(self, p):
         p.add_argument("--corpus-weights", type=corpus_weights, default=None, metavar="KIND=W,...",
-                       help="sampling weights of the corpora: each document of a corpus of weight W is paired in "
-                            "round(--dupe-factor x W) dupe passes (at least 1), e.g. books=2 to see books twice as "
-                            "often; recorded in the manifest (default: 1 for every corpus)")
+                       help="sampling weights of the corpora: a corpus of weight W is paired in --dupe-factor x W "
+                            "dupe passes, a fractional part as one more pass over that seeded share of its "
+                            "documents (by id): 2.5 is two passes over every document and a third over half of "
+                            "them, 0.2 one pass over a fifth; e.g. books=2 to see books twice as often. The plan "
+                            "prints each corpus's expected share of the tokens; recorded in the manifest (default: "
+                            "1 for every corpus)")
         p.add_argument("--mix-corpora", action="store_true",
                        help="several corpora: one random-next pool over all of them (by default each corpus pairs "
                             "in its own buckets: a B segment never comes from another corpus)")
@@ -576,7 +579,8 @@ class Dedup(Group):
 
 
 def fraction(text: str) -> float:
-    return flags._number(float, text, lambda v: 0 < v < 1, "a fraction of the documents is in (0, 1)")
+    return flags._number(float, text, lambda v: 0 < v < 0.5,
+                         "a fraction of the tokens is in (0, 0.5): the validation side may reach twice it")
 
 
 class Split(Group):
@@ -589,8 +593,12 @@ class Split(Group):
                             "neither their instances nor their text as a random next segment. Exactly N: the draws "
                             "of every document are counted first (the documents pass one more shuffle)")
         p.add_argument("--validation-fraction", type=fraction, default=None, metavar="F",
-                       help="hold out each document with probability F (a seeded draw by id): about F of every "
-                            "corpus, no step waits on a count (the other way to make OUTPUT/validation/)")
+                       help="hold out F of each corpus's tokens (under 0.5) in whole documents: taken in the order "
+                            "of a seeded draw by id while the held-out text comes closer to F of the corpus's "
+                            "(characters as the token proxy), never over 2F; a corpus whose documents are each "
+                            "over 2F of it holds out none and the job says so (--max-document-bytes cuts books "
+                            "smaller). The job prints each side's share of every corpus's tokens (the other way to "
+                            "make OUTPUT/validation/)")
 
     def check(self, p, args):
         if args.validation_documents is not None and args.validation_fraction is not None:

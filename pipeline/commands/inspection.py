@@ -108,6 +108,12 @@ def inspect_split(directory: str, m: dict) -> None:
     how = (f"{split['documents']:,} documents" if split.get("documents") else f"fraction {split.get('fraction')}")
     print(f"\n  split by document ({how}, seed {split['seed']}): {split['training_documents']:,} training, "
           f"{split['validation_documents']:,} validation documents; this is the {split['role']} side")
+    for kind, c in (split.get("corpora") or {}).items():   # tokens before dupe passes; absent before 2026-11-27
+        print(f"    {kind:<16} {c['training_documents']:>8,} + {c['validation_documents']:>6,} documents, "
+              f"{c['training_tokens']:>12,} + {c['validation_tokens']:>10,} tokens: "
+              f"{1 - c['validation_token_share']:.3f} training / {c['validation_token_share']:.3f} validation"
+              + ("  <-- holds out none: its documents are each over twice the fraction (--max-document-bytes)"
+                 if split.get("fraction") and not c["validation_documents"] else ""))
     other = storage.join(directory, split.get("validation") or split.get("training"))
     try:
         om = manifest.read(other)

@@ -28,8 +28,12 @@ def why_empty(values: dict[str, int]) -> str:
 def why_held_out_empty(values: dict[str, int]) -> str:
     """Why a validation set holds no record."""
     held = values.get(HELD_OUT_DOCUMENTS, 0)
-    if not held:
-        return "the split held out no document (a fraction too small for this input?)"
+    if not held:   # a count holds out at least 1: a fraction of tokens found no document small enough
+        corpora = split_corpora(values)
+        return ("the split held out no document: each document of " + ", ".join(
+            f"{kind} ({c['training_documents']:,})" for kind, c in corpora.items()) + " is over twice the "
+            "--validation-fraction of its corpus's tokens (a validation set is whole documents); "
+            "--max-document-bytes cuts documents smaller")
     return (f"none of its {held:,} documents is long enough for one instance ([CLS] A [SEP] B [SEP] needs two "
             "non-empty segments)")
 
@@ -183,16 +187,47 @@ TRAINING_DOCUMENTS, HELD_OUT_DOCUMENTS = splitting.TRAINING_DOCUMENTS, splitting
 def split_entry(params: split.SplitParams | dict, role: str, values: dict[str, int]) -> dict:
     """The manifests' `split`: how the documents were split (the request, the seed), how many went each way, and
     where the other side is: the training output names its validation directory, the validation one `..`.
-    `params`: the split this job made, or the entry of the output a job carries it from (mask, pack)."""
+    `params`: the split this job made, or the entry of the output a job carries it from (mask, pack). `corpora`:
+    each corpus's documents and tokens on each side (before dupe passes) and its validation share of tokens."""
     if isinstance(params, dict):
         request = {k: params[k] for k in ("seed", "documents", "fraction", "training_documents",
-                                          "validation_documents")}
+                                          "validation_documents", "corpora") if k in params}
     else:
         request = {**params.describe(), "training_documents": values.get(TRAINING_DOCUMENTS, 0),
-                   "validation_documents": values.get(HELD_OUT_DOCUMENTS, 0)}
+                   "validation_documents": values.get(HELD_OUT_DOCUMENTS, 0), "corpora": split_corpora(values)}
     where = {"validation": heldout.SUBDIRECTORY} if role == "training" else {"training": ".."}
     listed = heldout.NAME if role == "validation" else f"{heldout.SUBDIRECTORY}/{heldout.NAME}"
     return {"role": role, **where, **request, "held_out_list": listed}
+
+
+def split_corpora(values: dict[str, int]) -> dict[str, dict]:
+    """Each corpus's side of a split from its counts (pipeline/beam/split.py: side_counter): {kind: {training_documents,
+    validation_documents, training_tokens, validation_tokens, validation_token_share}}."""
+    kinds = sorted({k[len("split/"):].rsplit("_", 2)[0] for k in values if k.startswith("split/") and
+                    k.endswith(("_training_documents", "_validation_documents"))})
+    out = {}
+    for kind in kinds:
+        c = {f"{side}_{what}": values.get(splitting.side_counter(kind, side, what), 0)
+             for side in (splitting.TRAINING, splitting.VALIDATION) for what in ("documents", "tokens")}
+        c["validation_token_share"] = c["validation_tokens"] / max(1, c["training_tokens"] + c["validation_tokens"])
+        out[kind] = c
+    return out
+
+
+def split_lines(title: str, params: split.SplitParams, m: dict | None) -> tuple[list[str], list[str]]:
+    """After a split job: (a line of each corpus's share of tokens on each side, the warnings: for a fraction, one
+    line per corpus that held out none, its documents each over 2F of it)."""
+    corpora = ((m or {}).get("split") or {}).get("corpora") or {}
+    lines = [f"{title}: validation split of the tokens: " + ", ".join(
+        f"{kind} {1 - c['validation_token_share']:.3f} training / {c['validation_token_share']:.3f} validation"
+        for kind, c in corpora.items())] if corpora else []
+    warnings = []
+    if params.fraction is not None:
+        warnings = [f"{kind} holds out no validation document: each of its {c['training_documents']:,} "
+                    f"is over 2 x {params.fraction:g} of its tokens (a validation set is whole documents); "
+                    f"--max-document-bytes cuts {kind} into smaller ones" for kind, c in corpora.items()
+                    if not c["validation_documents"]]
+    return lines, warnings
 
 
 def with_split(describe, params, role: str):

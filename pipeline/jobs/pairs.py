@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 
 from pipeline.algorithms.split import SplitParams
-from pipeline.beam import shards, sizing, transforms
+from pipeline.beam import shards, sizing, tally, transforms
 from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.formats import heldout, manifest, storage
@@ -61,9 +61,8 @@ def run(plan: Plan, options) -> dict | None:
     parallelism = launch.pair_parallelism(plan.pairing.parallelism, options)
     p = beam.Pipeline(options=options)
     docs = p | "ReadDocuments" >> transforms.ReadDocuments(opened.files)
-    # a split by count reads its threshold (a side input, of every document's draw) across a shuffle: always spread
-    limits = (docs | "ValidationThresholds" >> splitting.Thresholds(plan.split)) \
-        if plan.split and plan.split.documents else None
+    # a split reads its thresholds (a side input, of every document's draw) across a shuffle: always spread
+    limits = (docs | "ValidationThresholds" >> splitting.Thresholds(plan.split)) if plan.split else None
     spread = launch.spread_ranges(len(opened.files), parallelism)
     docs = docs | "SpreadDocuments" >> transforms.SpreadDocuments(shuffle, max(spread, 2 if limits else 0))
     halves = docs | "SplitValidation" >> splitting.SplitValidation(plan.split, limits) if plan.split else None
@@ -77,14 +76,24 @@ def run(plan: Plan, options) -> dict | None:
         (settings.split_line("pairs", plan.split, sides[1].job.out),) if plan.split else ())
     basis = settings.instances_basis(sum(sizes.values()), tokens, plan.pairing.rule.dupe_factor,
                                      plan.pairing.max_seq_length)
-    return launch.run_job("pairs", p, sides[0].job, shuffle, basis, plan.run, notes)
+    m = launch.run_job("pairs", p, sides[0].job, shuffle, basis, plan.run, notes)
+    if plan.split:
+        shares, warnings = outputs.split_lines("pairs", plan.split, m)
+        for line in shares:
+            print(line)
+        for line in warnings:
+            launch.warn(line)
+    return m
 
 
 def chain(side: Side, docs, plan: Plan, vocab: dict, shuffle, documents: float, tokens: float, parallelism: int):
     """One side's documents -> its pair records, written: the stats its Publish reads."""
     out = side.job.out
+    docs = docs | f"{side.prefix}Tokenize" >> transforms.Tokenize(inputs.vocabulary(vocab))
+    if plan.split:   # each corpus's tokens on each side, for the split's token shares
+        docs = docs | f"{side.prefix}CountSplitTokens" >> tally.FlatMap(
+            splitting.count_side_tokens, side=splitting.VALIDATION if side.prefix else splitting.TRAINING)
     return (docs
-            | f"{side.prefix}Tokenize" >> transforms.Tokenize(inputs.vocabulary(vocab))
             | f"{side.prefix}MakePairs" >> transforms.MakePairs(
                 shuffle, inputs.vocabulary(vocab), plan.pairing.params(vocab, side.dupe_factor), plan.seed,
                 plan.pairing.bucket_docs, documents * side.share, tokens * side.share, parallelism)

@@ -52,10 +52,12 @@ class Plan:
         """Every corpus's globs, comma-joined (the outputs' record of what they were made from)."""
         return ",".join(spec for _, spec in self.corpora)
 
-    def dupes(self) -> dict[str, int]:
-        """Dupe passes of each corpus: round(dupe factor x its weight), at least 1."""
+    def dupes(self) -> dict[str, int | float]:
+        """Dupe passes of each corpus: dupe factor x its weight, e.g. 2.5 (two passes over every document, a third
+        over a seeded half of them: pipeline/algorithms/pairs.py, in_partial_pass); whole numbers as ints."""
         d = self.pairing.rule.dupe_factor
-        return {kind: max(1, round(d * self.corpus_weights.get(kind, 1.0))) for kind, _ in self.corpora}
+        passes = {kind: round(d * self.corpus_weights.get(kind, 1.0), 6) for kind, _ in self.corpora}
+        return {kind: int(n) if n == int(n) else n for kind, n in passes.items()}
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,20 @@ def run(plan: Plan, options) -> dict | None:
     warning = sources.hard_wrapped_warning(found)
     basis = settings.instances_basis(sum(sum(sz.values()) for _, _, sz in found), sum(tokens_of.values()),
                                      plan.pairing.rule.dupe_factor, plan.pairing.max_seq_length)
-    m = launch.run_job(f"prepare {kinds}", p, sides[0].job, shuffle, basis, plan.run, notes(plan, kinds, sides),
+    m = launch.run_job(f"prepare {kinds}", p, sides[0].job, shuffle, basis, plan.run,
+                       notes(plan, kinds, sides, tokens_of),
                        plan.masking.warnings(plan.pairing.max_seq_length) + ((warning,) if warning else ()))
     sources.warn_hard_wrapped_after(m, bool(warning))
+    if plan.split:
+        shares, warnings = outputs.split_lines(f"prepare {kinds}", plan.split, m)
+        for line in shares:
+            print(line)
+        for line in warnings:
+            launch.warn(line)
     return m
 
 
-def notes(plan: Plan, kinds: str, sides: list[Side]) -> tuple[str, ...]:
+def notes(plan: Plan, kinds: str, sides: list[Side], tokens_of: dict) -> tuple[str, ...]:
     """The plan's lines on tokenization, masking, decontamination and the split."""
     title = f"prepare {kinds}"
     lines = (plan.pairing.line(title, sides[0].vocab),
@@ -113,7 +122,18 @@ def notes(plan: Plan, kinds: str, sides: list[Side]) -> tuple[str, ...]:
         lines += (plan.decontaminate.line(title),)
     if plan.split:
         lines += (settings.split_line(title, plan.split, sides[1].job.out),)
+    if len(tokens_of) > 1 and not plan.mix_corpora:
+        lines += (mix_line(title, plan.dupes(), tokens_of),)
     return lines
+
+
+def mix_line(title: str, dupes: dict, tokens_of: dict) -> str:
+    """The plan's line on each corpus's expected share of the training tokens: its tokens (estimated from its
+    bytes) x its passes."""
+    seen = {kind: tokens_of[kind] * dupes[kind] for kind in tokens_of}
+    total = sum(seen.values()) or 1.0
+    return f"{title}: expected share of the training tokens: " + ", ".join(
+        f"{kind} {seen[kind] / total:.3f} ({dupes[kind]:g} passes)" for kind in tokens_of)
 
 
 def pools(read: dict, plan: Plan, shuffle, parallelism: int, tokens: float) -> list[tuple[str, list, object]]:
@@ -139,11 +159,10 @@ def pools(read: dict, plan: Plan, shuffle, parallelism: int, tokens: float) -> l
 
 
 def split_pools(pooled: list, plan: Plan, shuffle, readers, parallelism: int) -> list[list]:
-    """Each pool's documents dealt over the workers (always before a split by count: its threshold is a side input,
-    read across a shuffle), then split: [the training pools] or [the training pools, the validation pools]."""
+    """Each pool's documents dealt over the workers (always before a split: its thresholds are a side input, read
+    across a shuffle), then split: [the training pools] or [the training pools, the validation pools]."""
     limits = (tuple(docs for _, _, docs in pooled) | "JoinForDraws" >> beam.Flatten()
-              | "ValidationThresholds" >> splitting.Thresholds(plan.split)) \
-        if plan.split and plan.split.documents else None
+              | "ValidationThresholds" >> splitting.Thresholds(plan.split)) if plan.split else None
     training, held = [], []
     for name, members, docs in pooled:
         reads = sum(len(r.reads) for k, r in readers if k in members)
@@ -167,8 +186,11 @@ def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tok
         if several:   # each corpus's documents, for the manifest
             docs = docs | f"{side.prefix}CountDocuments{name}" >> tally.FlatMap(transforms.count_documents,
                                                                                 namespace=side.corpus)
+        docs = docs | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(inputs.vocabulary(side.vocab))
+        if plan.split:   # each corpus's tokens on each side, for the split's token shares
+            docs = docs | f"{side.prefix}CountSplitTokens{name}" >> tally.FlatMap(
+                splitting.count_side_tokens, side=splitting.VALIDATION if side.prefix else splitting.TRAINING)
         made.append(docs
-                    | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(inputs.vocabulary(side.vocab))
                     | f"{side.prefix}MakePairs{name}" >> transforms.MakePairs(
                         shuffle, inputs.vocabulary(side.vocab), plan.pairing.params(side.vocab, dupes), plan.seed,
                         plan.pairing.bucket_docs, side.share * sum(documents_of[k] for k in members),

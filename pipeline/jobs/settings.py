@@ -53,10 +53,12 @@ class Pairing:
     def objective(self) -> str:
         return self.rule.objective
 
-    def params(self, vocab: dict, dupe_factor: int | None = None) -> pool.PairParams:
-        """The pairing parameters with the vocab entry's [CLS] and [SEP]; `dupe_factor`: a pool's own."""
+    def params(self, vocab: dict, dupe_factor: float | None = None) -> pool.PairParams:
+        """The pairing parameters with the vocab entry's [CLS] and [SEP]; `dupe_factor`: a pool's own, its
+        fractional part a last pass over that share of the documents (--corpus-weights)."""
+        passes = self.rule.dupe_factor if dupe_factor is None else dupe_factor
         return dataclasses.replace(self.rule, cls_id=vocab["ids"]["cls_id"], sep_id=vocab["ids"]["sep_id"],
-                                   dupe_factor=self.rule.dupe_factor if dupe_factor is None else dupe_factor)
+                                   dupe_factor=int(passes), partial=passes - int(passes))
 
     def line(self, title: str, vocab: dict) -> str:
         """The plan's line on tokenization: the vocab (its manifest entry) and the casing it is used with (a
@@ -151,7 +153,8 @@ class MadeWith:
 # ---------------------------------------------------------------------------------------------- a validation split
 
 def held_out_share(params: split.SplitParams, documents: float) -> float:
-    """The share of an input of about `documents` documents the split holds out (for planning files and buckets)."""
+    """The share of an input of about `documents` documents the split holds out (for planning files and buckets;
+    a fraction is of tokens, about the same share of the documents' tokens)."""
     if params.fraction is not None:
         return params.fraction
     return min(1.0, params.documents / max(1.0, documents))
@@ -160,7 +163,9 @@ def held_out_share(params: split.SplitParams, documents: float) -> float:
 def split_line(title: str, params: split.SplitParams, out) -> str:
     """The plan's line on the validation split."""
     how = (f"{params.documents:,} documents (the smallest draws, per corpus in proportion)" if params.documents
-           else f"each document with probability {params.fraction:g}")
+           else f"whole documents, in the order of their draws, until each corpus's are closest to {params.fraction:g} "
+                f"of its tokens, never over {2 * params.fraction:g} (text length as the token proxy): training "
+                f"{1 - params.fraction:g} / validation {params.fraction:g} of each corpus's tokens")
     return (f"{title}: validation set: {how}, seed {params.seed}, one dupe pass, into {out.directory} "
             f"({out.num_shards} file(s)); its documents are never seen by training")
 
