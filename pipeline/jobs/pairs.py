@@ -77,7 +77,7 @@ def run(plan: Plan, options) -> dict | None:
         (settings.split_line("pairs", plan.split, sides[1].job.out),) if plan.split else ())
     basis = settings.instances_basis(sum(sizes.values()), tokens, plan.pairing.rule.dupe_factor,
                                      plan.pairing.max_seq_length)
-    return launch.run_job("pairs", p, sides[0].job, shuffle, basis, plan.run, notes)
+    return launch.run_job("pairs", p, sides[0].job, shuffle, basis, plan.run, notes, plan.pairing.warnings())
 
 
 def chain(side: Side, docs, plan: Plan, vocab: dict, shuffle, documents: float, tokens: float, parallelism: int):

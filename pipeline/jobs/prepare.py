@@ -99,7 +99,8 @@ def run(plan: Plan, options) -> dict | None:
     basis = settings.instances_basis(sum(sum(sz.values()) for _, _, sz in found), sum(tokens_of.values()),
                                      plan.pairing.rule.dupe_factor, plan.pairing.max_seq_length)
     m = launch.run_job(f"prepare {kinds}", p, sides[0].job, shuffle, basis, plan.run, notes(plan, kinds, sides),
-                       plan.masking.warnings(plan.pairing.max_seq_length) + ((warning,) if warning else ()))
+                       plan.pairing.warnings() + plan.masking.warnings(plan.pairing.max_seq_length)
+                       + ((warning,) if warning else ()))
     sources.warn_hard_wrapped_after(m, bool(warning))
     return m
 
