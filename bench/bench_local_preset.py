@@ -2,7 +2,7 @@
 in one in-process worker (`--preset local-1`) and on one worker process a core (`--preset local` with
 `--direct_running_mode=multi_processing` given, so the automatic choice is not made), each in its own process.
 
-    .venv/bin/python bench/bench_local_preset.py [--sizes 0.47,1,2,4,8,11.4] [--repeat 1] [--workers 0]
+    .venv/bin/python bench/bench_local_preset.py [--sizes 0.47,1,2,4,7,11.4] [--repeat 1] [--workers 0]
 
 The inputs: the bundled sample books (corpora/samples/books, 0.47 MB), then the shared books
 (../shared/corpora/books, 11.4 MB) taken smallest first until each size is reached (a size above 11.4 MB: copies
@@ -50,7 +50,7 @@ def make_input(size_mb: float, directory: Path) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="0.47,1,2,4,8,11.4", help="input sizes in MB, comma-separated")
+    ap.add_argument("--sizes", default="0.47,1,2,4,7,11.4", help="input sizes in MB, comma-separated")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the least wall time is kept")
     ap.add_argument("--workers", type=int, default=0, help="the multi-process run's workers (0: one a core)")
     ap.add_argument("--dupe-factor", type=int, default=5)

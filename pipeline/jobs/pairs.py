@@ -55,6 +55,7 @@ def run(plan: Plan, options) -> dict | None:
     tokens = sizing.input_tokens("documents", sizes)
     documents = sources.expected_documents(opened, sizes, tokens)
     sides = plan_sides(plan, opened, vocab, tokens, documents)
+    launch.choose_workers(options, tokens)
     shuffle = launch.shuffle_config(plan.run, options)
     launch.prepare_output(plan.run, options)
 

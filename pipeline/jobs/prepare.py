@@ -79,6 +79,7 @@ def run(plan: Plan, options) -> dict | None:
     tokens_of = {kind: sizing.input_tokens(kind, sz) for kind, _, sz in found}
     documents_of = {kind: sizing.input_documents(kind, sz, tokens_of[kind]) for kind, _, sz in found}
     sides = plan_sides(plan, found, tokens_of, documents_of)
+    launch.choose_workers(options, sum(tokens_of.values()))
     shuffle = launch.shuffle_config(plan.run, options)
     launch.prepare_output(plan.run, options)
 
