@@ -33,8 +33,9 @@ MiB = 1 << 20
 TEMPORARY_RUNS = "bertprep-runs-"   # the prefix of a job's own run-file directory outside its output
 
 # `--preset local` runs an input of fewer estimated WordPieces in one in-process worker (as local-1): starting one
-# worker process a core and moving every element between processes costs ~5 CPU s and ~13% more CPU a MB, which
-# two cores win back only from a few MB of books (bench/bench_local_preset.py: 1 M WordPieces is ~4 MB of books)
+# worker process a core and moving every element between processes costs ~5 CPU s and ~14% more CPU a MB of books
+# (bench/bench_local_preset.py), which two cores win back from ~2 MB at best, and from ~8 MB at 75% parallel
+# efficiency; 1 M estimated WordPieces is ~3.3 MB of books (0.3 a byte, sizing)
 IN_PROCESS_BELOW_TOKENS = 1_000_000
 # the last choice: (the options it was made for, as _values, its plan line); Beam's Pipeline deep-copies options
 _chosen: tuple[tuple, str] | None = None
