@@ -278,7 +278,7 @@ def test_the_local_preset_says_which_workers_it_chose_and_writes_the_same_bytes(
     argv = ["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB, "--dupe-factor", "2", "--num-shards", "2"]
     assert cli.main([*argv, "--output", str(tmp_path / "auto")]) == 0   # the default preset: local
     err = capsys.readouterr().err
-    assert re.search(r"^prepare books: local runner: one in-process worker \(~0\.\d\d M tokens of input, under 1 M",
+    assert re.search(r"^prepare books: local runner: one in-process worker \(~0\.\d\d M tokens of input, under 2 M",
                      err, re.M), err
     assert cli.main([*argv, "--output", str(tmp_path / "given"), "--direct_num_workers=2"]) == 0
     assert "prepare books: local runner: 2 worker processes (as the preset and flags say)\n" in capsys.readouterr().err
