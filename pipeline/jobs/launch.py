@@ -35,7 +35,7 @@ TEMPORARY_RUNS = "bertprep-runs-"   # the prefix of a job's own run-file directo
 # `--preset local` runs an input of fewer estimated WordPieces in one in-process worker (as local-1): starting one
 # worker process a core and moving every element between processes costs ~5 CPU s and ~14% more CPU a MB of books
 # (bench/bench_local_preset.py). On 2 cores local-1 took 0.57x multi's wall time at 2.4 MB of books, 0.67x at 4.3 MB,
-# 0.98x at 7.3 MB (~2.2 M WordPieces as the plan estimates them, 0.3 a byte): the two meet at about 2 M
+# 0.98x at 7.3 MB (~2.2 M WordPieces as the plan estimates them, 0.3 a byte), 1.11x at 11.6 MB: they meet near 2 M
 IN_PROCESS_BELOW_TOKENS = 2_000_000
 # the last choice: (the options it was made for, as _values, its plan line); Beam's Pipeline deep-copies options
 _chosen: tuple[tuple, str] | None = None
