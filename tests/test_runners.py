@@ -247,6 +247,50 @@ def test_dataflow_dry_run_translates_every_stage(name, sample_inputs, dataflow_j
                      err)
 
 
+# ---------------------------------------------------------------------------------------------- local: workers by size
+
+def test_only_the_local_preset_without_worker_flags_chooses_its_workers():
+    assert options.chooses_workers(options.pipeline_options("local", []))
+    for preset, flags in (("local", ["--direct_num_workers=2"]), ("local", ["--direct_running_mode=multi_processing"]),
+                          ("local", ["--direct_num_workers", "0"]), ("local-1", []),
+                          ("portable", ["--job_endpoint=embed"])):
+        assert not options.chooses_workers(options.pipeline_options(preset, flags)), (preset, flags)
+
+
+def test_a_small_input_runs_in_one_in_process_worker_and_a_large_one_on_every_core():
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    from pipeline.jobs import launch
+
+    small, large, given = (options.pipeline_options("local", flags) for flags in ([], [], ["--direct_num_workers=2"]))
+    launch.choose_workers(small, launch.IN_PROCESS_BELOW_TOKENS - 1)
+    launch.choose_workers(large, launch.IN_PROCESS_BELOW_TOKENS)
+    launch.choose_workers(given, 1)
+    got = [(o.view_as(DirectOptions).direct_running_mode, o.view_as(DirectOptions).direct_num_workers)
+           for o in (small, large, given)]
+    assert got == [("in_memory", 1), ("multi_processing", 0), ("multi_processing", 2)]
+
+
+@pytest.mark.slow
+def test_the_local_preset_says_which_workers_it_chose_and_writes_the_same_bytes(tmp_path, capsys, monkeypatch):
+    from pipeline.jobs import launch
+
+    argv = ["prepare", "books", "--input", str(SAMPLES / "books"), *VOCAB, "--dupe-factor", "2", "--num-shards", "2"]
+    assert cli.main([*argv, "--output", str(tmp_path / "auto")]) == 0   # the default preset: local
+    err = capsys.readouterr().err
+    assert re.search(r"^prepare books: local runner: one in-process worker \(~0\.\d\d M tokens of input, under 2 M",
+                     err, re.M), err
+    assert cli.main([*argv, "--output", str(tmp_path / "given"), "--direct_num_workers=2"]) == 0
+    assert "prepare books: local runner: 2 worker processes (as the preset and flags say)\n" in capsys.readouterr().err
+    monkeypatch.setattr(launch, "IN_PROCESS_BELOW_TOKENS", 1000)   # the sample as a large input
+    assert cli.main([*argv, "--output", str(tmp_path / "large")]) == 0
+    assert re.search(rf"^prepare books: local runner: {options.local_workers(options.pipeline_options('local', []))} "
+                     r"worker processes, one a core \(~0\.\d\d M tokens of input, 0\.001 M or more\)$",
+                     capsys.readouterr().err, re.M)
+    assert same_tree(tmp_path / "auto", tmp_path / "given", ignore=("manifest.json",)) == 2
+    assert same_tree(tmp_path / "auto", tmp_path / "large", ignore=("manifest.json",)) == 2
+
+
 # ---------------------------------------------------------------------------------------------- portable
 
 @pytest.mark.slow

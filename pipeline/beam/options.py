@@ -1,6 +1,7 @@
 """Beam options: a named preset (a plain file of flags in beam_options/) overridden by explicit Beam flags.
 
-Every pipeline command takes `--preset NAME` (default `local`); any flag bertprep does not know goes to Beam's
+Every pipeline command takes `--preset NAME` (default `local`: one worker process a core, or one in-process worker
+for a small input, launch.choose_workers); any flag bertprep does not know goes to Beam's
 PipelineOptions after the preset's, so `--direct_num_workers=1` or `--runner=DataflowRunner` win over it.
 The flags are assembled in one order, later flags winning (Beam's parser keeps the last value of a flag):
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from importlib import resources
 from pathlib import Path
 
@@ -21,6 +23,9 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
                                                   PortableOptions, StandardOptions, TestOptions)
 
 DEFAULT_PRESET = "local"
+# The flags that fix the local runner's workers: given by the user, they win over the `local` preset's choice by size
+WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
+_CHOOSES_WORKERS: "weakref.WeakKeyDictionary[PipelineOptions, bool]" = weakref.WeakKeyDictionary()
 REPO_PREFIX = "@repo/"
 # Flags naming a worker image with bertprep installed (the second is Beam's older name for the first).
 IMAGE_FLAGS = ("--sdk_container_image", "--worker_harness_container_image")
@@ -81,7 +86,7 @@ def gcs_bucket_flags(gcs_bucket: str) -> list[str]:
     return [f"--temp_location=gs://{root}/tmp", f"--staging_location=gs://{root}/staging"]
 
 
-def _runner_name(options: PipelineOptions) -> str:
+def runner_name(options: PipelineOptions) -> str:
     """'DataflowRunner', 'dataflow' and 'apache_beam....DataflowRunner' all -> 'dataflow'."""
     runner = options.view_as(StandardOptions).runner or ""
     if not isinstance(runner, str):
@@ -91,12 +96,12 @@ def _runner_name(options: PipelineOptions) -> str:
 
 
 def is_dataflow(options: PipelineOptions) -> bool:
-    return _runner_name(options) in ("dataflow", "testdataflow")
+    return runner_name(options) in ("dataflow", "testdataflow")
 
 
 def is_local_runner(options: PipelineOptions) -> bool:
     """Beam's in-process FnApiRunner (the local presets; DirectRunner and no runner name run on it too)."""
-    return _runner_name(options) in ("fnapi", "direct", "")
+    return runner_name(options) in ("fnapi", "direct", "")
 
 
 def runs_in_launcher(options: PipelineOptions) -> bool:
@@ -114,6 +119,18 @@ def local_workers(options: PipelineOptions) -> int:
     return direct.direct_num_workers or os.cpu_count() or 1
 
 
+def chooses_workers(options: PipelineOptions) -> bool:
+    """Whether the job may pick the local runner's workers by its input's size (launch.choose_workers): the `local`
+    preset with neither of WORKER_FLAGS given by the user."""
+    return _CHOOSES_WORKERS.get(options, False)
+
+
+def run_in_process(options: PipelineOptions) -> None:
+    """The local runner with one in-process worker, as `--preset local-1` has it."""
+    direct = options.view_as(DirectOptions)
+    direct.direct_running_mode, direct.direct_num_workers = "in_memory", 1
+
+
 def is_dry_run(options: PipelineOptions) -> bool:
     """True for a Dataflow `--dry_run=True`: the job is translated and staged but never submitted, so nothing
     runs and there is no output to publish."""
@@ -128,11 +145,11 @@ def _check(options: PipelineOptions) -> None:
         raise SystemExit(f"--dry_run={dry_run} would still be a dry run to Beam; leave the flag out instead")
     if dry_run and not is_dataflow(options):
         # Other runners ignore --dry_run: the job would really run and write its output.
-        raise SystemExit(f"--dry_run is only honoured by DataflowRunner, not {_runner_name(options)!r}")
+        raise SystemExit(f"--dry_run is only honoured by DataflowRunner, not {runner_name(options)!r}")
     if is_dataflow(options) and not options.view_as(GoogleCloudOptions).temp_location:
         raise SystemExit("Dataflow needs a GCS location for temporary and staged files: pass "
                          "--gcs-bucket=gs://BUCKET[/prefix] (or --temp_location=gs://BUCKET/tmp)")
-    if _runner_name(options) == "portable" and not options.view_as(PortableOptions).job_endpoint:
+    if runner_name(options) == "portable" and not options.view_as(PortableOptions).job_endpoint:
         raise SystemExit("the portable preset needs the job server to submit to: --job_endpoint=HOST:PORT "
                          "(e.g. localhost:8099 for Beam's Flink or Spark job server; 'embed' runs in-process)")
 
@@ -153,4 +170,6 @@ def pipeline_options(preset: str, beam_args: list[str], gcs_bucket: str | None =
         flags += gcs_bucket_flags(gcs_bucket)
     options = PipelineOptions(flags + beam_args)
     _check(options)
+    if preset == DEFAULT_PRESET and not os.path.exists(preset) and not user_flag_names.intersection(WORKER_FLAGS):
+        _CHOOSES_WORKERS[options] = is_local_runner(options)
     return options

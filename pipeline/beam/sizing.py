@@ -80,6 +80,16 @@ def pair_record_bytes(max_seq_length: int) -> float:
     return 3.4 * 0.92 * max_seq_length + 60
 
 
+def pair_tokens(pair_bytes: float) -> float:
+    """Tokens in pair records of `pair_bytes` (~3.4 bytes a token, pair_record_bytes)."""
+    return pair_bytes / 3.4
+
+
+def shard_tokens(shard_bytes: float) -> float:
+    """Tokens in masked-LM shards of `shard_bytes` (~7 bytes a token: 832-byte records of ~118 at L=128, P=20)."""
+    return shard_bytes / 7
+
+
 def document_bytes(tokens: float) -> float:
     """gzip JSON Lines documents: ~4 bytes of text a token, compressed to ~40%."""
     return tokens * 4 * 0.4

@@ -56,6 +56,9 @@ def run(plan: Plan, options) -> dict | None:
                                  what="its validation set", carry=False)
         sides.insert(0, side(plan, held, storage.join(plan.run.output, heldout.SUBDIRECTORY), "validation",
                              (made.carried[1], "validation")))
+    size = sum(sizing.local_sizes(made.opened.files).values())
+    launch.choose_workers(options, sizing.pair_tokens(size) if made.opened.format == manifest.PAIRS
+                          else sizing.shard_tokens(size))
     launch.prepare_output(plan.run, options)
 
     p = beam.Pipeline(options=options)

@@ -32,9 +32,11 @@ def run(plan: Plan, options) -> dict | None:
     """Plans, builds and runs the job; returns the manifest it published."""
     opened = manifest.open_output(plan.input, (manifest.DOCUMENTS,), plan.allow_incomplete, foreign=True)
     params, against = plan.decontamination.params, list(plan.decontamination.against)
-    size = sum(sizing.local_sizes(opened.files).values())
+    sizes = sizing.local_sizes(opened.files)
+    size = sum(sizes.values())
     out = Output(plan.run.output, "documents", plan.num_shards or sizing.file_count(size), ".jsonl.gz", size,
                  plan.input)
+    launch.choose_workers(options, sizing.input_tokens("documents", sizes))
     shuffle = launch.shuffle_config(plan.run, options)
     launch.prepare_output(plan.run, options)
 

@@ -38,6 +38,7 @@ def run(plan: Plan, options) -> dict | None:
     size = sum(sizes.values())
     out = Output(plan.run.output, "documents", plan.num_shards or sizing.file_count(size), ".jsonl.gz", size,
                  plan.input)
+    launch.choose_workers(options, sizing.input_tokens("documents", sizes))
     shuffle = launch.shuffle_config(plan.run, options)
     launch.prepare_output(plan.run, options)
 

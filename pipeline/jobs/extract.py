@@ -37,6 +37,7 @@ def run(plan: Plan, options) -> dict | None:
     estimate = sizing.document_bytes(sum(sizing.input_tokens(kind, sz) for kind, _, sz in inputs))
     out = Output(plan.run.output, "documents", plan.num_shards or sizing.file_count(estimate), ".jsonl.gz",
                  estimate, plan.input)
+    launch.choose_workers(options, sum(sizing.input_tokens(kind, sz) for kind, _, sz in inputs))
     shuffle = launch.shuffle_config(plan.run, options)
     launch.prepare_output(plan.run, options)
 

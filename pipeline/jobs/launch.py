@@ -13,10 +13,12 @@ import uuid
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import DirectOptions
 
 from pipeline.algorithms import packing
 from pipeline.beam import local, shards, transforms
-from pipeline.beam.options import is_dataflow, is_dry_run, is_local_runner, local_workers
+from pipeline.beam.options import (chooses_workers, is_dataflow, is_dry_run, is_local_runner, local_workers,
+                                  run_in_process, runner_name)
 from pipeline.beam.publish import Output, Publication
 from pipeline.beam.shuffle import ShuffleConfig
 from pipeline.formats import manifest, storage
@@ -29,6 +31,14 @@ MiB = 1 << 20
 
 
 TEMPORARY_RUNS = "bertprep-runs-"   # the prefix of a job's own run-file directory outside its output
+
+# `--preset local` runs an input of fewer estimated WordPieces in one in-process worker (as local-1): starting one
+# worker process a core and moving every element between processes costs ~5 CPU s and ~14% more CPU a MB of books
+# (bench/bench_local_preset.py). On 2 cores local-1 took 0.57x multi's wall time at 2.4 MB of books, 0.67x at 4.3 MB,
+# 0.98x at 7.3 MB (~2.2 M WordPieces as the plan estimates them, 0.3 a byte), 1.11x at 11.6 MB: they meet near 2 M
+IN_PROCESS_BELOW_TOKENS = 2_000_000
+# the last choice: (the options it was made for, as _values, its plan line); Beam's Pipeline deep-copies options
+_chosen: tuple[tuple, str] | None = None
 
 
 def counters(result) -> dict[str, int]:
@@ -68,6 +78,44 @@ def warn(message: str) -> None:
 class DryRun(Exception):
     """A Dataflow `--dry_run=True`: the job was translated and staged but never submitted, so nothing ran and
     there is nothing to publish."""
+
+
+def choose_workers(options, tokens: float) -> None:
+    """`--preset local` without --direct_num_workers or --direct_running_mode: one in-process worker for an input of
+    fewer than IN_PROCESS_BELOW_TOKENS estimated WordPieces, else one worker process a core (the preset's). Called
+    before the job is built (its pairing parallelism and shuffle follow the worker count); the plan says which.
+    Every job calls it, so a choice never outlives its job."""
+    global _chosen
+    _chosen = None
+    if not chooses_workers(options):
+        return
+    if tokens < IN_PROCESS_BELOW_TOKENS:
+        run_in_process(options)
+        line = (f"one in-process worker (~{tokens / 1e6:,.2f} M tokens of input, under "
+                f"{IN_PROCESS_BELOW_TOKENS / 1e6:g} M: worker processes would cost more than they save; "
+                "--direct_num_workers=N to choose)")
+    else:
+        line = (f"{local_workers(options)} worker processes, one a core (~{tokens / 1e6:,.2f} M tokens of input, "
+                f"{IN_PROCESS_BELOW_TOKENS / 1e6:g} M or more)")
+    _chosen = (_values(options), line)
+
+
+def _values(options) -> tuple:
+    """What the choice set, and the runner: the same in the options Beam's Pipeline copies (and adds to)."""
+    direct = options.view_as(DirectOptions)
+    return runner_name(options), direct.direct_running_mode, direct.direct_num_workers
+
+
+def workers_line(title: str, options) -> list[str]:
+    """The plan's line on the local runner's workers: chosen by size (choose_workers), or as the flags say."""
+    if not is_local_runner(options):
+        return []
+    chosen = _chosen[1] if _chosen and _chosen[0] == _values(options) else None
+    if chosen is None:
+        n = local_workers(options)
+        chosen = ("one in-process worker" if n == 1 and options.view_as(DirectOptions).direct_running_mode
+                  == "in_memory" else f"{n} worker process{'es' if n > 1 else ''}") + " (as the preset and flags say)"
+    return [f"{title}: local runner: {chosen}"]
 
 
 def shuffle_config(run: Running, options) -> ShuffleConfig:
@@ -112,7 +160,8 @@ def plan_lines(title: str, p: beam.Pipeline, shuffle: ShuffleConfig | None, out:
                                  if shuffle.backend == "files" else "")
     stages = " | ".join(t.full_label for t in p.transforms_stack[0].parts)
     each = out.estimated_bytes / out.num_shards / MiB
-    return [f"{title}: shuffle: {how}",
+    return [*workers_line(title, p.options),
+            f"{title}: shuffle: {how}",
             f"{title}: {out.num_shards} {out.prefix} file(s) of ~{each:,.1f} MiB each "
             f"(estimated from {basis}) in {out.directory}",
             *notes,

@@ -55,6 +55,7 @@ def run(plan: Plan, options) -> dict | None:
     pairs = open_pairs(plan)
     L = pairs.shape.max_seq_length
     sides = [side(plan, pairs, L)] + ([side(plan, pairs, L, held=True)] if pairs.carried else [])
+    launch.choose_workers(options, sizing.pair_tokens(sum(sizing.local_sizes(pairs.opened.files).values())))
     shuffle = launch.shuffle_config(plan.run, options)
     if sides[0].pack and pairs.objective == "none":
         raise Refused(f"--pack: {plan.input} holds full-sentence rows (objective none), filled already: pack is for "

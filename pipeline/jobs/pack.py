@@ -57,6 +57,7 @@ def run(plan: Plan, options) -> dict | None:
         held = inputs.open_made(made.carried[0], (manifest.SHARDS,), settings.MadeWith(), carry=False)
         sides.append(side(plan, held, storage.join(plan.run.output, heldout.SUBDIRECTORY), 0,
                           (made.carried[1], "validation")))
+    launch.choose_workers(options, sizing.shard_tokens(sum(sizing.local_sizes(made.opened.files).values())))
     shuffle = launch.shuffle_config(plan.run, options)
     launch.prepare_output(plan.run, options)
 

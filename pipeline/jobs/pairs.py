@@ -55,6 +55,7 @@ def run(plan: Plan, options) -> dict | None:
     tokens = sizing.input_tokens("documents", sizes)
     documents = sources.expected_documents(opened, sizes, tokens)
     sides = plan_sides(plan, opened, vocab, tokens, documents)
+    launch.choose_workers(options, tokens)
     shuffle = launch.shuffle_config(plan.run, options)
     launch.prepare_output(plan.run, options)
 
@@ -76,7 +77,7 @@ def run(plan: Plan, options) -> dict | None:
         (settings.split_line("pairs", plan.split, sides[1].job.out),) if plan.split else ())
     basis = settings.instances_basis(sum(sizes.values()), tokens, plan.pairing.rule.dupe_factor,
                                      plan.pairing.max_seq_length)
-    m = launch.run_job("pairs", p, sides[0].job, shuffle, basis, plan.run, notes)
+    m = launch.run_job("pairs", p, sides[0].job, shuffle, basis, plan.run, notes, plan.pairing.warnings())
     if plan.split:
         shares, warnings = outputs.split_lines("pairs", plan.split, m)
         for line in shares:

@@ -81,6 +81,7 @@ def run(plan: Plan, options) -> dict | None:
     tokens_of = {kind: sizing.input_tokens(kind, sz) for kind, _, sz in found}
     documents_of = {kind: sizing.input_documents(kind, sz, tokens_of[kind]) for kind, _, sz in found}
     sides = plan_sides(plan, found, tokens_of, documents_of)
+    launch.choose_workers(options, sum(tokens_of.values()))
     shuffle = launch.shuffle_config(plan.run, options)
     launch.prepare_output(plan.run, options)
 
@@ -102,7 +103,8 @@ def run(plan: Plan, options) -> dict | None:
                                      plan.pairing.rule.dupe_factor, plan.pairing.max_seq_length)
     m = launch.run_job(f"prepare {kinds}", p, sides[0].job, shuffle, basis, plan.run,
                        notes(plan, kinds, sides, tokens_of),
-                       plan.masking.warnings(plan.pairing.max_seq_length) + ((warning,) if warning else ()))
+                       plan.pairing.warnings() + plan.masking.warnings(plan.pairing.max_seq_length)
+                       + ((warning,) if warning else ()))
     sources.warn_hard_wrapped_after(m, bool(warning))
     if plan.split:
         shares, warnings = outputs.split_lines(f"prepare {kinds}", plan.split, m)
