@@ -164,7 +164,9 @@ def jsonl_record(line: bytes, text_field: str, id_field: str) -> Record | Skip:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as e:
-        return Skip("not_json", f"not JSON ({e.msg} at column {e.colno})")
+        # json's own message may end in "at" already ("Unterminated string starting at")
+        where = "column" if e.msg.endswith(" at") else "at column"
+        return Skip("not_json", f"not JSON ({e.msg} {where} {e.colno})")
     except ValueError:   # UnicodeDecodeError
         return Skip("not_json", "not JSON (not UTF-8)")
     if not isinstance(record, dict):

@@ -302,6 +302,15 @@ def test_a_failure_inside_a_worker_shows_one_line_and_no_traceback(made, workers
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
+def test_an_in_job_error_is_shown_without_beams_transform_path():
+    error = RuntimeError("Traceback ...\ncorpora.web.MalformedRecordError: m.jsonl:3: not JSON (Expecting value at "
+                         "column 2) [while running 'ReadJsonl/ReadJsonl/ParDo(_Counted)']")
+    assert cli.one_line(error) == "m.jsonl:3: not JSON (Expecting value at column 2)"
+    nested = ValueError("a.txt: bad [while running 'Read/Split'] [while running 'Read']")
+    assert cli.one_line(nested) == "a.txt: bad"
+    assert cli.one_line(ValueError("[while running] is not a path")) == "[while running] is not a path"
+
+
 def test_the_traceback_filter_drops_whole_tracebacks_and_keeps_the_rest():
     from pipeline.beam.local import TracebackFilter
 

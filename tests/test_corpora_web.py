@@ -111,6 +111,14 @@ def test_every_malformed_line_is_counted_by_reason_and_the_counts_reconcile(tmp_
         collect(web.read_jsonl(str(path), strict=True, **FIELDS))
 
 
+def test_a_json_error_is_worded_once():
+    """json's own message may end in "at" ("Unterminated string starting at"): no "at at column"."""
+    assert web.jsonl_record(MALFORMED[13], "text", "id").what == \
+        "not JSON (Unterminated string starting at column 21)"
+    assert web.jsonl_record(MALFORMED[2], "text", "id").what == "not JSON (Expecting property name enclosed in " \
+        "double quotes at column 2)"
+
+
 @pytest.mark.parametrize("suffix, compress", [
     (".gz", lambda b: gzip.compress(b[:100]) + gzip.compress(b[100:])), (".zst", zstandard.compress),
     (".zstd", lambda b: zstandard.compress(b[:50]) + zstandard.compress(b[50:])), (".bz2", bz2.compress),
@@ -244,7 +252,7 @@ def test_malformed_lines_through_the_job_and_strict(tmp_path, capsys):
                         capsys)
     lines = err.strip().splitlines()   # the plan, then one line naming file:line
     assert code == 1 and "Traceback" not in err and all(line.startswith("extract jsonl: ") for line in lines[:-1])
-    assert lines[-1].startswith(f"bertprep extract: {path}:3: not JSON (")
+    assert lines[-1].startswith(f"bertprep extract: {path}:3: not JSON (") and "while running" not in lines[-1]
     assert not (tmp_path / "s" / "manifest.json").exists()
 
 

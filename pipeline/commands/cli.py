@@ -233,6 +233,9 @@ def one_line(error: BaseException) -> str:
     line = lines[-1] if lines else type(error).__name__
     if isinstance(error, OSError) and error.filename and not lines:
         line = f"{error.filename}: {error.strerror}"
+    # Beam ends an in-job error with the transform it ran in ("... [while running 'ReadJsonl/ParDo(_Counted)']"):
+    # the message names the file, the path of labels is Beam's
+    line = re.sub(r"(?:\s*\[while running '[^\]]*'\])+$", "", line)
     # a worker process's error arrives as its traceback's last line: "package.module.SomeError: message"
     return re.sub(r"^(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?:Error|Exception): ", "", line)
 
