@@ -311,6 +311,16 @@ def test_an_in_job_error_is_shown_without_beams_transform_path():
     assert cli.one_line(ValueError("[while running] is not a path")) == "[while running] is not a path"
 
 
+def test_a_beam_flag_without_its_value_is_one_line_of_ours(tmp_path, capsys):
+    """A bare --dry_run: Beam's parser would print its own usage, as if it were bertprep's."""
+    base = ["extract", "--input", f"books:{BOOKS}", "--output", str(tmp_path / "o")]
+    for argv in ([*base, "--dry_run"], [*base, "--dry_run", *ONE]):
+        status, err = console(argv, capsys)
+        assert status == 2 and err.strip().splitlines() == [
+            "bertprep extract: --dry_run needs a value: --dry_run=True (see bertprep extract --help)"], err
+    assert not (tmp_path / "o").exists()
+
+
 def test_the_traceback_filter_drops_whole_tracebacks_and_keeps_the_rest():
     from pipeline.beam.local import TracebackFilter
 
