@@ -2,6 +2,7 @@
 an exit status, one line on stderr that names the flag or path at fault, and no traceback. Plus the strict-flag
 rules and the one way every reader opens a stage's output (pipeline/formats/manifest.open_output)."""
 import argparse
+import bz2
 import errno
 import json
 import shutil
@@ -58,7 +59,8 @@ def made(tmp_path_factory) -> Path:
     (root / "unfinished" / "manifest.json").unlink()
     (root / "empty.txt").write_text("\n\n   \n")
     (root / "blank-docs.txt").write_text("\u200b \u200b\n\n\u200b\n")   # text that tokenizes to nothing
-    (root / "bad.xml.bz2").write_bytes(b"BZh91AY&SY this is not bzip2")
+    # damaged inside, whole at its end: the job finds it, not the check before it (a file cut short)
+    (root / "bad.xml.bz2").write_bytes(b"BZh91AY&SY this is not bzip2" + bz2.compress(b"<mediawiki/>")[-11:])
     (root / "notes.txt").write_text("not a vocab\n")
     (root / "run").mkdir()
     (root / "run" / "log.jsonl").write_text("")

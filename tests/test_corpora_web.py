@@ -303,3 +303,29 @@ def test_prepare_with_jsonl_and_books_counts_both_corpora(alice, tmp_path):
     assert {k: c["documents"] for k, c in corpora.items()} == {"books": 3, "jsonl": len(docs)}
     assert sum(c["instances"] for c in corpora.values()) == m["counts"]["instances"] > 0
     assert all(c["instances"] > 0 for c in corpora.values())
+
+
+@pytest.mark.parametrize("suffix, compress, why", [
+    (".gz", gzip.compress, "the gzip stream ends before its end marker (a file cut short?)"),
+    (".bz2", bz2.compress, "the bz2 stream ends before its end marker (a file cut short?)")])
+def test_a_compressed_input_cut_short_is_refused_before_the_job(alice, suffix, compress, why, tmp_path, capsys):
+    """As a file that is no gzip at all is: before the plan, not when the reader reaches its end (issue 38)."""
+    root, _ = alice
+    whole = compress((root / "alice.jsonl").read_bytes() * 8)   # more than one bz2 block: its head reads alone
+    cut = tmp_path / "in" / f"cut.jsonl{suffix}"
+    cut.parent.mkdir()
+    cut.write_bytes(whole[:-12])   # its head reads as JSON Lines: only its end is missing
+    code, err = console(["extract", "--input", f"jsonl:{cut}", "--output", str(tmp_path / "o"), *ONE], capsys)
+    assert code == 1 and err.strip().splitlines() == [
+        f"bertprep extract: {cut}: {why} (--skip-bad-files counts and skips such a file instead)"], err
+    assert not (tmp_path / "o").exists()
+    books_dir = tmp_path / "books"   # a books directory's archive, the same
+    books_dir.mkdir()
+    (books_dir / f"b.tar{suffix}").write_bytes(whole[:-12])
+    code, err = console(["extract", "--input", f"books:{books_dir}", "--output", str(tmp_path / "o"), *ONE], capsys)
+    assert code == 1 and f"{books_dir / f'b.tar{suffix}'}: {why}" in err and not (tmp_path / "o").exists()
+    # whole files pass; a file cut short, with --skip-bad-files, is the job's to count
+    (tmp_path / "in" / f"whole.jsonl{suffix}").write_bytes(whole)
+    assert cli.main(["extract", "--input", f"jsonl:{tmp_path / 'in'}/*", "--skip-bad-files", "--output",
+                     str(tmp_path / "o"), *ONE]) == 0
+    assert manifest(tmp_path / "o")["counts"]["counters"]["jsonl/bad_file"] == 1
