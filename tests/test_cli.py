@@ -323,6 +323,27 @@ def test_a_beam_flag_without_its_value_is_one_line_of_ours(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_after_an_interrupt_the_workers_stderr_is_not_shown(capfd):
+    """Once Ctrl-C is seen, a worker's record of its own KeyboardInterrupt (Beam's 3 KB CRITICAL "sdk harness
+    failed") does not reach the console, whose last line is bertprep's."""
+    import os
+    import threading
+    import time
+
+    from pipeline.beam.local import filtered_stderr
+
+    quiet = threading.Event()
+    with filtered_stderr(quiet):
+        os.write(2, b"[pairs worker 7] 512 instances\n")
+        deadline = time.monotonic() + 10
+        while "512 instances" not in capfd.readouterr().err:   # pumped to the console
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        quiet.set()
+        os.write(2, b"CRITICAL Python sdk harness failed: \nKeyboardInterrupt\n")
+    assert "CRITICAL" not in capfd.readouterr().err
+
+
 def test_the_traceback_filter_drops_whole_tracebacks_and_keeps_the_rest():
     from pipeline.beam.local import TracebackFilter
 

@@ -205,7 +205,9 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
     try:
         for attempt in range(retries + 1):
             try:
-                with local.guarded(title, out.directory, temporary, tracebacks) if is_local_runner(p.options) \
+                # Beam's own temporary directory is removed when p.run() returns: by the guard if it never does
+                scratch = tuple(d for d in (temporary, getattr(p, "local_tempdir", None)) if d)
+                with local.guarded(title, out.directory, scratch, tracebacks) if is_local_runner(p.options) \
                         else own_tempdir() if is_dataflow(p.options) else contextlib.nullcontext():
                     result = p.run()
                     if wait:
