@@ -248,6 +248,17 @@ def test_malformed_lines_through_the_job_and_strict(tmp_path, capsys):
     assert {k: counters.get(k, 0) for k in SKIPS} == {"blank_lines": 1, "not_json": 1, "not_an_object": 1,
                                                       "no_text_field": 1, "text_not_a_string": 1, "empty_text": 1}
     assert counters["lines"] == counters["documents"] + sum(counters.get(k, 0) for k in SKIPS)
+    # each skipped record named by file:line, in the manifest, at the end of the job and by inspect (issue 38)
+    where = manifest(tmp_path / "o")["counts"]["where"]
+    assert where == {"jsonl/not_json": [f"{path}:3"], "jsonl/not_an_object": [f"{path}:4"],
+                     "jsonl/no_text_field": [f"{path}:5"], "jsonl/text_not_a_string": [f"{path}:6"],
+                     "jsonl/empty_text": [f"{path}:7"]}
+    code, err = console(["extract", "--input", f"jsonl:{path}", "--output", str(tmp_path / "o"), "--overwrite",
+                         *ONE], capsys)
+    assert code == 0 and f"extract jsonl: jsonl/not_json 1: {path}:3\n" in err, err
+    assert cli.main(["inspect", str(tmp_path / "o"), "--examples", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert all(f"  {name} 1: {places[0]}\n" in shown for name, places in where.items()), shown
     code, err = console(["extract", "--input", f"jsonl:{path}", "--output", str(tmp_path / "s"), "--strict", *ONE],
                         capsys)
     lines = err.strip().splitlines()   # the plan, then one line naming file:line

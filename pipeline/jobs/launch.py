@@ -240,6 +240,8 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
               file=sys.stderr)
     print_counters(title, values, time.time() - start, counters(result, held_out),
                    counters(result, the_splits))
+    for line in manifest.where_lines(m["counts"]):   # skipped records, decoding fallbacks: where to look
+        print(f"{title}: {line}", file=sys.stderr)
     print_unk_share(title, values)
     return m
 
