@@ -121,9 +121,10 @@ def stop_on_interrupt(title: str, directory: str, temporary: tuple[str, ...] = (
     The signal's number reaches a watcher thread through signal.set_wakeup_fd (written by the C-level handler,
     even while the main thread is blocked); the watcher sets `quiet` and silences logging (the workers' records of
     their own KeyboardInterrupt), kills the worker processes, removes the job's temporary directories (`temporary`:
-    its own run files, Beam's beam-pipeline-temp*, which only a pipeline that returns removes) and exits 130. Unless the job's last step had written the manifest already (a
-    signal in the last moment: the message says so), nothing has been published: the output holds only .incomplete/,
-    which the next --overwrite removes. Its message goes straight to `console`."""
+    its own run files, Beam's beam-pipeline-temp*, which only a pipeline that returns removes) and exits 130.
+    Unless the job's last step had written the manifest already (a signal in the last moment: the message says so),
+    nothing has been published: the output holds only .incomplete/, which the next --overwrite removes. Its message
+    goes straight to `console`."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
