@@ -20,7 +20,7 @@ from typing import Callable
 
 from pipeline.commands import flags, groups, plans
 from pipeline.commands.flags import nonnegative_int, positive_int, vocab_file
-from pipeline.jobs.errors import Refused
+from pipeline.jobs.errors import Refused, without_transform_path
 
 BEAM_COMMANDS = tuple(plans.COMMANDS)   # extract, pairs, mask, prepare, pack, convert, dedup, decontaminate
 
@@ -239,9 +239,7 @@ def one_line(error: BaseException) -> str:
     line = lines[-1] if lines else type(error).__name__
     if isinstance(error, OSError) and error.filename and not lines:
         line = f"{error.filename}: {error.strerror}"
-    # Beam ends an in-job error with the transform it ran in ("... [while running 'ReadJsonl/ParDo(_Counted)']"):
-    # the message names the file, the path of labels is Beam's
-    line = re.sub(r"(?:\s*\[while running '[^\]]*'\])+$", "", line)
+    line = without_transform_path(line)
     # a worker process's error arrives as its traceback's last line: "package.module.SomeError: message"
     return re.sub(r"^(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?:Error|Exception): ", "", line)
 

@@ -21,7 +21,7 @@ from pipeline.beam.options import is_dataflow, is_dry_run, is_local_runner, loca
 from pipeline.beam.publish import Output, Publication
 from pipeline.beam.shuffle import ShuffleConfig
 from pipeline.formats import manifest, storage
-from pipeline.jobs.errors import Refused
+from pipeline.jobs.errors import Refused, without_transform_path
 from pipeline.jobs.settings import Running
 from pipeline.text import vocab_fit
 
@@ -216,8 +216,9 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
             except Exception as e:
                 if attempt == retries:
                     raise
+                last = str(e).strip().splitlines()[-1] if str(e).strip() else ""
                 print(f"{title}: attempt {attempt + 1} of {retries + 1} failed ({type(e).__name__}: "
-                      f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); running the pipeline again",
+                      f"{without_transform_path(last)}); running the pipeline again",
                       file=sys.stderr)
                 shards.remove_incomplete(out.directory)
         if is_dry_run(p.options):
