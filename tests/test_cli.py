@@ -344,6 +344,22 @@ def test_after_an_interrupt_the_workers_stderr_is_not_shown(capfd):
     assert "CRITICAL" not in capfd.readouterr().err
 
 
+def test_a_workers_record_of_its_keyboardinterrupt_is_not_relayed(tmp_path, caplog):
+    """The local runner relays a worker's log records to the launcher's root logger: its record of the Ctrl-C that
+    reached it too is dropped however early it comes (before the launcher has seen the signal)."""
+    import logging
+
+    from pipeline.beam import local
+
+    relayed = ('severity: CRITICAL\nmessage: "Python sdk harness failed: \\nTraceback (most recent call last):\\n'
+               '  File \\"sdk_worker_main.py\\", line 250\\nKeyboardInterrupt\\n"')
+    with caplog.at_level(logging.WARNING), local.guarded("t", str(tmp_path), (), tracebacks=True):
+        logging.critical(relayed)
+        logging.critical("a worker's other record")
+    logging.critical("after the run: " + relayed)
+    assert [r.getMessage()[:22] for r in caplog.records] == ["a worker's other recor", "after the run: severit"]
+
+
 def test_the_traceback_filter_drops_whole_tracebacks_and_keeps_the_rest():
     from pipeline.beam.local import TracebackFilter
 

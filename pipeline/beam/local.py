@@ -2,8 +2,9 @@
 stderr shown without the tracebacks Beam's workers print for a failing bundle.
 
 A terminal's Ctrl-C reaches the worker processes too, each of which logs a CRITICAL "sdk harness failed" record
-with its KeyboardInterrupt (3 KB, relayed by the launcher's logging or on its stderr): once the signal is seen,
-nothing more is shown but bertprep's own line.
+with its KeyboardInterrupt, which the local runner relays to the launcher's root logger (3 KB, the traceback inside
+one line): such a record is dropped however early it comes, and once the signal is seen nothing more is shown but
+bertprep's own line.
 
 Beam's SDK worker prints the traceback of every failing instruction on its stderr (sdk_worker.py, `print(...,
 file=sys.stderr)`, whatever the log level), and the local runner's worker processes share the launcher's
@@ -166,10 +167,20 @@ def stop_on_interrupt(title: str, directory: str, temporary: tuple[str, ...] = (
         os.close(write_end)
 
 
+def _not_interrupted(record: logging.LogRecord) -> bool:
+    """False for a worker's relayed record of its own KeyboardInterrupt: the Ctrl-C that bertprep reports itself."""
+    return "KeyboardInterrupt" not in record.getMessage()
+
+
 @contextlib.contextmanager
 def guarded(title: str, directory: str, temporary: tuple[str, ...], tracebacks: bool):
     """Both guards of a local run: Ctrl-C, and (unless `tracebacks`) the workers' tracebacks kept off stderr."""
     quiet = threading.Event()
-    with (contextlib.nullcontext(2) if tracebacks else filtered_stderr(quiet)) as console, \
-            stop_on_interrupt(title, directory, temporary, console, quiet):
-        yield
+    root = logging.getLogger()   # where the local runner relays its workers' log records
+    root.addFilter(_not_interrupted)
+    try:
+        with (contextlib.nullcontext(2) if tracebacks else filtered_stderr(quiet)) as console, \
+                stop_on_interrupt(title, directory, temporary, console, quiet):
+            yield
+    finally:
+        root.removeFilter(_not_interrupted)
