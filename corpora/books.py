@@ -289,10 +289,11 @@ def _parse_blocks(parser: _BookParser, blocks: Iterable[str]) -> Iterator[str]:
 
 
 def _book_events(decoded: Decoded, id_base: str, default_title: str,
-                 max_document_bytes: int) -> Iterator[Document | Count]:
-    """One book's documents (`<id_base>#<k>`) and counts, from its decoded text."""
+                 max_document_bytes: int, path: str) -> Iterator[Document | Count]:
+    """One book's documents (`<id_base>#<k>`) and counts, from its decoded text; `path`: where it was read (a file,
+    or archive/member), named by a count a user must find (a decoding fallback)."""
     yield Count("books")
-    yield from decoded.counts()
+    yield from decoded.counts(path)
     if decoded.encoding is None:
         return
     parser = _BookParser(max_paragraph_chars=max_document_bytes)
@@ -330,12 +331,12 @@ def _read_archive(path: str, name: str, max_document_bytes: int,
                     shutil.copyfileobj(tar.extractfile(member), spool, READ_BLOCK_BYTES)
                     decoded = open_decoded(lambda: rewound(spool))
                     yield from _book_events(decoded, f"books:{name}/{member_name}", basename(member_name),
-                                            max_document_bytes)
+                                            max_document_bytes, f"{path}/{member_name}")
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         if not skip_bad_files:
             raise ValueError(f"{path}: unreadable tar archive ({type(e).__name__}: {e}); "
                              "skip_bad_files=True counts it under 'bad_archive' instead") from e
-        yield Count("bad_archive")
+        yield Count("bad_archive", where=(path,))
 
 
 def read_books(path: str, max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
@@ -356,9 +357,9 @@ def read_books(path: str, max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     except OSError:
         if not skip_bad_files:
             raise
-        yield Count("bad_file")
+        yield Count("bad_file", where=(path,))
         return
-    yield from _book_events(decoded, f"books:{id_name}", name, max_document_bytes)
+    yield from _book_events(decoded, f"books:{id_name}", name, max_document_bytes, path)
 
 
 def _is_book_name(name: str) -> bool:

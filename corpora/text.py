@@ -79,12 +79,13 @@ class Decoded:
     encoding: str | None        # "utf-8-sig" | "cp1252" | "latin-1"; None: binary, skipped
     blocks: Iterator[str]       # decoded text, block by block (pass 2 happens as this is iterated)
 
-    def counts(self) -> list[Count]:
+    def counts(self, path: str = "") -> list[Count]:
+        """Its counts; a fallback's names `path` and the encoding it was decoded with."""
         if self.encoding is None:
-            return [Count("binary_file")]
+            return [Count("binary_file", where=(path,) if path else ())]
         out = [Count("bytes", self.size)]
         if self.encoding != "utf-8-sig":
-            out.append(Count("decoded_with_fallback"))
+            out.append(Count("decoded_with_fallback", where=(f"{path} ({self.encoding})",) if path else ()))
         if self.encoding == "latin-1":
             out.append(Count("decoded_as_latin1"))
         return out
@@ -218,7 +219,7 @@ def read_text_documents(path: str, name: str | None = None) -> Iterator[Document
     yield Count("files")
     name = name or basename(path)
     decoded = open_decoded(open_path(path))
-    yield from decoded.counts()
+    yield from decoded.counts(path)
     n, ends = 0, LineEnds()
     for lines in google_documents(decoded.blocks):
         ends.add(lines)

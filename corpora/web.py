@@ -68,7 +68,7 @@ import zstandard
 from corpora.kinds import DOCUMENTS
 from corpora.text import READ_BLOCK_BYTES, basename, open_path
 from pipeline.formats import storage
-from pipeline.formats.documents import Count, Document
+from pipeline.formats.documents import WHERE_SHOWN, Count, Document
 
 HEAD_LINES = 8          # non-blank lines of a JSON Lines file read before the job
 BATCH_ROWS = 1024       # Parquet rows converted to Python at a time
@@ -164,7 +164,9 @@ def jsonl_record(line: bytes, text_field: str, id_field: str) -> Record | Skip:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as e:
-        return Skip("not_json", f"not JSON ({e.msg} at column {e.colno})")
+        # json's own message may end in "at" already ("Unterminated string starting at")
+        where = "column" if e.msg.endswith(" at") else "at column"
+        return Skip("not_json", f"not JSON ({e.msg} {where} {e.colno})")
     except ValueError:   # UnicodeDecodeError
         return Skip("not_json", "not JSON (not UTF-8)")
     if not isinstance(record, dict):
@@ -235,7 +237,7 @@ def read_jsonl(path: str, *, text_field: str, id_field: str, strict: bool = Fals
     """One JSON Lines file -> a Document a record, with Count events (module doc); `name` (in the ids) is the
     file's name relative to the inputs' common directory (text.relative_names), by default its basename."""
     yield Count("files")
-    ids, stats = FileIds("jsonl", name or basename(path)), collections.Counter()
+    ids, stats, places = FileIds("jsonl", name or basename(path)), collections.Counter(), Places()
     try:
         with open_path(path)() as f:
             for lineno, line in enumerate(_lines(f, path, stats), 1):
@@ -249,18 +251,22 @@ def read_jsonl(path: str, *, text_field: str, id_field: str, strict: bool = Fals
                         raise MalformedRecordError(f"{path}:{lineno}: {found.what} (--strict stops at a "
                                                    "malformed record)")
                     stats[found.reason] += 1
+                    places.add(found.reason, f"{path}:{lineno}")
                     continue
                 text, fixed = _no_surrogates(found.text)
                 doc = _document(ids, "jsonl", text, found.key, lineno, found.title, stats, "ids_from_lines",
                                 paragraphs)
-                if doc is not None:
+                if doc is None:
+                    places.add("empty_text", f"{path}:{lineno}")
+                else:
                     stats["lone_surrogates"] += fixed
                     yield doc
     except (OSError, BadFileError):
         if not skip_bad_files:
             raise
         stats["bad_file"] += 1
-    yield from _counts(stats)
+        places.add("bad_file", path)
+    yield from _counts(stats, places)
 
 
 def _document(ids: FileIds, source: str, text: str, key: str | None, position: int, title: str,
@@ -281,8 +287,17 @@ def _document(ids: FileIds, source: str, text: str, key: str | None, position: i
     return Document(id=doc_id, source=source, title=_no_surrogates(title)[0], paragraphs=paragraphs)
 
 
-def _counts(stats: collections.Counter) -> Iterator[Count]:
-    return (Count(name, n) for name, n in sorted(stats.items()) if n)
+class Places(dict):
+    """Skip reason -> the first few places of a file it was counted at (Count.where): the job names them."""
+
+    def add(self, reason: str, place: str) -> None:
+        found = self.setdefault(reason, [])
+        if len(found) < WHERE_SHOWN:
+            found.append(place)
+
+
+def _counts(stats: collections.Counter, places: Places) -> Iterator[Count]:
+    return (Count(name, n, tuple(places.get(name, ()))) for name, n in sorted(stats.items()) if n)
 
 
 def check_jsonl(path: str, text_field: str) -> str | None:
@@ -371,7 +386,7 @@ def read_parquet(path: str, *, text_field: str, id_field: str, strict: bool = Fa
                  paragraphs: str = "lines", name: str | None = None) -> Iterator[Document | Count]:
     """One Parquet file -> a Document a row, with Count events (module doc), a batch of rows at a time."""
     yield Count("files")
-    ids, stats = FileIds("parquet", name or basename(path)), collections.Counter()
+    ids, stats, places = FileIds("parquet", name or basename(path)), collections.Counter(), Places()
     try:
         with open_path(path)() as f:
             pf = pq.ParquetFile(f, buffer_size=READ_BLOCK_BYTES, pre_buffer=False)   # streamed (module doc)
@@ -391,14 +406,18 @@ def read_parquet(path: str, *, text_field: str, id_field: str, strict: bool = Fa
                             raise MalformedRecordError(f"{path}: row {row}: {text_field!r} is null (--strict "
                                                        "stops at a malformed record)")
                         stats["null_text"] += 1
+                        places.add("null_text", f"{path}: row {row}")
                     else:
                         doc = _document(ids, "parquet", text, id_key(key), row, title or "", stats, "ids_from_rows",
                                         paragraphs)
-                        if doc is not None:
+                        if doc is None:
+                            places.add("empty_text", f"{path}: row {row}")
+                        else:
                             yield doc
                     row += 1
     except (OSError, pa.ArrowException) as e:   # pyarrow's errors do not name the file
         if not skip_bad_files:
             raise BadFileError(f"{path}: unreadable Parquet ({e})") from None
         stats["bad_file"] += 1
-    yield from _counts(stats)
+        places.add("bad_file", path)
+    yield from _counts(stats, places)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import corpora.text
 from corpora import books
 from corpora.books import DEFAULT_MAX_DOCUMENT_BYTES, book_paragraphs, plan_reads, read_books
-from pipeline.formats.documents import Document
+from pipeline.formats.documents import Count, Document
 from tests.conftest import collect
 
 SAMPLE_BOOKS = Path(__file__).resolve().parent.parent / "corpora" / "samples" / "books"
@@ -226,6 +226,10 @@ def test_decoding_utf8_then_cp1252_then_latin1(tmp_path, data, title, paragraphs
     assert docs == [Document(id="books:l.txt#0", source="books", title=title, paragraphs=paragraphs)]
     assert {k: counts[k] for k in counts if k.startswith("decoded")} == fallback
     assert counts["bytes"] == len(data)
+    # a fallback names the file and the encoding, once (the job shows it at its end; issue 38: a counter alone)
+    named = [(e.name, e.where) for e in read_books(str(path)) if isinstance(e, Count) and e.where]
+    encoding = "latin-1" if "decoded_as_latin1" in fallback else "cp1252"
+    assert named == ([("decoded_with_fallback", (f"{path} ({encoding})",))] if fallback else [])
 
 
 @pytest.mark.parametrize("data, drop", [

@@ -2,6 +2,7 @@
 an exit status, one line on stderr that names the flag or path at fault, and no traceback. Plus the strict-flag
 rules and the one way every reader opens a stage's output (pipeline/formats/manifest.open_output)."""
 import argparse
+import bz2
 import errno
 import json
 import shutil
@@ -58,7 +59,8 @@ def made(tmp_path_factory) -> Path:
     (root / "unfinished" / "manifest.json").unlink()
     (root / "empty.txt").write_text("\n\n   \n")
     (root / "blank-docs.txt").write_text("\u200b \u200b\n\n\u200b\n")   # text that tokenizes to nothing
-    (root / "bad.xml.bz2").write_bytes(b"BZh91AY&SY this is not bzip2")
+    # damaged inside, whole at its end: the job finds it, not the check before it (a file cut short)
+    (root / "bad.xml.bz2").write_bytes(b"BZh91AY&SY this is not bzip2" + bz2.compress(b"<mediawiki/>")[-11:])
     (root / "notes.txt").write_text("not a vocab\n")
     (root / "run").mkdir()
     (root / "run" / "log.jsonl").write_text("")
@@ -300,6 +302,62 @@ def test_a_failure_inside_a_worker_shows_one_line_and_no_traceback(made, workers
     assert all(line.startswith("extract wikipedia: ") for line in lines[:-1]), lines
     debug = subprocess.run([*argv, "--overwrite", "--debug"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_an_in_job_error_is_shown_without_beams_transform_path():
+    error = RuntimeError("Traceback ...\ncorpora.web.MalformedRecordError: m.jsonl:3: not JSON (Expecting value at "
+                         "column 2) [while running 'ReadJsonl/ReadJsonl/ParDo(_Counted)']")
+    assert cli.one_line(error) == "m.jsonl:3: not JSON (Expecting value at column 2)"
+    nested = ValueError("a.txt: bad [while running 'Read/Split'] [while running 'Read']")
+    assert cli.one_line(nested) == "a.txt: bad"
+    assert cli.one_line(ValueError("[while running] is not a path")) == "[while running] is not a path"
+
+
+def test_a_beam_flag_without_its_value_is_one_line_of_ours(tmp_path, capsys):
+    """A bare --dry_run: Beam's parser would print its own usage, as if it were bertprep's."""
+    base = ["extract", "--input", f"books:{BOOKS}", "--output", str(tmp_path / "o")]
+    for argv in ([*base, "--dry_run"], [*base, "--dry_run", *ONE]):
+        status, err = console(argv, capsys)
+        assert status == 2 and err.strip().splitlines() == [
+            "bertprep extract: --dry_run needs a value: --dry_run=True (see bertprep extract --help)"], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_after_an_interrupt_the_workers_stderr_is_not_shown(capfd):
+    """Once Ctrl-C is seen, a worker's record of its own KeyboardInterrupt (Beam's 3 KB CRITICAL "sdk harness
+    failed") does not reach the console, whose last line is bertprep's."""
+    import os
+    import threading
+    import time
+
+    from pipeline.beam.local import filtered_stderr
+
+    quiet = threading.Event()
+    with filtered_stderr(quiet):
+        os.write(2, b"[pairs worker 7] 512 instances\n")
+        deadline = time.monotonic() + 10
+        while "512 instances" not in capfd.readouterr().err:   # pumped to the console
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        quiet.set()
+        os.write(2, b"CRITICAL Python sdk harness failed: \nKeyboardInterrupt\n")
+    assert "CRITICAL" not in capfd.readouterr().err
+
+
+def test_a_workers_record_of_its_keyboardinterrupt_is_not_relayed(tmp_path, caplog):
+    """The local runner relays a worker's log records to the launcher's root logger: its record of the Ctrl-C that
+    reached it too is dropped however early it comes (before the launcher has seen the signal)."""
+    import logging
+
+    from pipeline.beam import local
+
+    relayed = ('severity: CRITICAL\nmessage: "Python sdk harness failed: \\nTraceback (most recent call last):\\n'
+               '  File \\"sdk_worker_main.py\\", line 250\\nKeyboardInterrupt\\n"')
+    with caplog.at_level(logging.WARNING), local.guarded("t", str(tmp_path), (), tracebacks=True):
+        logging.critical(relayed)
+        logging.critical("a worker's other record")
+    logging.critical("after the run: " + relayed)
+    assert [r.getMessage()[:22] for r in caplog.records] == ["a worker's other recor", "after the run: severit"]
 
 
 def test_the_traceback_filter_drops_whole_tracebacks_and_keeps_the_rest():

@@ -111,6 +111,14 @@ def test_every_malformed_line_is_counted_by_reason_and_the_counts_reconcile(tmp_
         collect(web.read_jsonl(str(path), strict=True, **FIELDS))
 
 
+def test_a_json_error_is_worded_once():
+    """json's own message may end in "at" ("Unterminated string starting at"): no "at at column"."""
+    assert web.jsonl_record(MALFORMED[13], "text", "id").what == \
+        "not JSON (Unterminated string starting at column 21)"
+    assert web.jsonl_record(MALFORMED[2], "text", "id").what == "not JSON (Expecting property name enclosed in " \
+        "double quotes at column 2)"
+
+
 @pytest.mark.parametrize("suffix, compress", [
     (".gz", lambda b: gzip.compress(b[:100]) + gzip.compress(b[100:])), (".zst", zstandard.compress),
     (".zstd", lambda b: zstandard.compress(b[:50]) + zstandard.compress(b[50:])), (".bz2", bz2.compress),
@@ -240,11 +248,22 @@ def test_malformed_lines_through_the_job_and_strict(tmp_path, capsys):
     assert {k: counters.get(k, 0) for k in SKIPS} == {"blank_lines": 1, "not_json": 1, "not_an_object": 1,
                                                       "no_text_field": 1, "text_not_a_string": 1, "empty_text": 1}
     assert counters["lines"] == counters["documents"] + sum(counters.get(k, 0) for k in SKIPS)
+    # each skipped record named by file:line, in the manifest, at the end of the job and by inspect (issue 38)
+    where = manifest(tmp_path / "o")["counts"]["where"]
+    assert where == {"jsonl/not_json": [f"{path}:3"], "jsonl/not_an_object": [f"{path}:4"],
+                     "jsonl/no_text_field": [f"{path}:5"], "jsonl/text_not_a_string": [f"{path}:6"],
+                     "jsonl/empty_text": [f"{path}:7"]}
+    code, err = console(["extract", "--input", f"jsonl:{path}", "--output", str(tmp_path / "o"), "--overwrite",
+                         *ONE], capsys)
+    assert code == 0 and f"extract jsonl: jsonl/not_json 1: {path}:3\n" in err, err
+    assert cli.main(["inspect", str(tmp_path / "o"), "--examples", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert all(f"  {name} 1: {places[0]}\n" in shown for name, places in where.items()), shown
     code, err = console(["extract", "--input", f"jsonl:{path}", "--output", str(tmp_path / "s"), "--strict", *ONE],
                         capsys)
     lines = err.strip().splitlines()   # the plan, then one line naming file:line
     assert code == 1 and "Traceback" not in err and all(line.startswith("extract jsonl: ") for line in lines[:-1])
-    assert lines[-1].startswith(f"bertprep extract: {path}:3: not JSON (")
+    assert lines[-1].startswith(f"bertprep extract: {path}:3: not JSON (") and "while running" not in lines[-1]
     assert not (tmp_path / "s" / "manifest.json").exists()
 
 
@@ -295,3 +314,29 @@ def test_prepare_with_jsonl_and_books_counts_both_corpora(alice, tmp_path):
     assert {k: c["documents"] for k, c in corpora.items()} == {"books": 3, "jsonl": len(docs)}
     assert sum(c["instances"] for c in corpora.values()) == m["counts"]["instances"] > 0
     assert all(c["instances"] > 0 for c in corpora.values())
+
+
+@pytest.mark.parametrize("suffix, compress, why", [
+    (".gz", gzip.compress, "the gzip stream ends before its end marker (a file cut short?)"),
+    (".bz2", bz2.compress, "the bz2 stream ends before its end marker (a file cut short?)")])
+def test_a_compressed_input_cut_short_is_refused_before_the_job(alice, suffix, compress, why, tmp_path, capsys):
+    """As a file that is no gzip at all is: before the plan, not when the reader reaches its end (issue 38)."""
+    root, _ = alice
+    whole = compress((root / "alice.jsonl").read_bytes() * 8)   # more than one bz2 block: its head reads alone
+    cut = tmp_path / "in" / f"cut.jsonl{suffix}"
+    cut.parent.mkdir()
+    cut.write_bytes(whole[:-12])   # its head reads as JSON Lines: only its end is missing
+    code, err = console(["extract", "--input", f"jsonl:{cut}", "--output", str(tmp_path / "o"), *ONE], capsys)
+    assert code == 1 and err.strip().splitlines() == [
+        f"bertprep extract: {cut}: {why} (--skip-bad-files counts and skips such a file instead)"], err
+    assert not (tmp_path / "o").exists()
+    books_dir = tmp_path / "books"   # a books directory's archive, the same
+    books_dir.mkdir()
+    (books_dir / f"b.tar{suffix}").write_bytes(whole[:-12])
+    code, err = console(["extract", "--input", f"books:{books_dir}", "--output", str(tmp_path / "o"), *ONE], capsys)
+    assert code == 1 and f"{books_dir / f'b.tar{suffix}'}: {why}" in err and not (tmp_path / "o").exists()
+    # whole files pass; a file cut short, with --skip-bad-files, is the job's to count
+    (tmp_path / "in" / f"whole.jsonl{suffix}").write_bytes(whole)
+    assert cli.main(["extract", "--input", f"jsonl:{tmp_path / 'in'}/*", "--skip-bad-files", "--output",
+                     str(tmp_path / "o"), *ONE]) == 0
+    assert manifest(tmp_path / "o")["counts"]["counters"]["jsonl/bad_file"] == 1

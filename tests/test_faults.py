@@ -161,16 +161,20 @@ def test_killed_run_leaves_no_usable_output_and_overwrite_recovers(clean, tmp_pa
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the Beam worker processes through /proc")
 def test_ctrl_c_stops_a_local_run_mid_write_and_overwrite_recovers(clean, tmp_path):
-    """Ctrl-C ends the run while its shard writers are still held in the seam's wait: none gets past it."""
+    """Ctrl-C ends the run while its shard writers are still held in the seam's wait: none gets past it. As a
+    terminal's, it reaches the launcher's whole process group, worker processes included."""
     out = tmp_path / "interrupted"
     env, released = slow_writes(tmp_path)
+    scratch = tmp_path / "tmp"   # the launcher's temporary directory, where Beam makes its beam-pipeline-temp*
+    scratch.mkdir()
     launcher = subprocess.Popen([sys.executable, "-m", "pipeline", *PREPARE, "--num-shards", "4", "--output",
-                                 str(out), "--preset", "local", "--direct_num_workers=2"], cwd=REPO, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 str(out), "--preset", "local", "--direct_num_workers=2"], cwd=REPO,
+                                env={**env, "TMPDIR": str(scratch)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
     workers: list[int] = []
     try:
         workers = _wait_mid_write(out, launcher)
-        launcher.send_signal(signal.SIGINT)
+        os.killpg(launcher.pid, signal.SIGINT)
         try:
             _, err = launcher.communicate(timeout=HANG_S)
         except subprocess.TimeoutExpired:
@@ -181,6 +185,9 @@ def test_ctrl_c_stops_a_local_run_mid_write_and_overwrite_recovers(clean, tmp_pa
     assert not list(released.iterdir()), "a shard writer got past its wait: Ctrl-C did not stop the run"
     assert launcher.returncode == 130 and "Traceback" not in err
     assert "interrupted: worker processes stopped" in err and "re-run with --overwrite" in err
+    # the plan, then our line alone: no worker's CRITICAL record of its KeyboardInterrupt (issue 38)
+    assert err.strip().splitlines()[-1].startswith("prepare books: interrupted") and "CRITICAL" not in err, err
+    assert not list(scratch.iterdir()), "the interrupted run left a temporary directory behind"
     assert sorted(p.name for p in out.iterdir()) == [".incomplete"]   # nothing published, no manifest
     assert cli.main([*PREPARE, "--num-shards", "4", "--output", str(out), "--overwrite", *ONE]) == 0
     same_tree(out, clean)
@@ -270,9 +277,10 @@ def test_transient_dofn_failure_fails_the_run_and_retries_recover_the_same_bytes
     # local-1 runs the DoFns in this process, so the patched module function is the one _Tokenize calls
     monkeypatch.setattr(tokenization, "tokenize_sentences", flaky)
     out = tmp_path / "flaky"
-    # one line for the user: the in-process runner re-raises the worker's error, named with its stage
+    # one line for the user: the in-process runner re-raises the worker's error, without Beam's transform path
+    # (issue 38: "[while running 'Tokenize/SplitAndTokenize/ParDo(_Tokenize)']" read as ours)
     assert _refusal([*PREPARE, "--num-shards", "4", "--output", str(out), *ONE]) == \
-        "bertprep prepare: injected transient fault [while running 'Tokenize/SplitAndTokenize/ParDo(_Tokenize)']"
+        "bertprep prepare: injected transient fault"
     assert marker.exists() and not (out / "manifest.json").exists()
 
     marker.unlink()
@@ -281,8 +289,8 @@ def test_transient_dofn_failure_fails_the_run_and_retries_recover_the_same_bytes
                      *ONE]) == 0
     assert marker.exists()   # the fault did fire in the first attempt
     err = capsys.readouterr().err
-    assert ("prepare books: attempt 1 of 2 failed (ConnectionResetError: injected transient fault [while running "
-            "'Tokenize/SplitAndTokenize/ParDo(_Tokenize)']); running the pipeline again") in err
+    assert ("prepare books: attempt 1 of 2 failed (ConnectionResetError: injected transient fault); running the "
+            "pipeline again") in err
     # complete, the same bytes as a clean run, and the counters are the successful attempt's alone
     same_tree(out, clean)
 

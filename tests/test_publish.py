@@ -52,6 +52,26 @@ def test_tallies_sum_to_beams_own_counters_on_any_worker_count(mode, tmp_path):
     assert total["books/documents"] == total["tokenize/documents"] >= 3 and total["tokenize/tokens"] > 50_000
 
 
+def test_places_travel_with_their_counts_the_first_few_whatever_the_bundles_order():
+    """Where a count was made (a skipped record's file:line): summed as the counts are, the first WHERE_SHOWN in
+    order (line 9 before line 10), the same whichever bundle comes first; not a counter of the manifest."""
+    bundles = [{"jsonl/not_json": 3, tally.WHERE: {"jsonl/not_json": ["a:10", "a:12", "a:30"]}},
+               {"jsonl/not_json": 4, tally.WHERE: {"jsonl/not_json": ["a:9", "a:11", "a:40", "b:1"]}},
+               {"jsonl/lines": 100}]
+    totals = []
+    for order in (bundles, bundles[::-1]):
+        acc = tally._Sum().create_accumulator()
+        for counts in order:
+            acc = tally._Sum().add_input(acc, counts)
+        totals.append(tally._Sum().extract_output(acc))
+    assert totals[0] == totals[1]
+    counts, where = tally.places(totals[0])
+    assert counts == {"jsonl/lines": 100, "jsonl/not_json": 7}
+    assert where == {"jsonl/not_json": ["a:9", "a:10", "a:11", "a:12", "a:30"]}
+    assert manifest.where_lines({"counters": counts, "where": where}) == [
+        "jsonl/not_json 7: a:9, a:10, a:11, a:12, a:30, ... (2 more)"]
+
+
 def test_a_counting_step_after_the_total_is_refused():
     p = beam.Pipeline()
     numbers = p | beam.Create([1, 2])

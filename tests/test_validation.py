@@ -2,6 +2,7 @@
 OUTPUT/validation/ (its shards, manifest and list of documents), carried through mask and pack, verified, and read
 by the trainer. No instance, and no random-next segment, crosses the split, in every objective."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -223,7 +224,12 @@ def test_mask_and_pack_carry_the_validation_set(tmp_path, capsys):
     assert cli.main(["pack", "--input", str(tmp_path / "shards"), "--output", str(tmp_path / "packed"), *ONE]) == 0
     packed = json.loads((tmp_path / "packed/validation/manifest.json").read_text())
     assert packed["packing"]["instances"] == held["counts"]["instances"] and packed["split"]["role"] == "validation"
-    capsys.readouterr()
+    # the job's counters: one column a side and their sum, each side's rows its manifest's (issue 38: a sum alone)
+    printed = capsys.readouterr().err
+    assert re.search(r"counter +training +validation +both sides", printed)
+    trained = json.loads((tmp_path / "packed/manifest.json").read_text())["counts"]["rows"]
+    rows = packed["counts"]["rows"]
+    assert re.search(rf"pack/rows +{trained:,} +{rows:,} +{trained + rows:,}\n", printed), printed
     for d in ("shards", "packed"):
         assert cli.main(["verify", str(tmp_path / d)]) == 0
     out = capsys.readouterr().out

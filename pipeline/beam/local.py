@@ -1,6 +1,11 @@
 """What a run on Beam's local runner needs around it: its worker processes stopped at once on Ctrl-C, and their
 stderr shown without the tracebacks Beam's workers print for a failing bundle.
 
+A terminal's Ctrl-C reaches the worker processes too, each of which logs a CRITICAL "sdk harness failed" record
+with its KeyboardInterrupt, which the local runner relays to the launcher's root logger (3 KB, the traceback inside
+one line): such a record is dropped however early it comes, and once the signal is seen nothing more is shown but
+bertprep's own line.
+
 Beam's SDK worker prints the traceback of every failing instruction on its stderr (sdk_worker.py, `print(...,
 file=sys.stderr)`, whatever the log level), and the local runner's worker processes share the launcher's
 stderr. The same failure reaches the launcher as an exception, which bertprep prints as one line (the traceback
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import shutil
 import signal
@@ -68,9 +74,10 @@ class TracebackFilter:
 
 
 @contextlib.contextmanager
-def filtered_stderr() -> Iterator[int]:
+def filtered_stderr(quiet: threading.Event) -> Iterator[int]:
     """fd 2 of this process (and of the worker processes started meanwhile) goes through a TracebackFilter to the
-    console; yields the console's own fd, for a message that must be out before the process ends."""
+    console, nothing once `quiet` is set; yields the console's own fd, for a message that must be out before the
+    process ends."""
     sys.stderr.flush()
     console = os.dup(2)
     read_end, write_end = os.pipe()
@@ -82,7 +89,8 @@ def filtered_stderr() -> Iterator[int]:
         with io.open(read_end, "rb", closefd=True) as lines:
             for raw in lines:
                 for line in keep.feed(raw.decode("utf-8", "replace").rstrip("\n")):
-                    os.write(console, (line + "\n").encode("utf-8", "replace"))
+                    if not quiet.is_set():
+                        os.write(console, (line + "\n").encode("utf-8", "replace"))
 
     pumping = threading.Thread(target=pump, name="bertprep-stderr", daemon=True)
     pumping.start()
@@ -106,15 +114,18 @@ def _left(directory: str) -> str:
 
 
 @contextlib.contextmanager
-def stop_on_interrupt(title: str, directory: str, temporary: str | None = None, console: int = 2):
+def stop_on_interrupt(title: str, directory: str, temporary: tuple[str, ...] = (), console: int = 2,
+                      quiet: threading.Event | None = None):
     """Ctrl-C (SIGINT) or SIGTERM ends a local run at once, whatever its threads are doing: Beam's local runner
     waits on its workers in calls that never see KeyboardInterrupt, so a signal went unanswered for minutes.
 
     The signal's number reaches a watcher thread through signal.set_wakeup_fd (written by the C-level handler,
-    even while the main thread is blocked); the watcher kills the worker processes, removes the job's own
-    temporary run files (`temporary`) and exits 130. Unless the job's last step had written the manifest already (a
-    signal in the last moment: the message says so), nothing has been published: the output holds only .incomplete/,
-    which the next --overwrite removes. Its message goes straight to `console`."""
+    even while the main thread is blocked); the watcher sets `quiet` and silences logging (the workers' records of
+    their own KeyboardInterrupt), kills the worker processes, removes the job's temporary directories (`temporary`:
+    its own run files, Beam's beam-pipeline-temp*, which only a pipeline that returns removes) and exits 130.
+    Unless the job's last step had written the manifest already (a signal in the last moment: the message says so),
+    nothing has been published: the output holds only .incomplete/, which the next --overwrite removes. Its message
+    goes straight to `console`."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -130,12 +141,15 @@ def stop_on_interrupt(title: str, directory: str, temporary: str | None = None, 
             if finished.is_set() or not data:
                 return
             if data[0] in (signal.SIGINT, signal.SIGTERM):
+                if quiet is not None:
+                    quiet.set()
+                logging.disable(logging.CRITICAL)
                 os.write(console, f"\n{title}: interrupted: worker processes stopped; {_left(directory)}\n".encode())
                 for pid in descendants(os.getpid()):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-                if temporary:
-                    shutil.rmtree(temporary, ignore_errors=True)
+                for path in temporary:
+                    shutil.rmtree(path, ignore_errors=True)
                 os._exit(130)
 
     watcher = threading.Thread(target=watch, name="bertprep-interrupt", daemon=True)
@@ -153,9 +167,20 @@ def stop_on_interrupt(title: str, directory: str, temporary: str | None = None, 
         os.close(write_end)
 
 
+def _not_interrupted(record: logging.LogRecord) -> bool:
+    """False for a worker's relayed record of its own KeyboardInterrupt: the Ctrl-C that bertprep reports itself."""
+    return "KeyboardInterrupt" not in record.getMessage()
+
+
 @contextlib.contextmanager
-def guarded(title: str, directory: str, temporary: str | None, tracebacks: bool):
+def guarded(title: str, directory: str, temporary: tuple[str, ...], tracebacks: bool):
     """Both guards of a local run: Ctrl-C, and (unless `tracebacks`) the workers' tracebacks kept off stderr."""
-    with (contextlib.nullcontext(2) if tracebacks else filtered_stderr()) as console, \
-            stop_on_interrupt(title, directory, temporary, console):
-        yield
+    quiet = threading.Event()
+    root = logging.getLogger()   # where the local runner relays its workers' log records
+    root.addFilter(_not_interrupted)
+    try:
+        with (contextlib.nullcontext(2) if tracebacks else filtered_stderr(quiet)) as console, \
+                stop_on_interrupt(title, directory, temporary, console, quiet):
+            yield
+    finally:
+        root.removeFilter(_not_interrupted)

@@ -75,10 +75,12 @@ def publish(job: Publication, written: list[dict], counts: Counts) -> dict:
     return publish_all([job], [written], counts)[0]
 
 
-def publish_all(jobs: list[Publication], written: list[list[dict]], counts: Counts) -> list[dict]:
+def publish_all(jobs: list[Publication], written: list[list[dict]], counts: Counts,
+                where: dict[str, list[str]] | None = None) -> list[dict]:
     """`publish` for a job of several outputs (a validation set beside its training set): every output is checked
     before any is moved, so a failed check publishes none, and they are published in order, the last one's
-    manifest last (the training set's, whose directory holds the others)."""
+    manifest last (the training set's, whose directory holds the others). `where`: the first places of the counts
+    that name theirs (tally.WHERE), kept in each manifest's counts as "where"."""
     try:
         written = [checked(job, files, counts) for job, files in zip(jobs, written)]
     except (RecordsLostError, manifest.ManifestError):
@@ -91,6 +93,8 @@ def publish_all(jobs: list[Publication], written: list[list[dict]], counts: Coun
         entries = shards.publish(out.directory, files, job.side_files)
         _check_sizes(out, files, job.side_files)
         m = job.describe(entries, counts)
+        if where:
+            m["counts"]["where"] = where
         for name, data in (job.finish(m, files) if job.finish else {}).items():
             storage.write_bytes(storage.join(out.directory, name), data)   # the same bytes if published twice
         manifest.write(out.directory, m)
@@ -140,8 +144,8 @@ class _Publish(beam.DoFn):
         _, items = group
         items = list(items)
         written = [[value for kind, value in items if kind == i] for i in range(len(self.jobs))]
-        counts = next(value for kind, value in items if kind == "counts")
-        publish_all(list(self.jobs), written, counts)
+        counts, where = tally.places(next(value for kind, value in items if kind == "counts"))
+        publish_all(list(self.jobs), written, counts, where)
         yield storage.join(self.jobs[-1].out.directory, manifest.NAME)
 
 

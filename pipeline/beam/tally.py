@@ -11,12 +11,14 @@ any runner.
     out = pcoll | "Step" >> tally.FlatMap(fn, arg)    # fn(element, arg, count=...) counts through `count`
     self.count(*tally.parts(TOKENIZED))               # a count other modules read: its full name, a constant
     counts = tally.total(pipeline)                    # the last step built: one dict of every tally, summed
+    self.count("jsonl", "not_json", where=("a.jsonl:3",))   # and where: the first few kept (counts[WHERE])
 
 A ParDo registers its tally with its pipeline; `total` takes every one registered, so it is built last (a
 registration after it is refused).
 """
 from __future__ import annotations
 
+import re
 import weakref
 from typing import Callable, Iterable
 
@@ -24,8 +26,11 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
+from pipeline.formats.documents import WHERE_SHOWN
+
 TAG = "tally"
-Counts = dict[str, int]   # "namespace/name" -> n
+Counts = dict[str, int]   # "namespace/name" -> n; and under WHERE, {"namespace/name": [where, ...]}
+WHERE = "@where"          # not a counter: the places counts were made at (Count.where), the first WHERE_SHOWN each
 
 _REGISTERED: "weakref.WeakKeyDictionary[beam.Pipeline, list]" = weakref.WeakKeyDictionary()
 _CLOSED = object()
@@ -34,10 +39,13 @@ _CLOSED = object()
 class DoFn(beam.DoFn):
     """A DoFn that counts with `self.count(namespace, name, n)`: a Beam counter, and its bundle's tally."""
 
-    def count(self, namespace: str, name: str, n: int = 1) -> None:
+    def count(self, namespace: str, name: str, n: int = 1, where: tuple[str, ...] = ()) -> None:
         key = f"{namespace}/{name}"
         tally = self.__dict__.setdefault("_tally", {})
         tally[key] = tally.get(key, 0) + n
+        if where:
+            places = tally.setdefault(WHERE, {}).setdefault(key, [])
+            places.extend(where[:WHERE_SHOWN - len(places)])
         metrics = self.__dict__.setdefault("_metrics", {})
         counter = metrics.get(key)
         if counter is None:
@@ -123,7 +131,12 @@ class _Sum(beam.CombineFn):
 
     def add_input(self, acc: Counts, counts: Counts) -> Counts:
         for key, n in counts.items():
-            acc[key] = acc.get(key, 0) + n
+            if key == WHERE:   # the first places in sorted order, whatever the bundles' order
+                found = acc.setdefault(WHERE, {})
+                for counter, places in n.items():
+                    found[counter] = sorted(set(found.get(counter, [])) | set(places), key=_natural)[:WHERE_SHOWN]
+            else:
+                acc[key] = acc.get(key, 0) + n
         return acc
 
     def merge_accumulators(self, accumulators) -> Counts:
@@ -135,6 +148,17 @@ class _Sum(beam.CombineFn):
 
     def extract_output(self, acc: Counts) -> Counts:
         return dict(sorted(acc.items()))
+
+
+def _natural(place: str) -> tuple:
+    """"a.jsonl:10" after "a.jsonl:9": numbers compared as numbers."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", place))
+
+
+def places(counts: Counts) -> tuple[Counts, dict[str, list[str]]]:
+    """A total -> (its counters, the places of those that name theirs)."""
+    counts = dict(counts)
+    return counts, counts.pop(WHERE, {})
 
 
 class _Total(beam.PTransform):

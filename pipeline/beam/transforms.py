@@ -76,7 +76,7 @@ class _Counted(tally.DoFn):
     def process(self, element):
         for item in self.fn(element, **self.kwargs):
             if isinstance(item, Count):
-                self.count(self.namespace, item.name, item.n)
+                self.count(self.namespace, item.name, item.n, item.where)
             else:
                 yield item
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 from pipeline.commands import flags, groups, plans
 from pipeline.commands.flags import nonnegative_int, positive_int, vocab_file
-from pipeline.jobs.errors import Refused
+from pipeline.jobs.errors import Refused, without_transform_path
 
 BEAM_COMMANDS = tuple(plans.COMMANDS)   # extract, pairs, mask, prepare, pack, convert, dedup, decontaminate
 
@@ -148,6 +148,9 @@ def beam_flags() -> dict[str, bool]:
     return Recorder.names
 
 
+BEAM_VALUE_EXAMPLES = {"--dry_run": "True"}   # a Beam flag that reads as a switch but takes a value
+
+
 def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     """`COMMAND FLAGS...` -> (command, args); exits 2 with one line on any flag the command does not take. For a
     Beam command, args.beam_args holds the Beam flags (checked against Beam's option classes)."""
@@ -172,6 +175,9 @@ def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     if extra and command in BEAM_COMMANDS:
         for i, token in enumerate(extra):
             name = token.split("=", 1)[0]
+            if takes_value.get(token) and (i + 1 == len(extra) or extra[i + 1].startswith("--")):
+                # else Beam's own parser prints its usage as if it were ours
+                parser.error(f"{token} needs a value: {token}={BEAM_VALUE_EXAMPLES.get(token, 'VALUE')}")
             if name.startswith("--") and name in beam:
                 continue
             previous = extra[i - 1].split("=", 1)[0] if i else ""
@@ -233,6 +239,7 @@ def one_line(error: BaseException) -> str:
     line = lines[-1] if lines else type(error).__name__
     if isinstance(error, OSError) and error.filename and not lines:
         line = f"{error.filename}: {error.strerror}"
+    line = without_transform_path(line)
     # a worker process's error arrives as its traceback's last line: "package.module.SomeError: message"
     return re.sub(r"^(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?:Error|Exception): ", "", line)
 

@@ -440,6 +440,8 @@ def main(args) -> int:
     else:
         inspect_documents(opened.files, m, args.examples)
     inspect_corpora(m)
+    for line in manifest.where_lines(m.get("counts", {})):   # every skip, and where the first few were
+        print(f"  {line}")
     if len(opened.manifests) == 1:
         inspect_split(next(iter(opened.manifests)), m)
     if len(opened.manifests) == 1:

@@ -44,9 +44,15 @@ class Document:
 
 @dataclass(frozen=True)
 class Count:
-    """An event for a named counter: `n` more of `name` (e.g. a kept article or a dropped redirect)."""
+    """An event for a named counter: `n` more of `name` (e.g. a kept article or a dropped redirect); `where`: the
+    file (file:line) it is about, for a count a user must be able to find (a skipped record, a decoding fallback):
+    the first few are shown at the end of the job and kept in the manifest."""
     name: str
     n: int = 1
+    where: tuple[str, ...] = ()   # the first WHERE_SHOWN places, "path:line", "path: row 7" or "path (encoding)"
+
+
+WHERE_SHOWN = 5   # places kept of each count that names them: enough to find the damage, not a list of it
 
 
 FILE_PATTERN = "documents-*.jsonl.gz"

@@ -92,6 +92,18 @@ def read(directory: str) -> dict[str, Any]:
         raise ManifestError(f"{path}: not valid JSON: {e}") from None
 
 
+def where_lines(counts: dict[str, Any]) -> list[str]:
+    """A manifest's counts -> a line for each count that names where it was made (counts["where"], the first few
+    places of a skipped record or a decoding fallback: pipeline/beam/tally.py), "jsonl/not_json 2: a.jsonl:3, ..."."""
+    values = counts.get("counters", {})
+    lines = []
+    for name, places in sorted(counts.get("where", {}).items()):
+        n = values.get(name, len(places))
+        more = f", ... ({n - len(places):,} more)" if n > len(places) else ""
+        lines.append(f"{name} {n:,}: {', '.join(places)}{more}")
+    return lines
+
+
 def sha256_of(directory: str) -> str:
     return hashlib.sha256(storage.read_bytes(path_in(directory))).hexdigest()
 

@@ -31,7 +31,7 @@ class Plan:
 
 def run(plan: Plan, options) -> dict | None:
     """Plans, builds and runs the job; returns the manifest it published (None: left to run on Dataflow)."""
-    inputs = sources.corpus_inputs(plan.corpora, plan.read.text_field)
+    inputs = sources.corpus_inputs(plan.corpora, plan.read)
     files = [f for _, fs, _ in inputs for f in fs]
     sizes = {f: n for _, _, sz in inputs for f, n in sz.items()}
     estimate = sizing.document_bytes(sum(sizing.input_tokens(kind, sz) for kind, _, sz in inputs))

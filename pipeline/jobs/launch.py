@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Callable
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
@@ -22,7 +23,7 @@ from pipeline.beam.options import (chooses_workers, is_dataflow, is_dry_run, is_
 from pipeline.beam.publish import Output, Publication
 from pipeline.beam.shuffle import ShuffleConfig
 from pipeline.formats import manifest, storage
-from pipeline.jobs.errors import Refused
+from pipeline.jobs.errors import Refused, without_transform_path
 from pipeline.jobs.settings import Running
 from pipeline.text import vocab_fit
 
@@ -41,21 +42,47 @@ IN_PROCESS_BELOW_TOKENS = 2_000_000
 _chosen: tuple[tuple, str] | None = None
 
 
-def counters(result) -> dict[str, int]:
-    """Every Beam counter of a finished pipeline as {"namespace/name": value} (committed where available)."""
+HELD_OUT_PREFIX = "Validation"   # the labels of a job's validation-side steps (pipeline/jobs/__init__.py)
+
+
+def counters(result, steps: Callable[[str], bool] = lambda label: True) -> dict[str, int]:
+    """Every Beam counter of a finished pipeline as {"namespace/name": value} (committed where available); with
+    `steps`, only those of the steps whose top label it accepts."""
     out = {}
     for c in result.metrics().query(MetricsFilter())["counters"]:
+        if not steps((c.key.step or "").split("/")[0]):
+            continue
         value = c.committed if c.committed is not None else c.attempted
         key = f"{c.key.metric.namespace}/{c.key.metric.name}"
         out[key] = out.get(key, 0) + int(value or 0)
     return dict(sorted(out.items()))
 
 
-def print_counters(title: str, values: dict[str, int], seconds: float) -> None:
+def held_out(label: str) -> bool:
+    """A validation side's step (SplitValidation, ListValidation ... are the split's own, of both sides)."""
+    return label.startswith(HELD_OUT_PREFIX)
+
+
+def the_splits(label: str) -> bool:
+    """A step of the split itself (SplitValidation, ListValidation, ...): it counts documents of both sides."""
+    return HELD_OUT_PREFIX in label and not held_out(label)
+
+
+def print_counters(title: str, values: dict[str, int], seconds: float, held: dict[str, int] | None = None,
+                   split: dict[str, int] | None = None) -> None:
+    """The job's counters; with a validation side (`held`: its part of each) one column a side and their sum, so
+    that no count reads as the training side's alone. A count only the split's steps made (`split`) is of neither
+    side: "-" in both columns."""
     print(f"\n{title}: finished in {seconds:.1f} s", file=sys.stderr)
     width = max([len(k) for k in values] + [10])
+    if not held:
+        for k, v in values.items():
+            print(f"  {k:<{width}}  {v:>12,}", file=sys.stderr)
+        return
+    print(f"  {'counter':<{width}}  {'training':>12}  {'validation':>12}  {'both sides':>12}", file=sys.stderr)
     for k, v in values.items():
-        print(f"  {k:<{width}}  {v:>12,}", file=sys.stderr)
+        sides = ("-", "-") if (split or {}).get(k) == v else (f"{v - held.get(k, 0):,}", f"{held.get(k, 0):,}")
+        print(f"  {k:<{width}}  {sides[0]:>12}  {sides[1]:>12}  {v:>12,}", file=sys.stderr)
 
 
 def print_unk_share(title: str, values: dict[str, int]) -> None:
@@ -227,7 +254,9 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
     try:
         for attempt in range(retries + 1):
             try:
-                with local.guarded(title, out.directory, temporary, tracebacks) if is_local_runner(p.options) \
+                # Beam's own temporary directory is removed when p.run() returns: by the guard if it never does
+                scratch = tuple(d for d in (temporary, getattr(p, "local_tempdir", None)) if d)
+                with local.guarded(title, out.directory, scratch, tracebacks) if is_local_runner(p.options) \
                         else own_tempdir() if is_dataflow(p.options) else contextlib.nullcontext():
                     result = p.run()
                     if wait:
@@ -236,8 +265,9 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
             except Exception as e:
                 if attempt == retries:
                     raise
+                last = str(e).strip().splitlines()[-1] if str(e).strip() else ""
                 print(f"{title}: attempt {attempt + 1} of {retries + 1} failed ({type(e).__name__}: "
-                      f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); running the pipeline again",
+                      f"{without_transform_path(last)}); running the pipeline again",
                       file=sys.stderr)
                 shards.remove_incomplete(out.directory)
         if is_dry_run(p.options):
@@ -258,7 +288,10 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
     if differ:
         print(f"{title}: warning: the runner's counters differ from the counts the job published ({differ})",
               file=sys.stderr)
-    print_counters(title, values, time.time() - start)
+    print_counters(title, values, time.time() - start, counters(result, held_out),
+                   counters(result, the_splits))
+    for line in manifest.where_lines(m["counts"]):   # skipped records, decoding fallbacks: where to look
+        print(f"{title}: {line}", file=sys.stderr)
     print_unk_share(title, values)
     return m
 

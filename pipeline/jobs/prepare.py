@@ -77,7 +77,7 @@ class Side:
 
 def run(plan: Plan, options) -> dict | None:
     """Plans, builds and runs the job; returns the manifest it published (None: left to run on Dataflow)."""
-    found = sources.corpus_inputs(plan.corpora, plan.read.text_field)   # [(kind, files, {file: bytes})]
+    found = sources.corpus_inputs(plan.corpora, plan.read)   # [(kind, files, {file: bytes})]
     tokens_of = {kind: sizing.input_tokens(kind, sz) for kind, _, sz in found}
     documents_of = {kind: sizing.input_documents(kind, sz, tokens_of[kind]) for kind, _, sz in found}
     sides = plan_sides(plan, found, tokens_of, documents_of)

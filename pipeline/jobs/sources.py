@@ -11,7 +11,7 @@ import apache_beam as beam
 from corpora import kinds, text
 from corpora.kinds import RECORD_KINDS, ReadParams
 from pipeline.beam import sizing, transforms
-from pipeline.formats import evalsets, manifest, storage
+from pipeline.formats import compressed, evalsets, manifest, storage
 from pipeline.jobs import launch
 from pipeline.jobs.errors import Refused
 
@@ -34,12 +34,13 @@ def expand_inputs(spec: str, what: str = "input") -> list[str]:
 
 
 
-def check_kind(kind: str, files: list[str], text_field: str | None = None) -> None:
+def check_kind(kind: str, files: list[str], text_field: str | None = None, skip_bad_files: bool = False) -> None:
     """Refuses, before the job, a file given as a corpus it is not: a file whose name says it is another kind (a
     MediaWiki dump, a Parquet or JSON Lines file), or one its kind's check refuses (corpora/kinds.py: as wikipedia
     anything that does not start as bz2 or XML does, a 4-byte read per dump; as parquet a file without a
     `text_field` text column, its footer read; as jsonl a local file whose first lines hold no JSON record with
-    `text_field`). `text_field` (--text-field) is needed for those two kinds only."""
+    `text_field`). `text_field` (--text-field) is needed for those two kinds only. A local .gz or .bz2 file cut
+    short is refused too (pipeline/formats/compressed.py), unless `skip_bad_files` (the job counts it)."""
     entry = kinds.KINDS[kind]
     for f in files:
         for named in kinds.KINDS.values():
@@ -48,15 +49,27 @@ def check_kind(kind: str, files: list[str], text_field: str | None = None) -> No
         problem = entry.refusal(f, text_field)
         if problem:
             raise manifest.ManifestError(problem)
+        cut = None if skip_bad_files else _cut_short(f)
+        if cut:
+            raise manifest.ManifestError(f"{cut} (--skip-bad-files counts and skips such a file instead)")
 
 
-def corpus_inputs(corpora: list[tuple[str, str]], text_field: str) -> list[tuple[str, list[str], dict[str, int]]]:
+def _cut_short(path: str) -> str | None:
+    """Why a local compressed file (or one in a local directory, as books are given) was cut short, or None."""
+    local = path.removeprefix("file://")
+    if not storage.is_local(path) or not os.path.exists(local):
+        return None
+    inside = sorted(os.path.join(local, n) for n in os.listdir(local)) if os.path.isdir(local) else [local]
+    return next((why for f in inside if os.path.isfile(f) and (why := compressed.cut_short(f))), None)
+
+
+def corpus_inputs(corpora: list[tuple[str, str]], read: ReadParams) -> list[tuple[str, list[str], dict[str, int]]]:
     """(kind, files, {file: bytes}) for each corpus [(kind, comma-joined globs)] (--input), in the order given, each
     file checked for its kind at planning time."""
     found = []
     for kind, spec in corpora:
         files = expand_inputs(spec)
-        check_kind(kind, files, text_field)
+        check_kind(kind, files, read.text_field, read.skip_bad_files)
         found.append((kind, files, sizing.local_sizes(files)))
     return found
 
