@@ -158,7 +158,8 @@ def clean_wikitext(text: str, site: Site = ENGLISH) -> list[str]:
     bracketed external links ([http://x label] -> label); bold and italic text without its quote marks; the
     inner text of HTML tags not listed below, and <nowiki> content as plain text; HTML entities decoded
     (&amp; -> &), with &nbsp; and every other Unicode space turned into a plain space.
-    Dropped: section headings with their title; list items (lines starting with * # ; :) and HTML lists;
+    Dropped: section headings with their title; list items (lines starting with * # ; :) and HTML lists; a
+    list's lead-in line ("Side one:") with its list;
     wiki and HTML tables with everything in them; every template and parser function ({{...}}); <ref>s and
     the other extension tags listed in _DROPPED_EXTENSION_TAGS (math, gallery, code, timelines, ...);
     File/Image/Media links with their captions and category links, by the site's names for them (`Site`,
