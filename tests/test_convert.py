@@ -109,7 +109,12 @@ def test_masked_shards_round_trip_through_datasets_and_streaming(made, tmp_path)
     splits = datasets.load_dataset(str(tmp_path / "pq"), cache_dir=str(tmp_path / "hf-cache2"))
     assert splits["train"].num_rows == len(records["input_ids"])
     assert splits["validation"].num_rows == len(held["input_ids"])
-    assert "labels" in (tmp_path / "pq" / "README.md").read_text()
+    card = (tmp_path / "pq" / "README.md").read_text()
+    assert "labels" in card
+    # published as is: the vocab by name and sha256, no path of this machine
+    sha256 = json.loads((made / "shards" / "manifest.json").read_text())["vocab"]["sha256"]
+    assert f"vocab: `{UNCASED_VOCAB.name}`" in card and sha256 in card, card
+    assert str(tmp_path) not in card and str(made) not in card and str(REPO) not in card, card
 
     m = convert(made / "shards", tmp_path / "mds", "mds")
     rows = streaming_rows(tmp_path / "mds", tmp_path)

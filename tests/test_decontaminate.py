@@ -4,6 +4,7 @@ sample and on random texts; documents with no match are left byte for byte; eval
 Lines or text, and a bad one is refused in one line; `bertprep decontaminate` and `prepare --decontaminate` report
 every document they touch and reconcile their counts."""
 import contextlib
+import dataclasses
 import io
 import json
 import random
@@ -94,6 +95,28 @@ def test_every_sample_document_as_the_janitor_leaves_it(sample_docs):
                 assert kept is d   # byte for byte
         if params == contamination.Params():
             assert all(kinds.values()), kinds   # the check sees every case
+
+
+def test_a_report_entry_says_why_and_which_max_matches_would_cut_instead(sample_docs):
+    """One 33-word sentence of a long article: 21 matching 13-grams drop it at the default --max-matches (10); its
+    entry names 21, which cuts it (20 drops it), and a cut document's entry says what was cut."""
+    doc = max(sample_docs, key=lambda d: len("\n".join(d.paragraphs)))
+    words = max(doc.paragraphs, key=len).split()
+    sentence = " ".join(words[5:38])
+    dropped, entry = decontaminate.clean(doc, contaminants([sentence]))
+    assert dropped is None and entry["action"] == "dropped" and entry["matches"] == 21, entry
+    assert entry["cut_with_max_matches"] == 21
+    assert entry["why"].startswith("more than 10 matches (21): --max-matches 21 would cut it instead, keeping "), entry
+    kept, cut = decontaminate.clean(doc, contaminants([sentence], contamination.Params(max_matches=21)))
+    assert cut["action"] == "cut" and kept is not None and cut["characters_removed"] < 700, cut
+    assert cut["why"] == ("21 matching 13-word n-grams (--max-matches 21 allowed), each cut out with the 200 "
+                          "characters either side") and "cut_with_max_matches" not in cut
+    assert f"keeping {cut['characters'] - cut['characters_removed']:,} of its {cut['characters']:,}" in entry["why"]
+    assert decontaminate.clean(doc, contaminants([sentence], contamination.Params(max_matches=20)))[0] is None
+    # nothing to cut to: the whole text is the eval example
+    short = dataclasses.replace(doc, paragraphs=[" ".join(words[:60])])
+    _, whole = decontaminate.clean(short, contaminants([" ".join(words[:60])]))
+    assert whole["cut_with_max_matches"] is None and "would leave no fragment longer than 200" in whole["why"]
 
 
 WORDS = ["the", "The", "cat", "CAT,", "sat", "(on)", "a", "mat.", "--", "?!", "Ünïcode", "NAÏVE", "x-y", "'", "é",

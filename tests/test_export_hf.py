@@ -1,6 +1,7 @@
 """export-hf writes a directory the HF ecosystem uses as is (issue 28): the weights beside the run's own vocab and a
 tokenizer that `AutoTokenizer` and `pipeline("fill-mask")` load with no extra step; an OUT_DIR in use and a missing
 or other vocab are refused in one line. Real shards: `bertprep prepare` on a bundled book with google's vocab."""
+import json
 import os
 
 import pytest
@@ -22,14 +23,20 @@ FILES = ["config.json", "model.safetensors", "special_tokens_map.json", "tokeniz
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """RUN_DIR of 2 steps of a tiny model (hidden 32, 2 layers, google's 30,522 ids) on prepared shards."""
+    """RUN_DIR of 2 steps of a tiny model (hidden 32, 2 layers, google's 30,522 ids) on prepared shards, made with
+    --vocab relative to the samples' directory (export-hf runs from another)."""
     root = tmp_path_factory.mktemp("export")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # tests/conftest.py's one_thread, for a module's fixture
-    assert cli.main(["prepare", "books", "--input", str(SAMPLES / "books" / "carroll-alice.txt"), "--vocab",
-                     str(UNCASED_VOCAB), "--max-seq-length", str(L), "--max-predictions-per-seq", "10",
-                     "--dupe-factor", "1", "--num-shards", "1", "--output", str(root / "shards"),
-                     "--preset", "local-1"]) == 0
+    here = os.getcwd()
+    os.chdir(UNCASED_VOCAB.parent)
+    try:
+        assert cli.main(["prepare", "books", "--input", str(SAMPLES / "books" / "carroll-alice.txt"), "--vocab",
+                         UNCASED_VOCAB.name, "--max-seq-length", str(L), "--max-predictions-per-seq", "10",
+                         "--dupe-factor", "1", "--num-shards", "1", "--output", str(root / "shards"),
+                         "--preset", "local-1"]) == 0
+    finally:
+        os.chdir(here)
     config = root / "tiny.json"
     config.write_text(BertConfig(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37,
                                  max_position_embeddings=128).to_json())
@@ -92,6 +99,14 @@ def test_an_out_dir_in_use_is_refused_without_overwrite(run, tmp_path, capsys):
     assert sorted(os.listdir(out)) == sorted(FILES + ["README.md"])   # replaces its own files, keeps the others
     assert export(run, out, "--overwrite") == 0
     assert "is a file" in refusal(capsys, run, out / "README.md")
+
+
+def test_a_relative_vocab_is_recorded_absolute_and_found_from_any_directory(run, tmp_path, monkeypatch):
+    m = json.loads((run.parent / "shards" / "manifest.json").read_text())
+    assert m["vocab"]["path"] == str(UNCASED_VOCAB)   # typed as vocab-uncased.txt in the samples' directory
+    monkeypatch.chdir(tmp_path)
+    assert export(run, "hf") == 0
+    assert (tmp_path / "hf" / "vocab.txt").read_bytes() == UNCASED_VOCAB.read_bytes()
 
 
 def test_a_missing_or_other_vocab_is_refused_in_one_line(run, tmp_path, capsys):

@@ -17,6 +17,7 @@ from model.config import BertConfig, embedding_rows
 from model.hf import UNPREDICTED_BIAS
 from pipeline.commands import cli, training
 from pipeline.formats import schema
+from pipeline.jobs import inputs
 from pipeline.text import subwords
 from tests.conftest import SAMPLES
 
@@ -189,6 +190,14 @@ def test_export_loads_in_transformers_and_fill_mask_answers(made, tmp_path, caps
 
     answers = transformers.pipeline("fill-mask", model=str(out))("The cat sat on the [MASK].")
     assert len(answers) == 5 and all(a["token"] < 50262 and a["token_str"] for a in answers), answers
+
+
+def test_a_relative_tokenizer_is_recorded_by_absolute_path(tmp_path, monkeypatch):
+    """The manifest's entry (what export-hf finds it by) holds no path relative to where the job ran."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["vocab", "--extend", GPT2, "--output", "bert-gpt2.json"]) == 0
+    entry = inputs.tokenizer_entry("bert-gpt2.json")
+    assert entry["path"] == str(tmp_path / "bert-gpt2.json") and entry["sha256"] == subwords.sha256("bert-gpt2.json")
 
 
 def test_export_refuses_another_tokenizer_or_a_vocab_in_one_line(made, tmp_path, capsys):

@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import re
+import sys
 import types
 
 import numpy as np
@@ -342,6 +343,10 @@ def _run_rank(rank, world, port, argv):
     torch.set_num_threads(1)
     try:
         code = cli.main(["train", *argv])
+    except SystemExit as e:   # as the interpreter ends a process: a message is printed (exit 1), a number is the code
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        code = 1 if isinstance(e.code, str) else e.code or 0
     except BaseException:
         import traceback
         traceback.print_exc()

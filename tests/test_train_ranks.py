@@ -68,17 +68,35 @@ def test_overwrite_with_a_late_rank_completes_every_time(tmp_path, shards, tiny_
 
 def test_an_output_the_ranks_do_not_share_stops_every_rank_in_one_line(tmp_path, shards, tiny_json):
     """Rank 1's --output is its own empty directory (a node's local disk) while rank 0's holds a run to resume:
-    every rank stops, with the same line, before any step (before: rank 0 resumed at step 2, rank 1 at 0: hang)."""
+    every rank stops, exit 2, before any step (before: rank 0 resumed at step 2, rank 1 at 0: hang); rank 0 says
+    why in one line, the others nothing (the same line once per rank, as torchrun interleaves them, reads as many)."""
     assert cli.main(["train", *argv_for(shards, tiny_json, tmp_path / "shared", "--steps", "2")]) == 0
     argvs = [argv_for(shards, tiny_json, tmp_path / "shared", "--resume"),
              argv_for(shards, tiny_json, tmp_path / "local1", "--resume")]
     ranks, errs = start(tmp_path, argvs)
     assert join_ranks(ranks, 120) == [2, 2], [open(e).read()[-2000:] for e in errs]
-    for e in errs:
-        lines = [line for line in open(e).read().splitlines() if line.strip()]
-        assert len(lines) == 1 and "is not shared: rank(s) 1 of 2 cannot see" in lines[0], lines
+    lines = [line for line in open(errs[0]).read().splitlines() if line.strip()]
+    assert len(lines) == 1 and "is not shared: rank(s) 1 of 2 cannot see" in lines[0], lines
+    assert open(errs[1]).read() == ""
     assert [json.loads(line)["step"] for line in open(tmp_path / "shared" / "log.jsonl")] == [0, 1]   # untouched
     assert not (tmp_path / "local1").exists() or not os.listdir(tmp_path / "local1")
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--steps", "0"], "bertprep train: argument --steps: "),                                # a flag's value
+    (["--batch-size", "3"], "bertprep train: error: --batch-size 3 is not divisible by world size 2"),   # the plan
+    (["--data", "MISSING"], "bertprep train: error: "),                                       # the shards
+])
+def test_a_refusal_under_torchrun_is_printed_by_rank_0_alone(tmp_path, shards, tiny_json, extra, says):
+    """Every rank is refused alike (the same flags, the same files) and exits 2; rank 0 alone prints the line
+    (before: one copy a rank, then torchrun's report of each failed child, which stays)."""
+    extra = [str(tmp_path / "missing") if e == "MISSING" else e for e in extra]
+    argv = argv_for(shards, tiny_json, tmp_path / "run", *extra)
+    ranks, errs = start(tmp_path, [argv, argv])
+    assert join_ranks(ranks, 120) == [2, 2], [open(e).read()[-2000:] for e in errs]
+    lines = [line for line in open(errs[0]).read().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(says), lines
+    assert open(errs[1]).read() == ""
 
 
 def test_a_rank_that_dies_ends_the_others(tmp_path, shards, tiny_json):

@@ -122,6 +122,8 @@ _BLOCK_TAGS = frozenset({"table", "ul", "ol", "dl", "h1", "h2", "h3", "h4", "h5"
                          "blockquote", "center", "poem", "pre", "gallery", "references", "syntaxhighlight"})
 _LIST_MARK = "\x00"    # written by the walk where a list item starts; its whole line is dropped afterwards
 _PARAGRAPH_BREAK = "\n\n"
+_BLOCK_MARK = "\x02"   # a line of its own where the walk dropped a heading or a table: no list's lead-in before it
+_BLOCK_BREAK = f"{_PARAGRAPH_BREAK}{_BLOCK_MARK}{_PARAGRAPH_BREAK}"
 
 _STYLE_QUOTES = re.compile(r"'{2,}")  # ''italic'' and '''bold''' marks (parsed with skip_style_tags)
 _INVISIBLE = re.compile("[\u00ad\u200b\u2060\ufeff]")  # soft hyphen, zero-width space, word joiner, BOM
@@ -143,6 +145,10 @@ _TIDYING = [
     (re.compile(r" ?\x01 ?(?=[,;:.!?)\]])"), ""),                              # a space before punctuation
 ]
 _SPACES = re.compile(r"\s+")
+# A list's lead-in (dropped with the list): the sample's run to 11 words ("The following events are closely
+# associated with the annual Academy Awards:"); a longer line, or one holding a sentence end, is prose and stays.
+_LEAD_IN_WORDS = 15
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+[A-Z]")
 
 
 def clean_wikitext(text: str, site: Site = ENGLISH) -> list[str]:
@@ -152,7 +158,8 @@ def clean_wikitext(text: str, site: Site = ENGLISH) -> list[str]:
     bracketed external links ([http://x label] -> label); bold and italic text without its quote marks; the
     inner text of HTML tags not listed below, and <nowiki> content as plain text; HTML entities decoded
     (&amp; -> &), with &nbsp; and every other Unicode space turned into a plain space.
-    Dropped: section headings with their title; list items (lines starting with * # ; :) and HTML lists;
+    Dropped: section headings with their title; list items (lines starting with * # ; :) and HTML lists; a
+    list's lead-in line ("Side one:") with its list;
     wiki and HTML tables with everything in them; every template and parser function ({{...}}); <ref>s and
     the other extension tags listed in _DROPPED_EXTENSION_TAGS (math, gallery, code, timelines, ...);
     File/Image/Media links with their captions and category links, by the site's names for them (`Site`,
@@ -169,7 +176,7 @@ def clean_wikitext(text: str, site: Site = ENGLISH) -> list[str]:
 
 def _pre_strip(text: str, language: str) -> str:
     """Cuts comments, extension tags and templates with regexes and a brace matcher (see above)."""
-    text = text.replace(_LIST_MARK, "").replace(_HOLE, "")
+    text = text.replace(_LIST_MARK, "").replace(_HOLE, "").replace(_BLOCK_MARK, "")
     if "<!--" in text:
         text = _COMMENT.sub("", text)
     if "<" in text:
@@ -281,7 +288,7 @@ def _render(code, out: list[str], no_text: frozenset[str]) -> None:
             if node.brackets and node.title is not None:
                 _render(node.title, out, no_text)
         elif kind is Heading:
-            out.append(_PARAGRAPH_BREAK)
+            out.append(_BLOCK_BREAK)
         # Template, Argument and Comment nodes (normally cut before parsing) carry no prose: dropped.
 
 
@@ -311,7 +318,9 @@ def _render_tag(node: Tag, out: list[str], no_text: frozenset[str]) -> None:
     if markup is not None:
         if markup in ("*", "#", ";", ":"):
             out.append(_LIST_MARK)
-        elif markup in ("{|", "----"):
+        elif markup == "{|":
+            out.append(_BLOCK_BREAK)
+        elif markup == "----":
             out.append(_PARAGRAPH_BREAK)
         elif node.contents is not None:  # ''/''' only when a caller parses with style tags
             _render(node.contents, out, no_text)
@@ -332,23 +341,41 @@ def _render_tag(node: Tag, out: list[str], no_text: frozenset[str]) -> None:
 
 
 def _paragraphs(text: str) -> list[str]:
-    """Rendered text -> paragraphs: drops list lines and table residue, joins lines, collapses spaces."""
+    """Rendered text -> paragraphs: drops list lines and table residue, and a list's lead-in with the list (a
+    paragraph of one short line ending in ":", "Side one:", "Some of the proposed mechanisms are:", with only blank
+    lines before the list); joins lines, collapses spaces."""
     text = _STYLE_QUOTES.sub("", text)
     text = _INVISIBLE.sub("", text)
-    paragraphs, lines = [], []
+    paragraphs, lines, lead_in = [], [], False   # lead_in: the last paragraph would introduce a list that came next
     for line in text.split("\n") + [""]:   # the final "" ends the last paragraph
         line = line.strip()
         bare = _EDGE_HOLES.sub("", line) if _HOLE in line else line   # what the line shows, for the checks
-        if bare and not (bare[0] == _LIST_MARK or bare.startswith(_TABLE_RESIDUE) or _HEADING_LINE.match(bare)):
+        if bare and not (bare[0] in (_LIST_MARK, _BLOCK_MARK) or bare.startswith(_TABLE_RESIDUE)
+                         or _HEADING_LINE.match(bare)):
             lines.append(line)
-        elif lines:  # a blank line, a list item, a table row or a heading ends the paragraph
+            continue
+        if lines:  # a blank line, a list item, a table row or a heading ends the paragraph
             paragraph = _SPACES.sub(" ", " ".join(lines).replace(_LIST_MARK, "")).strip()
             if _HOLE in paragraph:
                 paragraph = _tidy(paragraph)
+            lead_in = len(lines) == 1 and _is_lead_in(paragraph)
             if _WORD.search(paragraph):
                 paragraphs.append(paragraph)
+            else:
+                lead_in = False
             lines = []
+        if bare:   # a list item takes its lead-in along (not the page's first paragraph: "Mercury may refer to:",
+            # all a disambiguation page kept on request holds); a table row or a heading leaves it
+            if lead_in and bare[0] == _LIST_MARK and len(paragraphs) > 1:
+                paragraphs.pop()
+            lead_in = False
     return paragraphs
+
+
+def _is_lead_in(paragraph: str) -> bool:
+    """A line that only introduces what follows: ends in ":", one sentence of at most _LEAD_IN_WORDS words."""
+    return (paragraph.endswith(":") and len(paragraph.split()) <= _LEAD_IN_WORDS
+            and not _SENTENCE_END.search(paragraph))
 
 
 def _tidy(paragraph: str) -> str:

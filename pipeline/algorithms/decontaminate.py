@@ -62,21 +62,40 @@ def paragraphs_of(fragments: list[str]) -> list[str]:
     return [p.strip() for fragment in fragments for p in fragment.split("\n") if p.strip()]
 
 
+def why(characters: int, matches: int, kept: list[str], instead: list[str] | None, p: Params) -> str:
+    """A report entry's reason in the flags' terms: what was cut, or why the document went whole and which
+    --max-matches would have cut it `instead` (what that keeps; one 30-word sentence drops a long article)."""
+    if instead is not None:
+        return (f"more than {p.max_matches} matches ({matches}): --max-matches {matches} would cut it instead, "
+                f"keeping {sum(map(len, instead)):,} of its {characters:,} characters" if paragraphs_of(instead) else
+                f"more than {p.max_matches} matches ({matches}), and cutting them would leave no fragment longer "
+                f"than {p.min_fragment} characters")
+    if not kept:
+        return f"no fragment longer than {p.min_fragment} characters"
+    return (f"{matches} matching {p.ngram}-word n-gram{'s' if matches > 1 else ''} (--max-matches {p.max_matches} "
+            f"allowed), each cut out with the {p.window} characters either side")
+
+
 def clean(doc: Document, found: Contaminants) -> tuple[Document | None, dict | None]:
     """(the document as decontamination leaves it, None when dropped; its report entry, None when untouched)."""
     text, p = "\n".join(doc.paragraphs), found.params
     hits = contamination.matches(text, found.fast, found.exact, p.ngram, found.bits)
     if not hits:
         return doc, None
-    kept = contamination.fragments(text, [(start, end) for start, end, _ in hits], p)
+    spans = [(start, end) for start, end, _ in hits]
+    kept = contamination.fragments(text, spans, p)
     refs = list(dict.fromkeys(int(found.refs[k]) for _, _, k in hits))[:decontamination_report.MAX_EXAMPLES]
-    why = (f"more than {p.max_matches} matches" if len(hits) > p.max_matches else
-           "" if kept else f"no fragment longer than {p.min_fragment} characters")
-    entry = {"id": doc.id, "title": doc.title, "action": "cut" if kept else "dropped", "why": why,
-             "matches": len(hits), "characters": len(text), "characters_removed": len(text) - sum(map(len, kept)),
+    # too many matches: what the smallest --max-matches that allows them would keep
+    instead = (contamination.fragments(text, spans, replace(p, max_matches=len(hits)))
+               if len(hits) > p.max_matches else None)
+    entry = {"id": doc.id, "title": doc.title, "action": "cut" if kept else "dropped",
+             "why": why(len(text), len(hits), kept, instead, p), "matches": len(hits), "characters": len(text),
+             "characters_removed": len(text) - sum(map(len, kept)),
              "examples": [{"file": found.examples[r][0], "example": found.examples[r][1]} for r in refs]}
+    if instead is not None:
+        entry["cut_with_max_matches"] = len(hits) if paragraphs_of(instead) else None
     paragraphs = paragraphs_of(kept)
     if not paragraphs:
-        entry.update(action="dropped", why=entry["why"] or "no text left")
+        entry.update(action="dropped", why=entry["why"] if not kept else "no text left: its fragments are blank")
         return None, entry
     return replace(doc, paragraphs=paragraphs), entry

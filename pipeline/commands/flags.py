@@ -26,6 +26,12 @@ def say_defaults(p: argparse.ArgumentParser) -> None:
         action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
 
 
+def echo_rank() -> bool:
+    """A torchrun rank but 0 (WORLD_SIZE > 1, RANK > 0): every rank was given the same flags and files, so its
+    refusal is rank 0's too, and only rank 0 prints it; the rank exits with the same code, silently."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and os.environ.get("RANK", "0") not in ("", "0")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors, no abbreviated flags, and the set of its flag names in `flag_names`."""
 
@@ -58,7 +64,7 @@ class Parser(argparse.ArgumentParser):
         return group
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, None if echo_rank() else f"{self.prog}: {message} (see {self.prog} --help)\n")
 
     def unknown(self, flag: str, others: set[str] = frozenset()):
         """Exits naming an unknown flag and the closest known one (the same name with - for _, one of the command's

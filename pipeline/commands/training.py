@@ -176,7 +176,7 @@ def run_train(args: argparse.Namespace) -> int:
     """`bertprep train`: trains; a problem with the flags, the run directory or the data is one line, exit 2; a run
     stopped by SIGINT or SIGTERM is one line saying where its checkpoint is, exit 128 + the signal (130, 143)."""
     from model import data, train   # torch
-    from model.ranks import collective_failed
+    from model.ranks import collective_failed, world_size
     from pipeline.formats.tfrecord import CorruptRecordError
 
     try:
@@ -195,7 +195,12 @@ def run_train(args: argparse.Namespace) -> int:
         message = str(e).strip()
         if "Original Traceback" in message:  # raised in a DataLoader worker: its last line is the error itself
             message = message.splitlines()[-1]
-        print(f"bertprep train: error: {message}", file=sys.stderr)
+        # a bad record is this rank's own (ranks read different records): it says so; a refusal of the flags, the
+        # run directory or the shards is every rank's alike: rank 0 alone prints it, and every rank exits 2
+        if isinstance(e, (data.BadRecordError, CorruptRecordError)) and world_size() > 1:
+            print(f"bertprep train: error: rank {os.environ.get('RANK', '?')}: {message}", file=sys.stderr)
+        elif not flags.echo_rank():
+            print(f"bertprep train: error: {message}", file=sys.stderr)
         return 2
     if result["interrupted"]:
         if result["master"]:

@@ -1,9 +1,12 @@
 """The decontamination report: `decontamination_report.jsonl.gz` beside a decontaminated output (`bertprep
 decontaminate`, `prepare --decontaminate`), one gzip JSON line per document the eval sets touched, by id:
 
-    {"id", "title", "action": "cut" | "dropped", "why": "" | "more than N matches" | "no fragment long enough",
-     "matches": matching n-grams, "characters": the text's, "characters_removed",
-     "examples": [{"file": eval file, "example": where in it}, ...]}   (the distinct examples matched, 20 at most)
+    {"id", "title", "action": "cut" | "dropped", "why": a line (what was cut; more than N matches, and what
+     --max-matches M would keep instead; no fragment long enough), "matches": matching n-grams,
+     "characters": the text's, "characters_removed",
+     "examples": [{"file": eval file, "example": where in it}, ...],   (the distinct examples matched, 20 at most)
+     "cut_with_max_matches": M | null}   (dropped for more than N matches only: the --max-matches that cuts it
+                                          instead, null where cutting would leave nothing)
 
 With the manifest's `decontamination` counts it accounts for every document cut or dropped; `verify` checks that
 they agree, `inspect` prints the totals.

@@ -57,7 +57,7 @@ NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
 PARQUET, MDS = "bertprep.parquet/1", "bertprep.mds/1"   # `bertprep convert`'s exports for other trainers
 VERSION = "0.1.0"
-GENERATOR = 3   # see `generator` above: bump it whenever the same input, flags and seed give other bytes
+GENERATOR = 4   # see `generator` above: bump it whenever the same input, flags and seed give other bytes
 
 
 class ManifestError(ValueError):

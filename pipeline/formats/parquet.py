@@ -9,6 +9,7 @@ time, no path is written).
 """
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import numpy as np
@@ -168,7 +169,7 @@ def dataset_card(m: dict, validation: dict | None) -> str:
     lines += ["tags:", "- bertprep", "- bert", "- masked-language-modeling", "---", "",
               f"# BERT pretraining data ({m['source']['kind']} rows, objective {m['objective']})", "",
               f"Made by {m.get('created_by', 'bertprep')} (`bertprep convert --format parquet`) from "
-              f"`{m['source']['path']}`. Load it with `datasets.load_dataset(\"parquet\", data_files=...)` or "
+              f"`{_name(m['source']['path'])}`. Load it with `datasets.load_dataset(\"parquet\", data_files=...)` or "
               "`datasets.load_dataset(DIR)`.", "",
               "| split | rows | files |", "|---|---:|---:|"]
     for split, _, sm in splits:
@@ -178,7 +179,7 @@ def dataset_card(m: dict, validation: dict | None) -> str:
         lines.append(f"| `{name}` | {dtype} | {_MEANING.get(name, '')} |")
     source = m["source"]
     lines += ["", "## How it was made", "",
-              f"- vocab: `{m['vocab'].get('path')}` ({m['vocab'].get('size'):,} ids, sha256 "
+              f"- vocab: `{_name(m['vocab'].get('path'))}` ({m['vocab'].get('size'):,} ids, sha256 "
               f"`{m['vocab'].get('sha256')}`, lowercase {m['vocab'].get('lowercase')})",
               f"- max_seq_length {m['max_seq_length']}"]
     if source.get("parameters"):
@@ -190,3 +191,8 @@ def dataset_card(m: dict, validation: dict | None) -> str:
                                                      for k, v in counts.items()))
     lines += ["", "The licence of the corpora it was made from applies to this data.", ""]
     return "\n".join(lines)
+
+
+def _name(path: str | None) -> str | None:
+    """A file's or directory's name without where it lay: a card is published, its machine's paths are not."""
+    return path and os.path.basename(path.rstrip("/"))

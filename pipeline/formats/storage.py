@@ -26,6 +26,12 @@ def is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 
 
+def absolute(path: str) -> str:
+    """`path` as a manifest records it, to be found from any directory: a local one absolute (file:// dropped), a
+    URI (gs://, s3://) as given."""
+    return os.path.abspath(path.removeprefix("file://")) if is_local(path) else path
+
+
 def join(directory: str, *names: str) -> str:
     return os.path.join(directory, *names) if is_local(directory) else _filesystems().join(directory, *names)
 

@@ -14,8 +14,10 @@ from pipeline.text import subwords, tokenization, vocab_fit
 
 
 def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
+    """A vocab.txt's manifest entry: its absolute path (or URI) and sha256, so a later step (export-hf) finds and
+    checks it from any directory."""
     vocab = tokenization.read_vocab(vocab_path)
-    return {"path": vocab_path, "sha256": tokenization.vocab_sha256(vocab_path), "size": len(vocab),
+    return {"path": storage.absolute(vocab_path), "sha256": tokenization.vocab_sha256(vocab_path), "size": len(vocab),
             "lowercase": lowercase, "ids": masking.VocabIds.from_vocab(vocab).to_json()}
 
 
@@ -31,7 +33,7 @@ def tokenizer_entry(path: str, overrides: dict[str, str] | None = None) -> dict[
     ids = masking.VocabIds.excluding(size, special, specials.mask, specials.cls, specials.sep)
     roles = {"cls": specials.cls, "sep": specials.sep, "mask": specials.mask, "pad": specials.pad,
              "unk": specials.unk}
-    return {"path": path, "sha256": subwords.sha256(path), "size": size, "lowercase": subwords.lowercases(tok),
+    return {"path": storage.absolute(path), "sha256": subwords.sha256(path), "size": size, "lowercase": subwords.lowercases(tok),
             "ids": ids.to_json(),
             "tokenizer": {"model": subwords.model_type(tok),
                           "tokens": {role: None if i is None else tok.id_to_token(i) for role, i in roles.items()},
