@@ -67,7 +67,7 @@ def test_inspect_flags_the_random_next_share_where_it_drifted(made, capsys):
     root, _ = made
     out, flagged = inspected(root / "32", capsys)
     assert "random next 0.650" in out
-    assert flagged == [f"warning: random next in 65.0% of the 16,234 instances, more than 5 points from 50% (google's "
+    assert flagged == ["warning: random next in 65.0% of the 16,234 instances, more than 5 points from 50% (google's "
                        "rule: a chunk of one sentence always takes a random next segment, and at max_seq_length 32 "
                        "many chunks hold one; 128 or more keeps it near half)"]
     out, flagged = inspected(root / "64", capsys)   # 51.8%: drifted, within the 5 points

@@ -2,7 +2,6 @@
 BERT's specials at ids 0-4 and its template, every role found; the books' documents encoded sentence by sentence
 decode to their text (byte-level BPE exactly, the others up to their normalization) and encode back; transformers
 reads the file alike; two processes write the same bytes; a flag a trainer cannot use is refused in one line."""
-import collections
 import hashlib
 import json
 import os
