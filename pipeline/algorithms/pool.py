@@ -166,12 +166,13 @@ class PairParams:
     max_seq_length: int = 128
     short_seq_prob: float = 0.1          # nsp, sop
     dupe_factor: int = 5                 # whole passes over every document
-    partial: float = 0.0                 # then one more pass over this seeded share of them (--corpus-weights)
     cls_id: int = 101
     sep_id: int = 102
     objective: str = "nsp"               # nsp | sop | none (OBJECTIVES)
     cross_documents: bool = False        # none: a row may go on into the bucket's next document (FULL-SENTENCES)
     split_sentences: bool = False        # none: rows filled to the last position, the cut sentence goes on
+    partial: float = 0.0                 # after dupe_factor passes, one more over this seeded share of the documents
+                                         # (a fractional --corpus-weights pass); last, so positional uses keep theirs
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
