@@ -18,7 +18,7 @@ from pipeline.commands import cli
 from pipeline.formats import manifest, pair_records, tfrecord
 from pipeline.text import subwords
 from bench.bench_tokenizers import fidelity, masked_arrays, masking_figures, segments, whole_words
-from tests.conftest import REPO, SAMPLES
+from tests.conftest import REPO, SAMPLES, same_tree
 
 pytestmark = pytest.mark.slow
 GPT2 = REPO / "tests" / "data" / "tokenizers" / "gpt2-tokenizer.json"
@@ -249,3 +249,20 @@ def test_a_tokenizer_on_an_object_store_gives_the_local_bytes(made, tmp_path, mo
         assert (tmp_path / "remote" / f.name).read_bytes() == f.read_bytes()
     m = json.loads((tmp_path / "remote" / manifest.NAME).read_text())
     assert m["vocab"]["path"] == remote and m["vocab"]["sha256"] == subwords.sha256(str(path))
+
+
+@pytest.mark.parametrize("wwm", [[], ["--whole-word-mask"]])
+def test_prepare_equals_pairs_then_mask(made, tmp_path, wwm):
+    """prepare marks a tokenizer's words only for the masking that reads them (without --whole-word-mask it skips
+    the word ids): the same shards as pairs (which keeps every word start) then mask, either way."""
+    out, path = made
+    books = SAMPLES / "books" / "carroll-alice.txt"
+    common = ["--tokenizer", str(path), "--dupe-factor", "1", "--seed", "7", "--max-seq-length", "64"]
+    assert cli.main(["prepare", "--input", f"books:{books}", *common, *wwm, "--output", str(tmp_path / "prepared"),
+                     *ONE]) == 0
+    assert cli.main(["extract", "books", "--input", str(books), "--output", str(tmp_path / "docs"), *ONE]) == 0
+    assert cli.main(["pairs", "--input", str(tmp_path / "docs"), *common, "--output", str(tmp_path / "pairs"),
+                     *ONE]) == 0
+    assert cli.main(["mask", "--input", str(tmp_path / "pairs"), "--seed", "7", *wwm,
+                     "--output", str(tmp_path / "masked"), *ONE]) == 0
+    same_tree(tmp_path / "prepared", tmp_path / "masked", ignore=("manifest.json",))

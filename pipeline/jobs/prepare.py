@@ -188,7 +188,10 @@ def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tok
         if several:   # each corpus's documents, for the manifest
             docs = docs | f"{side.prefix}CountDocuments{name}" >> tally.FlatMap(transforms.count_documents,
                                                                                 namespace=side.corpus)
-        docs = docs | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(inputs.vocabulary(side.vocab))
+        # the words of a tokenizer.json are marked only for the masking that reads them (its pair records stay inside)
+        words = side.mask.whole_word_mask or side.mask.ngram_max > 1
+        docs = docs | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(
+            dataclasses.replace(inputs.vocabulary(side.vocab), words=words))
         if plan.split:   # each corpus's tokens on each side, for the split's token shares
             docs = docs | f"{side.prefix}CountSplitTokens{name}" >> tally.FlatMap(
                 splitting.count_side_tokens, side=splitting.VALIDATION if side.prefix else splitting.TRAINING)
