@@ -37,7 +37,23 @@ def side_counter(corpus: str, side: str, what: str) -> str:
     return f"split/{corpus}_{side}_{what}"
 
 
-class _Draws(beam.CombineFn):
+class _Merged(beam.CombineFn):
+    """A combine whose accumulator (split.Smallest, split.Sizes) takes an input with add(*item) and another
+    accumulator with merge(other)."""
+
+    def add_input(self, acc, item):
+        acc.add(*item)
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        first = next(accs)
+        for acc in accs:
+            first.merge(acc)
+        return first
+
+
+class _Draws(_Merged):
     """(corpus, draw) -> per corpus its count and the `keep` smallest draws -> the thresholds of `documents`."""
 
     def __init__(self, documents: int):
@@ -46,22 +62,11 @@ class _Draws(beam.CombineFn):
     def create_accumulator(self) -> split.Smallest:
         return split.Smallest(self.documents)
 
-    def add_input(self, acc: split.Smallest, item: tuple[str, float]) -> split.Smallest:
-        acc.add(*item)
-        return acc
-
-    def merge_accumulators(self, accs) -> split.Smallest:
-        accs = iter(accs)
-        first = next(accs)
-        for acc in accs:
-            first.merge(acc)
-        return first
-
     def extract_output(self, acc: split.Smallest) -> dict[str, float]:
         return split.thresholds(acc, self.documents)
 
 
-class _Sizes(beam.CombineFn):
+class _Sizes(_Merged):
     """(corpus, draw, id, size) -> per corpus its size and its documents that draw under the reach -> the ids each
     corpus holds out for a token share."""
 
@@ -70,17 +75,6 @@ class _Sizes(beam.CombineFn):
 
     def create_accumulator(self) -> split.Sizes:
         return split.Sizes(split.reach(self.fraction))
-
-    def add_input(self, acc: split.Sizes, item: tuple[str, float, str, int]) -> split.Sizes:
-        acc.add(*item)
-        return acc
-
-    def merge_accumulators(self, accs) -> split.Sizes:
-        accs = iter(accs)
-        first = next(accs)
-        for acc in accs:
-            first.merge(acc)
-        return first
 
     def extract_output(self, acc: split.Sizes) -> dict[str, frozenset]:
         return split.chosen(acc, self.fraction)
