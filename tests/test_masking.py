@@ -18,7 +18,7 @@ def make_pair(n_a=60, n_b=60, seed=0, continuation_every=3):
     return PairInstance(f"doc|0|{seed}", ids, n_a, bool(seed % 2), starts)
 
 
-def masked(pairs, params=masking.MaskParams(), seed=1):
+def masked(pairs, params=masking.MaskRecipe(), seed=1):
     return masking.mask_batch(pairs, params, VOCAB, seed, L)
 
 
@@ -43,7 +43,7 @@ def test_layout_count_rule_and_labels_are_the_original_tokens():
 def test_an_instance_is_masked_the_same_in_any_batch():
     pairs = [make_pair(seed=s) for s in range(20)]
     whole = masked(pairs)
-    for params in (masking.MaskParams(), masking.MaskParams(whole_word_mask=True)):
+    for params in (masking.MaskRecipe(), masking.MaskRecipe(whole_word_mask=True)):
         whole = masked(pairs, params)
         alone = masked(pairs[7:8], params)
         assert np.array_equal(whole.input_ids[7], alone.input_ids[0])
@@ -90,7 +90,7 @@ def test_vocab_ids_from_google_vocab(uncased_vocab):
 
 def test_whole_word_masking_masks_whole_words_with_one_decision_each():
     pairs = [make_pair(seed=s) for s in range(200)]
-    b = masked(pairs, masking.MaskParams(whole_word_mask=True))
+    b = masked(pairs, masking.MaskRecipe(whole_word_mask=True))
     for i, pair in enumerate(pairs):
         k = int(b.masked_lm_weights[i].sum())
         chosen = set(b.masked_lm_positions[i][:k].tolist())
@@ -108,7 +108,7 @@ def test_whole_word_masking_masks_whole_words_with_one_decision_each():
 
 def test_ngram_masking_masks_spans_of_whole_words():
     pairs = [make_pair(seed=s, continuation_every=1000) for s in range(100)]   # every piece is a word
-    b = masked(pairs, masking.MaskParams(ngram_max=3))
+    b = masked(pairs, masking.MaskRecipe(ngram_max=3))
     spans = []
     for i, pair in enumerate(pairs):
         k = int(b.masked_lm_weights[i].sum())
@@ -123,7 +123,7 @@ def test_more_predictions_than_positions_pad_like_google():
     round(n * 0.15) positions, the columns past them are padding, per piece and per word."""
     pairs = [make_pair(3, 3, seed=1), make_pair(60, 60, seed=2)]
     for wwm in (False, True):
-        params = masking.MaskParams(masked_lm_prob=0.5, max_predictions_per_seq=L + 40, whole_word_mask=wwm)
+        params = masking.MaskRecipe(masked_lm_prob=0.5, max_predictions_per_seq=L + 40, whole_word_mask=wwm)
         b = masked(pairs, params)
         assert b.masked_lm_positions.shape == (2, L + 40)
         for i, pair in enumerate(pairs):
@@ -143,9 +143,9 @@ def test_default_max_predictions_never_caps_the_count_rule():
         P = masking.default_max_predictions(L, p)
         lengths = np.arange(1, L + 1)
         # no instance of any length is capped by P, and P - 1 would cap the longest (above the floor of 20)
-        assert np.array_equal(masking.num_to_predict(lengths, masking.MaskParams(p, P)),
-                              masking.num_to_predict(lengths, masking.MaskParams(p, L)))
-        assert P == 20 or masking.num_to_predict(lengths, masking.MaskParams(p, P - 1))[-1] == P - 1
+        assert np.array_equal(masking.num_to_predict(lengths, masking.MaskRecipe(p, P)),
+                              masking.num_to_predict(lengths, masking.MaskRecipe(p, L)))
+        assert P == 20 or masking.num_to_predict(lengths, masking.MaskRecipe(p, P - 1))[-1] == P - 1
     assert masking.capped_share(512, 0.15, 20) == 20 / 512 and masking.capped_share(512, 0.15, 77) == 77 / 512
 
 
