@@ -1,5 +1,9 @@
-"""Masked-LM predictions: google's count rule, 80/10/10 within binomial tolerance, whole words, n-grams."""
+"""Masked-LM predictions: google's count rule, 80/10/10 within binomial tolerance, whole words, n-grams; the recipe
+(one value built from the jobs' and the trainer's flags alike, recorded in the manifest and read back)."""
+import dataclasses
+
 import numpy as np
+import pytest
 
 from pipeline.algorithms import masking
 from pipeline.formats.pair_records import PairInstance
@@ -208,3 +212,69 @@ def test_mask_takes_its_default_from_the_pairs_length(tmp_path, capsys):
         capsys.readouterr().err
     m = json.loads((tmp_path / "shards" / "manifest.json").read_text())
     assert m["max_predictions_per_seq"] == 154 and abs(m["counts"]["masked_share"] - 0.3) < 0.005
+
+
+# ---------------------------------------------------------------------------------------------- the recipe
+
+@pytest.mark.parametrize("flags, fields", [
+    ([], {}),
+    (["--masked-lm-prob", "0.3"], {"masked_lm_prob": 0.3}),
+    (["--whole-word-mask", "--ngram-max", "3"], {"whole_word_mask": True, "ngram_max": 3}),
+    (["--max-predictions-per-seq", "40", "--ngram-max", "2"], {"max_predictions_per_seq": 40, "ngram_max": 2}),
+])
+def test_the_jobs_and_the_trainer_build_one_recipe_from_the_same_flags(flags, fields):
+    """`mask`'s flags and `train --dynamic-masking`'s give equal recipes, the flags' values over the recipe's own
+    defaults (no flags: the defaults, which neither command restates)."""
+    from pipeline.commands import cli, plans, training
+
+    _, args = cli.parse(["mask", "--input", "pairs", "--output", "out", *flags])
+    jobs = plans.COMMANDS["mask"].plan(args).masking.recipe
+    trainer = training.parse_train(["--data", "pairs", "--output", "run", "--dynamic-masking", *flags]).masking
+    assert jobs == trainer == masking.MaskRecipe(**fields)
+    assert masking.MaskRecipe(**fields) == dataclasses.replace(
+        masking.MaskRecipe(0.15, None, 0.8, 0.1, False, 1), **fields)   # google's defaults, written here as numbers
+
+
+@pytest.mark.parametrize("whole_word_mask, ngram_max, needed", [
+    (False, 1, False), (True, 1, True), (False, 2, True), (False, 3, True), (True, 3, True)])
+def test_word_starts_are_needed_exactly_when_the_masks_read_them(whole_word_mask, ngram_max, needed):
+    """needs_word_starts (what prepare asks before it marks a tokenizer's words) is true exactly for whole-word and
+    n-gram masking, and then the masks change with the word starts; per piece they never do."""
+    recipe = masking.MaskRecipe(whole_word_mask=whole_word_mask, ngram_max=ngram_max)
+    assert recipe.needs_word_starts is needed
+    pairs = [make_pair(seed=s) for s in range(30)]   # every third piece continues a word
+    unmarked = [dataclasses.replace(p, word_starts=np.ones_like(p.word_starts)) for p in pairs]
+    same = np.array_equal(masked(pairs, recipe).input_ids, masked(unmarked, recipe).input_ids)
+    assert same is not needed
+
+
+def test_a_recipe_round_trips_through_its_record():
+    recipe = masking.MaskRecipe(0.3, 40, 0.7, 0.2, True, 3)   # every field off its default
+    assert masking.MaskRecipe.from_json(recipe.to_json()) == recipe
+    assert list(recipe.to_json()) == ["masked_lm_prob", "max_predictions_per_seq", "mask_token_prob",
+                                      "random_token_prob", "whole_word_mask", "ngram_max"]   # the manifest's keys
+    assert masking.MaskRecipe(0.3).at(512) == masking.MaskRecipe(0.3, 154) and recipe.at(512) == recipe
+
+
+def test_the_manifest_records_the_recipe_and_inspect_reads_it_back(tmp_path, capsys):
+    """manifest -> recipe -> manifest: prepare records the recipe its flags built (P resolved at L) under the keys
+    and in the order manifests always had; pack's manifest reads back as its source's recipe; inspect asks it."""
+    import json
+
+    from pipeline.commands import cli
+
+    flags = ["--masked-lm-prob", "0.2", "--mask-token-prob", "0.7", "--random-token-prob", "0.2",
+             "--whole-word-mask", "--ngram-max", "2"]
+    m, _ = _prepare(tmp_path, capsys, "recipe", *flags)
+    recipe = masking.MaskRecipe.from_manifest(m)
+    assert recipe == masking.MaskRecipe(0.2, 102, 0.7, 0.2, True, 2)   # P: round(512 x 0.2)
+    record = recipe.to_json()
+    assert [(k, v) for k, v in m["parameters"].items() if k in record] == list(record.items())
+    assert cli.main(["pack", "--input", str(tmp_path / "recipe"), "--output", str(tmp_path / "packed"),
+                     "--preset", "local-1"]) == 0
+    packed = json.loads((tmp_path / "packed" / "manifest.json").read_text())
+    assert masking.MaskRecipe.from_manifest(packed) == recipe
+    capsys.readouterr()
+    assert cli.main(["inspect", str(tmp_path / "packed"), "--examples", "0"]) == 0
+    assert "(asked 20%; at most 102 an instance)" in capsys.readouterr().out
+    assert masking.MaskRecipe.from_manifest({"format": "bertprep.pairs/1", "parameters": {"dupe_factor": 1}}) is None
