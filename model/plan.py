@@ -1,5 +1,5 @@
-"""A training run's settings: `TrainPlan`, one field per `bertprep train` flag (the masking flags' one MaskRecipe,
-whose defaults are its own), its default written here once (the flag takes it from here:
+"""A training run's settings: `TrainPlan`, one field per `bertprep train` flag (the masking flags make one: a
+MaskRecipe, with its own defaults), its default written here once (the flag takes it from here:
 pipeline/commands/training.py), frozen once the command has checked it. Stored in every
 checkpoint as a dict under "args" (a resume compares against it). No torch: the command layer imports it to build
 its parser.
@@ -27,7 +27,7 @@ class TrainPlan:
     max_predictions_per_seq: int | None = None  # likewise; with dynamic_masking the masking's cap
     allow_incomplete: bool = False
     dynamic_masking: bool = False
-    masking: MaskRecipe = MaskRecipe()        # read only with dynamic_masking (its flags: commands/groups.py mask_recipe)
+    masking: MaskRecipe = MaskRecipe()        # only with dynamic_masking; built by groups.mask_recipe, as mask's
     num_workers: int = 2                      # DataLoader workers per rank
     shuffle_buffer: int = 10_000              # records in each worker's buffer
     # model
