@@ -88,7 +88,7 @@ def instances(n: int, L: int, P: int, vocab_size: int, rng: np.random.Generator)
     lengths = np.where(rng.random(n) < full, L, rng.integers(low, L + 1, n))
     columns = np.arange(L)[None]
     mask = (columns < lengths[:, None]).astype(np.int64)
-    counts = masking.num_to_predict(lengths, masking.MaskParams(max_predictions_per_seq=P))  # (n,)
+    counts = masking.num_to_predict(lengths, masking.MaskRecipe(max_predictions_per_seq=P))  # (n,)
     inside = (columns >= 1) & (columns < lengths[:, None] - 1)                               # between [CLS], [SEP]
     slots = np.arange(P)[None] < counts[:, None]                                             # (n, P) real ones
     picked = np.argsort(np.where(inside, rng.random((n, L)), np.inf), axis=1)[:, :P]         # random inside ones

@@ -137,8 +137,7 @@ def whole_words(pairs: list, vocab_ids: dict, max_seq_length: int) -> tuple[int,
     from pipeline.algorithms import masking
 
     vocab = masking.VocabIds.from_json(vocab_ids)
-    params = masking.MaskParams(whole_word_mask=True,
-                                max_predictions_per_seq=masking.default_max_predictions(max_seq_length, 0.15))
+    params = masking.MaskRecipe(whole_word_mask=True)   # P the default at max_seq_length
     words = whole = 0
     for at in range(0, len(pairs), 512):
         batch = pairs[at:at + 512]

@@ -200,7 +200,7 @@ class DynamicMasker:
     epoch) and each instance's key: a new mask every epoch, the same one again on a resumed run.
     """
 
-    def __init__(self, params: masking.MaskParams, vocab: masking.VocabIds, max_seq_length: int, seed: int):
+    def __init__(self, params: masking.MaskRecipe, vocab: masking.VocabIds, max_seq_length: int, seed: int):
         self.params, self.vocab, self.max_seq_length, self.seed = params, vocab, max_seq_length, seed
 
     def __call__(self, items: list[tuple[bytes, str, int]], epoch: int = 0) -> dict[str, np.ndarray]:
@@ -214,18 +214,18 @@ class DynamicMasker:
         return {name: np.ascontiguousarray(getattr(b, name)) for name in schema.FEATURES}
 
 
-def open_pairs(pattern: str, max_predictions_per_seq: int | None = None, masked_lm_prob: float = 0.15,
+def open_pairs(pattern: str, recipe: masking.MaskRecipe = masking.MaskRecipe(),
                what: str = "--data") -> tuple[ShardSet, masking.VocabIds]:
     """Pair files (a `pairs` output directory, a glob or a comma list) for dynamic masking, checked by their
-    manifests (manifest.open_output). The batches hold `max_predictions_per_seq` predictions a row; None: the
-    project's rule for the pairs' length, masking.default_max_predictions (20 at L=128, 77 at L=512)."""
+    manifests (manifest.open_output). The batches hold the recipe's P at the pairs' length: the one it was given,
+    else masking.default_max_predictions (20 at L=128, 77 at L=512)."""
     try:
         opened = manifest.open_output(pattern, (manifest.PAIRS,), what=what)
     except manifest.ManifestError as e:
         raise ShardSpecError(f"{e} (--dynamic-masking reads the pair records made by `bertprep pairs`)") from None
     m = opened.manifest
     length = int(m["max_seq_length"])
-    shape = schema.Shape(length, max_predictions_per_seq or masking.default_max_predictions(length, masked_lm_prob))
+    shape = schema.Shape(length, recipe.predictions(length))
     return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records, manifest.objective(m), m["vocab"],
                      validation_of(opened), manifest.fingerprint(opened)),
             masking.VocabIds.from_json(m["vocab"]["ids"]))

@@ -1,11 +1,14 @@
-"""A training run's settings: `TrainPlan`, one field per `bertprep train` flag, its default written here once (the
-flag takes it from here: pipeline/commands/training.py), frozen once the command has checked it. Stored in every
+"""A training run's settings: `TrainPlan`, one field per `bertprep train` flag (the masking flags make one: a
+MaskRecipe, with its own defaults), its default written here once (the flag takes it from here:
+pipeline/commands/training.py), frozen once the command has checked it. Stored in every
 checkpoint as a dict under "args" (a resume compares against it). No torch: the command layer imports it to build
 its parser.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from pipeline.algorithms.masking import MaskRecipe
 
 
 DEFAULT_MODEL = "mini"
@@ -21,12 +24,10 @@ class TrainPlan:
     data: str                                 # masked-LM shards or, with dynamic_masking, pair records
     eval_data: str | None = None              # None: the validation set --data was made with, or the last file
     max_seq_length: int | None = None         # for shards without a manifest
-    max_predictions_per_seq: int | None = None  # likewise; with dynamic_masking max(20, round(L x masked_lm_prob))
+    max_predictions_per_seq: int | None = None  # likewise; with dynamic_masking the masking's cap
     allow_incomplete: bool = False
     dynamic_masking: bool = False
-    masked_lm_prob: float = 0.15              # google's; these three only with dynamic_masking
-    whole_word_mask: bool = False
-    ngram_max: int = 1
+    masking: MaskRecipe = MaskRecipe()        # only with dynamic_masking; built by groups.mask_recipe, as mask's
     num_workers: int = 2                      # DataLoader workers per rank
     shuffle_buffer: int = 10_000              # records in each worker's buffer
     # model

@@ -50,7 +50,6 @@ from model.bert import MLM_LOSS_EPS, PACKED_ATTENTIONS, Bert, packed_attention_f
 from model.metrics import RunLog, Sums, batch_stats, stat_names, task_metrics, train_record
 from model.plan import DEFAULT_MODEL, RunError, TrainPlan
 from model.ranks import Ranks, Stop, setup_ranks
-from pipeline.algorithms import masking
 from pipeline.formats import manifest, schema
 
 
@@ -205,14 +204,10 @@ def open_data(args: TrainPlan, config: config_lib.BertConfig, preset: bool,
     decoder, warnings = None, []
     by_size = not preset and source is None   # the vocab checked by its size alone (init_from checks a source's)
     if args.dynamic_masking:
-        found, vocab_ids = data.open_pairs(args.data, args.max_predictions_per_seq, args.masked_lm_prob)
+        found, vocab_ids = data.open_pairs(args.data, args.masking)
         if by_size:
             data.check_vocab_size(found.vocab, config.vocab_size, "pairs")
-        decoder = data.DynamicMasker(
-            masking.MaskParams(masked_lm_prob=args.masked_lm_prob,
-                               max_predictions_per_seq=found.shape.max_predictions_per_seq,
-                               whole_word_mask=args.whole_word_mask, ngram_max=args.ngram_max),
-            vocab_ids, found.shape.max_seq_length, args.seed)
+        decoder = data.DynamicMasker(args.masking, vocab_ids, found.shape.max_seq_length, args.seed)
     else:
         found = data.open_shards(args.data, config.vocab_size if by_size else None, args.max_seq_length,
                                  args.max_predictions_per_seq, args.allow_incomplete)
@@ -242,7 +237,7 @@ def held_out_split(args: TrainPlan, found: data.ShardSet,
     spec, what = (args.eval_data, "--eval-data") if args.eval_data else (found.validation, "its validation set")
     if spec:
         if args.dynamic_masking:  # pair records, masked by the training run's masker, at its lengths
-            held = data.open_pairs(spec, shape.max_predictions_per_seq, what=what)[0]
+            held = data.open_pairs(spec, args.masking, what=what)[0]
             if held.shape.max_seq_length != shape.max_seq_length:
                 raise data.ShardSpecError(f"{what} {spec} holds pairs of L={held.shape.max_seq_length} and --data "
                                           f"L={shape.max_seq_length}: give pairs of the same length")

@@ -39,7 +39,7 @@ def _instances() -> tuple[dict[str, np.ndarray], int]:
                                                                tokenization.tokenize_sentences(tok, sents)))
     params = pairs.PairParams(L, 0.9, 1, CLS, SEP)   # short_seq_prob 0.9: most targets short, so rows hold several
     found = list(pairs.pairs_for_pool(docs, params, tokenization.word_starts(vocab), 7))
-    batch = masking.mask_batch(found, masking.MaskParams(max_predictions_per_seq=P),
+    batch = masking.mask_batch(found, masking.MaskRecipe(max_predictions_per_seq=P),
                                masking.VocabIds.from_vocab(vocab), 7, L)
     arrays = {name: np.asarray(getattr(batch, name)) for name in schema.FEATURES}
     used, compact = np.unique(np.concatenate([arrays["input_ids"].ravel(), arrays["masked_lm_ids"].ravel(), [0]]),

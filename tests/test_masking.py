@@ -1,5 +1,9 @@
-"""Masked-LM predictions: google's count rule, 80/10/10 within binomial tolerance, whole words, n-grams."""
+"""Masked-LM predictions: google's count rule, 80/10/10 within binomial tolerance, whole words, n-grams; the recipe
+(one value built from the jobs' and the trainer's flags alike, recorded in the manifest and read back)."""
+import dataclasses
+
 import numpy as np
+import pytest
 
 from pipeline.algorithms import masking
 from pipeline.formats.pair_records import PairInstance
@@ -18,7 +22,7 @@ def make_pair(n_a=60, n_b=60, seed=0, continuation_every=3):
     return PairInstance(f"doc|0|{seed}", ids, n_a, bool(seed % 2), starts)
 
 
-def masked(pairs, params=masking.MaskParams(), seed=1):
+def masked(pairs, params=masking.MaskRecipe(), seed=1):
     return masking.mask_batch(pairs, params, VOCAB, seed, L)
 
 
@@ -43,7 +47,7 @@ def test_layout_count_rule_and_labels_are_the_original_tokens():
 def test_an_instance_is_masked_the_same_in_any_batch():
     pairs = [make_pair(seed=s) for s in range(20)]
     whole = masked(pairs)
-    for params in (masking.MaskParams(), masking.MaskParams(whole_word_mask=True)):
+    for params in (masking.MaskRecipe(), masking.MaskRecipe(whole_word_mask=True)):
         whole = masked(pairs, params)
         alone = masked(pairs[7:8], params)
         assert np.array_equal(whole.input_ids[7], alone.input_ids[0])
@@ -90,7 +94,7 @@ def test_vocab_ids_from_google_vocab(uncased_vocab):
 
 def test_whole_word_masking_masks_whole_words_with_one_decision_each():
     pairs = [make_pair(seed=s) for s in range(200)]
-    b = masked(pairs, masking.MaskParams(whole_word_mask=True))
+    b = masked(pairs, masking.MaskRecipe(whole_word_mask=True))
     for i, pair in enumerate(pairs):
         k = int(b.masked_lm_weights[i].sum())
         chosen = set(b.masked_lm_positions[i][:k].tolist())
@@ -108,7 +112,7 @@ def test_whole_word_masking_masks_whole_words_with_one_decision_each():
 
 def test_ngram_masking_masks_spans_of_whole_words():
     pairs = [make_pair(seed=s, continuation_every=1000) for s in range(100)]   # every piece is a word
-    b = masked(pairs, masking.MaskParams(ngram_max=3))
+    b = masked(pairs, masking.MaskRecipe(ngram_max=3))
     spans = []
     for i, pair in enumerate(pairs):
         k = int(b.masked_lm_weights[i].sum())
@@ -123,7 +127,7 @@ def test_more_predictions_than_positions_pad_like_google():
     round(n * 0.15) positions, the columns past them are padding, per piece and per word."""
     pairs = [make_pair(3, 3, seed=1), make_pair(60, 60, seed=2)]
     for wwm in (False, True):
-        params = masking.MaskParams(masked_lm_prob=0.5, max_predictions_per_seq=L + 40, whole_word_mask=wwm)
+        params = masking.MaskRecipe(masked_lm_prob=0.5, max_predictions_per_seq=L + 40, whole_word_mask=wwm)
         b = masked(pairs, params)
         assert b.masked_lm_positions.shape == (2, L + 40)
         for i, pair in enumerate(pairs):
@@ -143,9 +147,9 @@ def test_default_max_predictions_never_caps_the_count_rule():
         P = masking.default_max_predictions(L, p)
         lengths = np.arange(1, L + 1)
         # no instance of any length is capped by P, and P - 1 would cap the longest (above the floor of 20)
-        assert np.array_equal(masking.num_to_predict(lengths, masking.MaskParams(p, P)),
-                              masking.num_to_predict(lengths, masking.MaskParams(p, L)))
-        assert P == 20 or masking.num_to_predict(lengths, masking.MaskParams(p, P - 1))[-1] == P - 1
+        assert np.array_equal(masking.num_to_predict(lengths, masking.MaskRecipe(p, P)),
+                              masking.num_to_predict(lengths, masking.MaskRecipe(p, L)))
+        assert P == 20 or masking.num_to_predict(lengths, masking.MaskRecipe(p, P - 1))[-1] == P - 1
     assert masking.capped_share(512, 0.15, 20) == 20 / 512 and masking.capped_share(512, 0.15, 77) == 77 / 512
 
 
@@ -208,3 +212,69 @@ def test_mask_takes_its_default_from_the_pairs_length(tmp_path, capsys):
         capsys.readouterr().err
     m = json.loads((tmp_path / "shards" / "manifest.json").read_text())
     assert m["max_predictions_per_seq"] == 154 and abs(m["counts"]["masked_share"] - 0.3) < 0.005
+
+
+# ---------------------------------------------------------------------------------------------- the recipe
+
+@pytest.mark.parametrize("flags, fields", [
+    ([], {}),
+    (["--masked-lm-prob", "0.3"], {"masked_lm_prob": 0.3}),
+    (["--whole-word-mask", "--ngram-max", "3"], {"whole_word_mask": True, "ngram_max": 3}),
+    (["--max-predictions-per-seq", "40", "--ngram-max", "2"], {"max_predictions_per_seq": 40, "ngram_max": 2}),
+])
+def test_the_jobs_and_the_trainer_build_one_recipe_from_the_same_flags(flags, fields):
+    """`mask`'s flags and `train --dynamic-masking`'s give equal recipes, the flags' values over the recipe's own
+    defaults (no flags: the defaults, which neither command restates)."""
+    from pipeline.commands import cli, plans, training
+
+    _, args = cli.parse(["mask", "--input", "pairs", "--output", "out", *flags])
+    jobs = plans.COMMANDS["mask"].plan(args).masking.recipe
+    trainer = training.parse_train(["--data", "pairs", "--output", "run", "--dynamic-masking", *flags]).masking
+    assert jobs == trainer == masking.MaskRecipe(**fields)
+    assert masking.MaskRecipe(**fields) == dataclasses.replace(
+        masking.MaskRecipe(0.15, None, 0.8, 0.1, False, 1), **fields)   # google's defaults, written here as numbers
+
+
+@pytest.mark.parametrize("whole_word_mask, ngram_max, needed", [
+    (False, 1, False), (True, 1, True), (False, 2, True), (False, 3, True), (True, 3, True)])
+def test_word_starts_are_needed_exactly_when_the_masks_read_them(whole_word_mask, ngram_max, needed):
+    """needs_word_starts (what prepare asks before it marks a tokenizer's words) is true exactly for whole-word and
+    n-gram masking, and then the masks change with the word starts; per piece they never do."""
+    recipe = masking.MaskRecipe(whole_word_mask=whole_word_mask, ngram_max=ngram_max)
+    assert recipe.needs_word_starts is needed
+    pairs = [make_pair(seed=s) for s in range(30)]   # every third piece continues a word
+    unmarked = [dataclasses.replace(p, word_starts=np.ones_like(p.word_starts)) for p in pairs]
+    same = np.array_equal(masked(pairs, recipe).input_ids, masked(unmarked, recipe).input_ids)
+    assert same is not needed
+
+
+def test_a_recipe_round_trips_through_its_record():
+    recipe = masking.MaskRecipe(0.3, 40, 0.7, 0.2, True, 3)   # every field off its default
+    assert masking.MaskRecipe.from_json(recipe.to_json()) == recipe
+    assert list(recipe.to_json()) == ["masked_lm_prob", "max_predictions_per_seq", "mask_token_prob",
+                                      "random_token_prob", "whole_word_mask", "ngram_max"]   # the manifest's keys
+    assert masking.MaskRecipe(0.3).at(512) == masking.MaskRecipe(0.3, 154) and recipe.at(512) == recipe
+
+
+def test_the_manifest_records_the_recipe_and_inspect_reads_it_back(tmp_path, capsys):
+    """manifest -> recipe -> manifest: prepare records the recipe its flags built (P resolved at L) under the keys
+    and in the order manifests always had; pack's manifest reads back as its source's recipe; inspect asks it."""
+    import json
+
+    from pipeline.commands import cli
+
+    flags = ["--masked-lm-prob", "0.2", "--mask-token-prob", "0.7", "--random-token-prob", "0.2",
+             "--whole-word-mask", "--ngram-max", "2"]
+    m, _ = _prepare(tmp_path, capsys, "recipe", *flags)
+    recipe = masking.MaskRecipe.from_manifest(m)
+    assert recipe == masking.MaskRecipe(0.2, 102, 0.7, 0.2, True, 2)   # P: round(512 x 0.2)
+    record = recipe.to_json()
+    assert [(k, v) for k, v in m["parameters"].items() if k in record] == list(record.items())
+    assert cli.main(["pack", "--input", str(tmp_path / "recipe"), "--output", str(tmp_path / "packed"),
+                     "--preset", "local-1"]) == 0
+    packed = json.loads((tmp_path / "packed" / "manifest.json").read_text())
+    assert masking.MaskRecipe.from_manifest(packed) == recipe
+    capsys.readouterr()
+    assert cli.main(["inspect", str(tmp_path / "packed"), "--examples", "0"]) == 0
+    assert "(asked 20%; at most 102 an instance)" in capsys.readouterr().out
+    assert masking.MaskRecipe.from_manifest({"format": "bertprep.pairs/1", "parameters": {"dupe_factor": 1}}) is None

@@ -183,9 +183,9 @@ def test_masking_skips_the_separators_between_documents(books):
     joined = [i for i in found if (i.token_ids == SEP).sum() > 1]
     assert joined
     vocab = masking.VocabIds(103, CLS, SEP, ((999, 30522),))
-    params = masking.MaskParams(masked_lm_prob=0.5, max_predictions_per_seq=128)
+    params = masking.MaskRecipe(masked_lm_prob=0.5, max_predictions_per_seq=128)
     for whole_word in (False, True):
-        p = masking.MaskParams(masked_lm_prob=0.5, max_predictions_per_seq=128, whole_word_mask=whole_word)
+        p = masking.MaskRecipe(masked_lm_prob=0.5, max_predictions_per_seq=128, whole_word_mask=whole_word)
         batch = masking.mask_batch(joined, p if whole_word else params, vocab, 5, 128)
         labels = batch.masked_lm_ids[batch.masked_lm_weights > 0]
         assert len(labels) > 100 and not np.isin(labels, (CLS, SEP)).any()

@@ -27,7 +27,7 @@ def masked():
     params = pairs.PairParams(L, 0.5, 2, CLS, SEP)   # short_seq_prob 0.5: half the targets are short; dupe 2
     found = list(pairs.pairs_for_pool(docs, params, tokenization.word_starts(vocab), 7))
     ids = masking.VocabIds.from_vocab(vocab)
-    batch = masking.mask_batch(found, masking.MaskParams(max_predictions_per_seq=P), ids, 7, L)
+    batch = masking.mask_batch(found, masking.MaskRecipe(max_predictions_per_seq=P), ids, 7, L)
     arrays = {name: getattr(batch, name) for name in schema.FEATURES}
     assert len(found) > 500 and (batch.input_mask.sum(1) < L // 2).sum() > 100
     return arrays

@@ -251,10 +251,11 @@ def test_a_tokenizer_on_an_object_store_gives_the_local_bytes(made, tmp_path, mo
     assert m["vocab"]["path"] == remote and m["vocab"]["sha256"] == subwords.sha256(str(path))
 
 
-@pytest.mark.parametrize("wwm", [[], ["--whole-word-mask"]])
+@pytest.mark.parametrize("wwm", [[], ["--whole-word-mask"], ["--ngram-max", "2"]])
 def test_prepare_equals_pairs_then_mask(made, tmp_path, wwm):
-    """prepare marks a tokenizer's words only for the masking that reads them (without --whole-word-mask it skips
-    the word ids): the same shards as pairs (which keeps every word start) then mask, either way."""
+    """prepare marks a tokenizer's words only for the masking that reads them (without --whole-word-mask or
+    --ngram-max it skips the word ids): the same shards as pairs (which keeps every word start) then mask, either
+    way."""
     out, path = made
     books = SAMPLES / "books" / "carroll-alice.txt"
     common = ["--tokenizer", str(path), "--dupe-factor", "1", "--seed", "7", "--max-seq-length", "64"]

@@ -15,6 +15,7 @@ import torch
 from model import checkpoints, optim, train
 from model.bert import Bert
 from model.config import BertConfig
+from pipeline.algorithms import masking
 from pipeline.commands import cli, training
 from pipeline.formats import schema, tfrecord
 from tests import packed_rows
@@ -430,8 +431,9 @@ def test_dynamic_masking_masks_pairs_afresh_each_epoch(tmp_path, tiny_json):
     from model import data
 
     pairs_dir = write_pairs(tmp_path / "pairs", 12)
-    shards, vocab_ids = data.open_pairs(pairs_dir, P)
-    masker = data.DynamicMasker(train.masking.MaskParams(max_predictions_per_seq=P), vocab_ids, L, seed=7)
+    recipe = masking.MaskRecipe(max_predictions_per_seq=P)
+    shards, vocab_ids = data.open_pairs(pairs_dir, recipe)
+    masker = data.DynamicMasker(recipe, vocab_ids, L, seed=7)
     ds = data.ShardDataset(shards.files, shards.shape, 12, vocab_size=VOCAB, shuffle=False, decoder=masker)
     first = next(iter(ds))
     again = next(iter(ds))

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from model import data, train
+from pipeline.algorithms import masking
 from pipeline.commands import cli, training
 from tests.test_train import (L, TINY, _run_rank, args_for, join_ranks, train_losses, write_pairs,
                               write_shards)
@@ -237,5 +238,5 @@ def test_held_out_data_of_other_lengths_names_both_data_sets(tmp_path, tiny_json
 def test_dynamic_masking_predictions_follow_the_project_rule(tmp_path):
     pairs_dir = write_pairs(tmp_path / "pairs", 12)   # L=24
     assert data.open_pairs(pairs_dir)[0].shape.max_predictions_per_seq == 20           # max(20, round(24 x 0.15))
-    assert data.open_pairs(pairs_dir, masked_lm_prob=0.9)[0].shape.max_predictions_per_seq == 22   # round(24 x 0.9)
-    assert data.open_pairs(pairs_dir, 7, masked_lm_prob=0.9)[0].shape.max_predictions_per_seq == 7
+    assert data.open_pairs(pairs_dir, masking.MaskRecipe(0.9))[0].shape.max_predictions_per_seq == 22   # 24 x 0.9
+    assert data.open_pairs(pairs_dir, masking.MaskRecipe(0.9, 7))[0].shape.max_predictions_per_seq == 7

@@ -17,11 +17,14 @@ stream: instance i has a 64-bit seed from (seed, instance key), and the draw for
 splitmix64(seed_i + (stream << 32 | position) * golden). "A random order of candidates" is the order of their
 stream-0 draws; the 80/10/10 draw is stream 1, the replacement id stream 2, the n-gram length stream 3.
 An instance's masks depend only on its key and the seed, never on the batch it was masked in.
+
+`MaskRecipe` is the masking as one value (rate, cap, unit, split): the jobs' and the trainer's flags build it, the
+manifest records it, `inspect` reads it back.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
 import numpy as np
@@ -35,13 +38,50 @@ PRIORITY, DECISION, REPLACEMENT, NGRAM = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
-class MaskParams:
-    masked_lm_prob: float = 0.15
-    max_predictions_per_seq: int = 20
-    mask_token_prob: float = 0.8
+class MaskRecipe:
+    """How instances are masked, one value: the rate, the cap, the unit and the replacement split. Its defaults
+    are google's (the flags of `mask`, `prepare` and `train --dynamic-masking` take them from here); the manifest
+    records it (`to_json`) and readers read it back (`from_manifest`)."""
+    masked_lm_prob: float = 0.15                # the rate: google's count rule asks round(n x p) of n tokens
+    max_predictions_per_seq: int | None = None  # the cap P; None: default_max_predictions at L (`at`)
+    mask_token_prob: float = 0.8                # the split: a chosen unit becomes [MASK], a random id, or stays
     random_token_prob: float = 0.1
-    whole_word_mask: bool = False
-    ngram_max: int = 1
+    whole_word_mask: bool = False               # the unit: a WordPiece, a whole word, or
+    ngram_max: int = 1                          # a span of 1..ngram_max whole words (> 1: words whatever the above)
+
+    @property
+    def needs_word_starts(self) -> bool:
+        """Whether the unit is words, read from the pairs' word starts (a job that tokenizes marks them only then)."""
+        return self.whole_word_mask or self.ngram_max > 1
+
+    def predictions(self, max_seq_length: int) -> int:
+        """P at this length: the one given, else the smallest that never caps the rate (default_max_predictions)."""
+        return self.max_predictions_per_seq or default_max_predictions(max_seq_length, self.masked_lm_prob)
+
+    def at(self, max_seq_length: int) -> "MaskRecipe":
+        """The recipe with its P resolved at this length (what a manifest records and num_to_predict reads)."""
+        return replace(self, max_predictions_per_seq=self.predictions(max_seq_length))
+
+    def to_json(self) -> dict:
+        """The manifest's record of the masking, in its parameters (every field, in this order)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, record: dict) -> "MaskRecipe":
+        """The recipe of a record to_json wrote; a field it lacks takes the default (a record of the rate alone)."""
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
+
+    @classmethod
+    def from_manifest(cls, m: dict) -> "MaskRecipe | None":
+        """The masking a shards manifest records, with the P of its instances (the manifest's own); None where it
+        records none (pairs, documents, google's shards). `mask` and `prepare` record the recipe in their
+        parameters; `pack` records the rate it packed for, beside its source's parameters, which hold the rest."""
+        parameters = m.get("parameters") or {}
+        if "masked_lm_prob" not in parameters:
+            return None
+        record = {**(parameters.get("source") or {}), **parameters}
+        P = m.get("max_predictions_per_seq", record.get("max_predictions_per_seq"))
+        return cls.from_json({**record, "max_predictions_per_seq": P})
 
 
 @dataclass(frozen=True)
@@ -120,7 +160,7 @@ def default_max_predictions(max_seq_length: int, masked_lm_prob: float) -> int:
     The rule asks round(n x p) predictions of an instance of n <= L tokens, most at n = L; a P below round(L x p)
     silently masks less than p of every long instance (20 at L=512 is 3.9%, not 15%). 20 stays the floor, google's
     default, so L=128 at p=0.15 (which asks 19) keeps google's shape and bytes. 77 at L=512, 154 at p=0.3."""
-    asked = int(num_to_predict(np.array([max_seq_length]), MaskParams(masked_lm_prob, max_seq_length))[0])
+    asked = int(num_to_predict(np.array([max_seq_length]), MaskRecipe(masked_lm_prob, max_seq_length))[0])
     return max(GOOGLE_MAX_PREDICTIONS, asked)
 
 
@@ -130,7 +170,8 @@ def capped_share(max_seq_length: int, masked_lm_prob: float, max_predictions_per
     return min(max_predictions_per_seq, max(1, round(max_seq_length * masked_lm_prob))) / max_seq_length
 
 
-def num_to_predict(lengths: np.ndarray, params: MaskParams) -> np.ndarray:
+def num_to_predict(lengths: np.ndarray, params: MaskRecipe) -> np.ndarray:
+    """google's count rule for instances of these lengths; `params` with its P resolved (MaskRecipe.at)."""
     # np.round rounds half to even, as Python's round() in google's code does
     return np.minimum(params.max_predictions_per_seq,
                       np.maximum(1, np.round(lengths * params.masked_lm_prob))).astype(np.int64)
@@ -153,9 +194,11 @@ def _pack(pairs: Sequence[PairInstance], max_seq_length: int) -> schema.Batch:
                         np.array([int(p.is_random_next) for p in pairs], np.int64))
 
 
-def mask_batch(pairs: Sequence[PairInstance], params: MaskParams, vocab: VocabIds, seed: int | str,
+def mask_batch(pairs: Sequence[PairInstance], params: MaskRecipe, vocab: VocabIds, seed: int | str,
                max_seq_length: int) -> schema.Batch:
-    """Masks a batch of pairs into google's schema layout: (B, L) ids/mask/segments, (B, P) predictions."""
+    """Masks a batch of pairs into google's schema layout: (B, L) ids/mask/segments, (B, P) predictions, P the
+    recipe's at L."""
+    params = params.at(max_seq_length)
     batch = _pack(pairs, max_seq_length)
     n, L, P = len(pairs), max_seq_length, params.max_predictions_per_seq
     lengths = batch.input_mask.sum(axis=1)
@@ -169,7 +212,7 @@ def mask_batch(pairs: Sequence[PairInstance], params: MaskParams, vocab: VocabId
     priority = np.where(candidate, uniforms(seeds, PRIORITY, cols), 2.0)   # (B, L); non-candidates last
     want = num_to_predict(lengths, params)
 
-    if params.whole_word_mask or params.ngram_max > 1:
+    if params.needs_word_starts:
         positions = np.full((n, P), L, np.int64)
         unit_of = np.full((n, P), -1, np.int64)   # the first position of the unit a prediction belongs to
         for i, pair in enumerate(pairs):
@@ -212,7 +255,7 @@ def mask_batch(pairs: Sequence[PairInstance], params: MaskParams, vocab: VocabId
 
 
 def _choose_units(pair: PairInstance, priority: np.ndarray, want: int, seed: np.ndarray,
-                  params: MaskParams) -> list[np.ndarray]:
+                  params: MaskRecipe) -> list[np.ndarray]:
     """Whole words (or n-gram spans of them) in priority order, taken greedily while they fit."""
     ids = pair.token_ids
     special = np.zeros(len(ids), bool)

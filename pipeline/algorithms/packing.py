@@ -131,7 +131,7 @@ def max_row_predictions(max_seq_length: int, max_sequences_per_pack: int, masked
     by another rule still fits). About L * masked_lm_prob + k, well below k * P."""
     L, k, P = max_seq_length, max_sequences_per_pack, max_predictions_per_seq
     n = np.arange(L + 1)
-    gain = masking.num_to_predict(n, masking.MaskParams(masked_lm_prob=masked_lm_prob,
+    gain = masking.num_to_predict(n, masking.MaskRecipe(masked_lm_prob=masked_lm_prob,
                                                         max_predictions_per_seq=P))   # (L + 1,)
     best = np.full(L + 1, -1, np.int64)   # best[t]: most predictions of the instances so far, t positions used
     best[0] = 0

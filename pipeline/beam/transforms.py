@@ -430,7 +430,7 @@ MASK_STATS = ("instances", "tokens", "masked_tokens", "random_next")
 
 
 class _MaskBatch(tally.DoFn):
-    def __init__(self, params: masking.MaskParams, vocab: masking.VocabIds, seed: int, max_seq_length: int):
+    def __init__(self, params: masking.MaskRecipe, vocab: masking.VocabIds, seed: int, max_seq_length: int):
         self.params, self.vocab, self.seed, self.max_seq_length = params, vocab, seed, max_seq_length
 
     def setup(self):
@@ -450,7 +450,7 @@ class _MaskBatch(tally.DoFn):
 class MaskPairs(beam.PTransform):
     """Batches of PairInstances -> batches of (key, google-schema Example bytes, stats); seeded per key."""
 
-    def __init__(self, params: masking.MaskParams, vocab: masking.VocabIds, seed: int, max_seq_length: int):
+    def __init__(self, params: masking.MaskRecipe, vocab: masking.VocabIds, seed: int, max_seq_length: int):
         super().__init__()
         self.params, self.vocab, self.seed, self.max_seq_length = params, vocab, seed, max_seq_length
 

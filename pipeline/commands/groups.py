@@ -396,7 +396,15 @@ def add_pair_parallelism(p: flags.Parser, help: str) -> None:
                    help=help)
 
 
-MASK = masking.MaskParams()   # google's masking defaults
+MASK = masking.MaskRecipe()   # google's masking defaults
+
+
+def mask_recipe(args: argparse.Namespace) -> masking.MaskRecipe:
+    """The masking flags a command has -> its recipe: `mask` and `prepare` have them all, `train` the rate, the cap
+    and the unit (its replacement split is the recipe's default). The one builder of both, so that a flag means the
+    same to the jobs and the trainer."""
+    return masking.MaskRecipe(**{f.name: getattr(args, f.name) for f in dataclasses.fields(masking.MaskRecipe)
+                                 if hasattr(args, f.name)})
 
 
 class Mask(Group):
@@ -404,7 +412,7 @@ class Mask(Group):
 
     def add(self, p):
         p.add_argument("--masked-lm-prob", type=probability, default=MASK.masked_lm_prob)
-        p.add_argument("--max-predictions-per-seq", type=positive_int, default=None,
+        p.add_argument("--max-predictions-per-seq", type=positive_int, default=MASK.max_predictions_per_seq,
                        help="predictions an instance holds at most (at most --max-seq-length). Default: max(20, "
                             "round(--max-seq-length x --masked-lm-prob)), the smallest that never caps google's "
                             "count rule (round(n x p) of an instance of n tokens) and never below google's 20: 20 at "
@@ -427,10 +435,7 @@ class Mask(Group):
         check_lengths(p, args)
 
     def build(self, args) -> settings.Masking:
-        rule = dataclasses.replace(MASK, masked_lm_prob=args.masked_lm_prob, mask_token_prob=args.mask_token_prob,
-                                   random_token_prob=args.random_token_prob, whole_word_mask=args.whole_word_mask,
-                                   ngram_max=args.ngram_max)
-        return settings.Masking(rule, args.max_predictions_per_seq, getattr(args, "validation_masked_lm_prob", None))
+        return settings.Masking(mask_recipe(args), getattr(args, "validation_masked_lm_prob", None))
 
 
 def check_lengths(p: flags.Parser, args) -> None:

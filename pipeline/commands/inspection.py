@@ -135,11 +135,12 @@ def inspect_split(directory: str, m: dict) -> None:
     except manifest.ManifestError as e:
         print(f"  the other side: {e}")
         return
+    recipe = masking.MaskRecipe.from_manifest(om)
     print(f"  the {'validation' if split['role'] == 'training' else 'training'} side, {other}: "
           + (f"{om['counts']['rows']:,} rows" if "rows" in om["counts"] and "instances" not in om["counts"]
              else f"{om['counts'].get('instances', 0):,} instances of {om['counts'].get('documents')} documents")
-          + (f", masked at {om['parameters']['masked_lm_prob']:g}" if "masked_lm_prob" in om.get("parameters", {})
-             else "") + f"; documents listed in {split['held_out_list']}")
+          + (f", masked at {recipe.masked_lm_prob:g}" if recipe else "")
+          + f"; documents listed in {split['held_out_list']}")
 
 
 def inspect_corpora(m: dict) -> None:
@@ -266,11 +267,10 @@ def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
     print(f"  objective {objective}   documents {m['counts'].get('documents')}   {second}   "
           f"mean length {stats['mean_length']:.1f}   tokens {lengths.sum():,}")
     if "mean_masked" in stats:
-        share = stats["masked_kinds"]
-        asked = (m.get("parameters") or {}).get("masked_lm_prob")
+        share, recipe = stats["masked_kinds"], masking.MaskRecipe.from_manifest(m)
         realised = stats["mean_masked"] * total / max(1, lengths.sum())
         print(f"  masked per instance {stats['mean_masked']:.2f}   masked share {100 * realised:.2f}% of tokens "
-              f"(asked {f'{100 * asked:g}%' if asked is not None else 'unknown'}; at most "
+              f"(asked {f'{100 * recipe.masked_lm_prob:g}%' if recipe else 'unknown'}; at most "
               f"{m.get('max_predictions_per_seq')} an instance)   of masked: [MASK] {share[0]:.3f}  "
               f"random {share[1]:.3f}  kept {share[2]:.3f}")
     _print_unknown(m, stats)

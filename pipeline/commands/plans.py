@@ -158,7 +158,7 @@ COMMANDS = {
                                     help=f"instances a row may hold, 1..{packing.MAX_SEQUENCES_PER_PACK}: more packs "
                                          "tighter (bench/bench_packing.py prints the efficiency of each)")),
         ("made_with", GoogleShards("recorded for the trainer and verify")),
-        ("masked_lm_prob", Flag("--masked-lm-prob", type=probability, default=masking.MaskParams.masked_lm_prob,
+        ("masked_lm_prob", Flag("--masked-lm-prob", type=probability, default=masking.MaskRecipe.masked_lm_prob,
                                 help="shards without a manifest: the masked_lm_prob they were masked with, which "
                                      "sizes a row's masked slots (a row that would need more is split, and "
                                      "counted)")),

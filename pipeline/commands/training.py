@@ -16,7 +16,7 @@ import sys
 
 from model import plot
 from model.plan import DEFAULT_MODEL, RunError, TrainPlan
-from pipeline.commands import flags
+from pipeline.commands import flags, groups
 from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
                                      positive_float, positive_int, probability)
 
@@ -46,9 +46,11 @@ def _train_data_flags(g) -> None:
                    help="--data is a `pairs` output: mask it afresh every epoch (RoBERTa-style) instead of reading "
                         "masked shards; masking flags below, --max-predictions-per-seq default max(20, "
                         "round(L x --masked-lm-prob))")
-    g.add_argument("--masked-lm-prob", type=probability, help="with --dynamic-masking")
+    # the masking flags `mask` has (their defaults the recipe's, built by the same groups.mask_recipe), less the split
+    g.add_argument("--masked-lm-prob", type=probability, default=groups.MASK.masked_lm_prob,
+                   help="with --dynamic-masking")
     g.add_argument("--whole-word-mask", action="store_true", help="with --dynamic-masking")
-    g.add_argument("--ngram-max", type=positive_int, help="with --dynamic-masking")
+    g.add_argument("--ngram-max", type=positive_int, default=groups.MASK.ngram_max, help="with --dynamic-masking")
     g.add_argument("--num-workers", type=nonnegative_int, help="DataLoader workers per rank")
     g.add_argument("--shuffle-buffer", type=positive_int, help="records in each worker's shuffle buffer")
 
@@ -140,7 +142,8 @@ def train_plan(args: argparse.Namespace) -> TrainPlan:
     ranks (torchrun's WORLD_SIZE) times --grad-accum do not divide."""
     from model.ranks import world_size   # torch, as the run
 
-    plan = TrainPlan(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainPlan)})
+    plan = TrainPlan(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainPlan) if f.name != "masking"},
+                     masking=groups.mask_recipe(args))
     check_init_from(plan)
     world = world_size()
     if plan.batch_size % (world * plan.grad_accum):

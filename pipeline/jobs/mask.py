@@ -43,7 +43,7 @@ class Side:
     masks, their masking and packing, its labels' prefix and its shuffle's name."""
     job: Publication
     files: list
-    params: masking.MaskParams
+    params: masking.MaskRecipe      # P resolved at the pairs' length
     pack: object   # packing.PackParams | None
     prefix: str
     shuffle_name: str
@@ -126,7 +126,7 @@ def side(plan: Plan, pairs: inputs.Input, L: int, held: bool = False) -> Side:
     head = outputs.shards_head("mask", plan.seed, params, pairs.vocab, L, pairs.objective)
     describe = functools.partial(outputs.shards_manifest, head,
                                  {"pairs": opened.manifest and opened.manifest["parameters"],
-                                  **settings.mask_parameters(params)}, documents, opened.inputs, pack, None)
+                                  **params.to_json()}, documents, opened.inputs, pack, None)
     if pairs.carried:
         describe = outputs.with_split(describe, pairs.carried[1], "validation" if held else "training")
     job = (Publication(out, describe, side_files=(heldout.NAME,), why_empty=outputs.why_held_out_empty) if held else

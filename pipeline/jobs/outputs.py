@@ -97,7 +97,7 @@ def pairs_manifest(head: dict, inputs: list[dict], written: list[dict], values: 
             "files": written, "inputs": inputs}
 
 
-def shards_head(stage: str, seed: int, params: masking.MaskParams, vocab: dict, max_seq_length: int,
+def shards_head(stage: str, seed: int, params: masking.MaskRecipe, vocab: dict, max_seq_length: int,
                 objective: str) -> dict:
     return {"format": manifest.SHARDS, "stage": stage, "seed": seed, "objective": objective, "vocab": vocab,
             "max_seq_length": max_seq_length, "max_predictions_per_seq": params.max_predictions_per_seq}

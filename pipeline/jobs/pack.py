@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 
 from corpora import text
-from pipeline.algorithms import packing
+from pipeline.algorithms import masking, packing
 from pipeline.beam import shards, sizing, transforms
 from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
@@ -30,7 +30,7 @@ class Plan:
     input: str
     sequences_per_pack: int = packing.DEFAULT_SEQUENCES_PER_PACK
     made_with: settings.MadeWith = settings.MadeWith()
-    masked_lm_prob: float = 0.15            # google's shards: the share they were masked at
+    masked_lm_prob: float = masking.MaskRecipe.masked_lm_prob   # google's shards: the share they were masked at
     seed: int = settings.SEED
     num_shards: int = 0
 

@@ -69,7 +69,7 @@ class Side:
     prefix: str                     # "" | "Validation"
     dupes: dict[str, int]
     share: float                    # of the input's documents
-    mask: masking.MaskParams
+    mask: masking.MaskRecipe        # P resolved at max_seq_length
     pack: object                    # packing.PackParams | None
     shuffle_name: str               # its shard shuffle's ("" : the default)
     corpus: str                     # the namespace of its per-corpus counts
@@ -189,9 +189,8 @@ def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tok
             docs = docs | f"{side.prefix}CountDocuments{name}" >> tally.FlatMap(transforms.count_documents,
                                                                                 namespace=side.corpus)
         # the words of a tokenizer.json are marked only for the masking that reads them (its pair records stay inside)
-        words = side.mask.whole_word_mask or side.mask.ngram_max > 1
         docs = docs | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(
-            dataclasses.replace(inputs.vocabulary(side.vocab), words=words))
+            dataclasses.replace(inputs.vocabulary(side.vocab), words=side.mask.needs_word_starts))
         if plan.split:   # each corpus's tokens on each side, for the split's token shares
             docs = docs | f"{side.prefix}CountSplitTokens{name}" >> tally.FlatMap(
                 splitting.count_side_tokens, side=splitting.VALIDATION if side.prefix else splitting.TRAINING)
@@ -235,7 +234,7 @@ def plan_sides(plan: Plan, found, tokens_of: dict, documents_of: dict) -> list[S
     return sides
 
 
-def publication(plan: Plan, found, out: Output, vocab: dict, params: masking.MaskParams, pack,
+def publication(plan: Plan, found, out: Output, vocab: dict, params: masking.MaskRecipe, pack,
                 held: bool) -> Publication:
     """What one side's manifest will say (decided now, filled with what it writes and counts), and the checks its
     Publish step makes (the training side's: of the whole job)."""
@@ -249,7 +248,7 @@ def publication(plan: Plan, found, out: Output, vocab: dict, params: masking.Mas
         parameters["dupe_factor"] = 1
     elif several:
         parameters.update(corpora=corpora, mix_corpora=plan.mix_corpora)
-    parameters.update(settings.mask_parameters(params))
+    parameters.update(params.to_json())
     head = outputs.shards_head("prepare", plan.seed, params, vocab, plan.pairing.max_seq_length,
                                plan.pairing.objective)
     files = [{"path": f} for _, fs, _ in found for f in fs]

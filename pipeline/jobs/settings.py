@@ -93,24 +93,22 @@ class Pairing:
 
 @dataclass(frozen=True)
 class Masking:
-    """How instances are masked: google's rule (its max_predictions_per_seq set by `params` for a length), the P
-    asked for by hand (None: the smallest that never caps the rule), and the validation set's own share."""
-    rule: masking.MaskParams = masking.MaskParams()
-    max_predictions_per_seq: int | None = None
+    """How instances are masked: the recipe (its P None: the smallest that never caps the rate at a length), and the
+    validation set's own rate."""
+    recipe: masking.MaskRecipe = masking.MaskRecipe()
     validation_masked_lm_prob: float | None = None
 
-    def params(self, max_seq_length: int, held_out: bool = False) -> masking.MaskParams:
-        """The masking at this length; `held_out`: the validation set's, at validation_masked_lm_prob when given
-        (P by the same rule at that share)."""
-        p = self.rule.masked_lm_prob
+    def params(self, max_seq_length: int, held_out: bool = False) -> masking.MaskRecipe:
+        """The recipe at this length; `held_out`: the validation set's, at validation_masked_lm_prob when given (P by
+        the same rule at that rate)."""
+        recipe = self.recipe
         if held_out and self.validation_masked_lm_prob is not None:
-            p = self.validation_masked_lm_prob
-        P = self.max_predictions_per_seq or masking.default_max_predictions(max_seq_length, p)
-        return dataclasses.replace(self.rule, masked_lm_prob=p, max_predictions_per_seq=P)
+            recipe = dataclasses.replace(recipe, masked_lm_prob=self.validation_masked_lm_prob)
+        return recipe.at(max_seq_length)
 
     def warnings(self, max_seq_length: int) -> tuple[str, ...]:
         """A P given by hand that caps long instances, said once before the job."""
-        p, given = self.rule.masked_lm_prob, self.max_predictions_per_seq
+        p, given = self.recipe.masked_lm_prob, self.recipe.max_predictions_per_seq
         if not given or masking.capped_share(max_seq_length, p, given) >= 0.9 * p:
             return ()
         return (f"--max-predictions-per-seq {given} caps the masking at max_seq_length {max_seq_length}: an "
@@ -119,22 +117,15 @@ class Masking:
                 f"{100 * p:g}%); {masking.default_max_predictions(max_seq_length, p)} would not cap (the default "
                 "when the flag is left out)",)
 
-    def line(self, title: str, params: masking.MaskParams, max_seq_length: int) -> str:
+    def line(self, title: str, params: masking.MaskRecipe, max_seq_length: int) -> str:
         """The plan's line on masking: the share asked and the P that holds it."""
-        why = ("given" if self.max_predictions_per_seq else
+        why = ("given" if self.recipe.max_predictions_per_seq else
                f"the default at max_seq_length {max_seq_length}: max(20, round(L x p))")
         return (f"{title}: masking {100 * params.masked_lm_prob:g}% of tokens, at most "
                 f"{params.max_predictions_per_seq} an instance ({why})")
 
 
-def mask_parameters(params: masking.MaskParams) -> dict:
-    """The manifest's record of the masking."""
-    return {"masked_lm_prob": params.masked_lm_prob, "max_predictions_per_seq": params.max_predictions_per_seq,
-            "mask_token_prob": params.mask_token_prob, "random_token_prob": params.random_token_prob,
-            "whole_word_mask": params.whole_word_mask, "ngram_max": params.ngram_max}
-
-
-def pack_params(sequences_per_pack: int | None, params: masking.MaskParams,
+def pack_params(sequences_per_pack: int | None, params: masking.MaskRecipe,
                 max_seq_length: int) -> packing.PackParams | None:
     """--pack (`sequences_per_pack`: k, None without it): M sized for instances masked as `params` say."""
     if sequences_per_pack is None:
