@@ -1,5 +1,8 @@
 """Packed rows' attention choices, on CPU.
 
+First the attention function any architecture calls (model/attention.py: rows_mask, then attend with a layer's q, k,
+v): the same instances padded one a row and packed several a row give each instance's own attention, computed by
+hand, on every kind a CPU runs (SDPA's padding mask, its block mask, FlexAttention eager, the varlen reference).
 The varlen path cannot run its CUDA kernel here, so its own parts are checked around it: the Segments (cu_seq
 offsets read off input_mask) against hand-counted ones; the whole path, with attention.varlen_reference (one SDPA per
 sequence) in the kernel's place, against SDPA's block-diagonal mask on real packed rows, forward and backward within
@@ -65,6 +68,87 @@ def close(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
     (1e-5 absolute passed only where the kernels summed alike). A wrong segment or view differs by O(1)."""
     scale = max(1.0, float(want.detach().abs().max()))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * scale, msg=name)
+
+
+# ---- the attention function: padded rows and packed rows against each instance's own attention ----------------------
+
+LENGTHS = (5, 3, 7, 1, 4, 6)          # six instances
+PACKED = ((0, 1), (2,), (3, 4, 5))    # three packed rows of T=11: 8 and 7 positions then padding, one full
+
+
+def by_hand(q, k, v):
+    """One instance's softmax(q k^T / sqrt(hs)) v, (n, nh, hs), in float64 from q, k, v (n, nh, hs): no torch
+    attention kernel."""
+    q, k, v = (t.double().transpose(0, 1) for t in (q, k, v))   # (nh, n, hs)
+    p = torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, dim=-1)   # (nh, n, n)
+    return (p @ v).transpose(0, 1).float()
+
+
+def laid_out(parts, rows, T, nh=2, hs=8):
+    """(q, k, v) each (B, T, nh, hs) with the instances `parts` placed as `rows` lists them, the rest random (padding
+    that must not leak); input_mask (B, T): each position's 1-based slot in its row, 0 padding."""
+    g = torch.Generator().manual_seed(7)
+    qkv = [torch.randn(len(rows), T, nh, hs, generator=g) for _ in range(3)]
+    input_mask = torch.zeros(len(rows), T, dtype=torch.long)
+    for r, row in enumerate(rows):
+        at = 0
+        for slot, i in enumerate(row, 1):
+            n = LENGTHS[i]
+            for t, part in zip(qkv, parts[i]):
+                t[r, at:at + n] = part
+            input_mask[r, at:at + n] = slot
+            at += n
+    return qkv, input_mask
+
+
+def instance_outputs(y, rows, nh=2):
+    """Each instance's rows of attend's (B, T, nh * hs) output, as (n, nh, hs), in instance order."""
+    out = {}
+    for r, row in enumerate(rows):
+        at = 0
+        for i in row:
+            out[i] = y[r, at:at + LENGTHS[i]].unflatten(-1, (nh, -1))
+            at += LENGTHS[i]
+    return [out[i] for i in range(len(LENGTHS))]
+
+
+@pytest.mark.parametrize("kind", ["sdpa", "flex_attention", "varlen"])
+def test_attend_gives_each_instance_its_own_attention_padded_or_packed(kind):
+    """attention.rows_mask + attention.attend on the same six instances, one a row behind a padding mask and packed
+    2, 1 and 3 a row as `kind` runs them on CPU (varlen: attention.varlen_reference, one SDPA per sequence; flex:
+    eager), each equal within 1e-5 to its own attention computed by hand. Breaks seen caught: the block mask
+    replaced by every real key (instances see each other); attend's output reshaped without transposing back; the
+    varlen Segments with padding first; FlexAttention's mask as every real key; the padding mask dropped."""
+    if kind == "flex_attention" and attention.flex_attention is None:
+        pytest.skip("this torch has no FlexAttention")
+    g = torch.Generator().manual_seed(0)
+    parts = [tuple(torch.randn(n, 2, 8, generator=g) for _ in range(3)) for n in LENGTHS]   # (n, nh, hs) each
+    want = [by_hand(*p) for p in parts]
+
+    (q, k, v), input_mask = laid_out(parts, [(i,) for i in range(len(LENGTHS))], max(LENGTHS))
+    padded = attention.attend(q, k, v, attention.rows_mask(input_mask, packed=False))
+    for i, (got, expected) in enumerate(zip(instance_outputs(padded, [(i,) for i in range(len(LENGTHS))]), want)):
+        close(got, expected, f"padded instance {i}")
+
+    (q, k, v), input_mask = laid_out(parts, PACKED, 11)
+    assert (input_mask == 0).any(1).tolist() == [True, True, False]   # padding in two rows, the third full
+    mask = attention.rows_mask(input_mask, packed=True, slots=3, kind=kind)
+    assert isinstance(mask, attention.Segments) == (kind == "varlen")
+    packed = attention.attend(q, k, v, mask)
+    assert packed.shape == (3, 11, 16)
+    for i, (got, expected) in enumerate(zip(instance_outputs(packed, PACKED), want)):
+        close(got, expected, f"{kind} instance {i}")
+
+
+def test_a_kernel_without_dropout_is_refused_with_it_by_the_mask():
+    """Varlen and FlexAttention have no attention dropout: the mask refuses them with it, in one line; SDPA takes it.
+    Break seen caught: only varlen refused (FlexAttention let through)."""
+    input_mask = torch.tensor([[1, 1, 2, 0]])
+    for kind in ("varlen", "flex_attention"):
+        with pytest.raises(ValueError, match=f"^{kind} has no attention dropout and the config's is 0.1: train packed "
+                                             "rows with sdpa, or with attention_dropout 0$"):
+            attention.rows_mask(input_mask, True, 2, kind, dropout=0.1)
+    assert attention.rows_mask(input_mask, True, 2, "sdpa", dropout=0.1).shape == (1, 1, 4, 4)   # SDPA has it
 
 
 def test_varlen_path_equals_the_block_mask_forward_and_backward(monkeypatch):
