@@ -49,7 +49,8 @@ class BertConfig:
     type_vocab_size: int = 2              # segment A / segment B
     dropout: float = 0.1                  # google uses 0.1 both after attention probs and on hidden states
     # On attention probabilities: None is `dropout` (google's), so configs from before the field read as they were.
-    # 0 (ModernBERT's, MosaicBERT's) lets packed rows run varlen FlashAttention, which has no dropout (model/bert.py).
+    # 0 (ModernBERT's, MosaicBERT's) lets packed rows run varlen FlashAttention, which has no dropout
+    # (model/attention.py).
     attention_dropout: float | None = None
     layer_norm_eps: float = 1e-12         # google's value (torch's default 1e-5 changes results)
     initializer_range: float = 0.02       # std of the truncated normal every weight starts from
