@@ -24,10 +24,11 @@ and, in the background, the checkpoints; a rank that dies or hangs ends the othe
 step's loss is its global batch's, however the batch is split over ranks and micro-steps.
 
 Reads top to bottom: `train`, which sets up (ranks and device: model/ranks.py; the run directory and a resumed
-checkpoint: model/checkpoints.py; data, model and optimizer (model/optim.py)) and hands a `Session` to
-`train_loop`; `Stop`, the signals it checks at every step boundary; the loop's parts (one optimizer step and its
-loss, evaluation). The run's settings are a TrainPlan (model/plan.py), built from the flags by
-pipeline/commands/training.py; the statistics and the log are model/metrics.py's.
+checkpoint: model/checkpoints.py; data, model (of the architecture its config names: model/architectures.py) and
+optimizer (model/optim.py)) and hands a `Session` to `train_loop`; `Stop`, the signals it checks at every step
+boundary; the loop's parts (one optimizer step and its loss, evaluation). The run's settings are a TrainPlan of five
+groups (model/plan.py), built from the flags by pipeline/commands/training.py, each function given the group it
+reads; the statistics and the log are model/metrics.py's.
 """
 from __future__ import annotations
 
