@@ -23,8 +23,8 @@ whichever attention runs (varlen computes only each instance's scores), so withi
 
 Measured in priority order under --budget-s (the issue's comparisons first: packed L=512 eager, then compiled), a
 row that would not finish in it is listed as skipped; a row that fails is listed with its error and the rest go
-on. --smoke: the CPU, a small model, a few steps, every path but CUDA's (varlen runs through bert's CPU reference,
-compiled rows through dynamo's capture without code generation), for the test suite.
+on. --smoke: the CPU, a small model, a few steps, every path but CUDA's (varlen runs through model/attention.py's CPU
+reference, compiled rows through dynamo's capture without code generation), for the test suite.
 """
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from model import bert, data  # noqa: E402
+from model import architectures, bert, data  # noqa: E402
 from model import config as config_lib  # noqa: E402
+from model.attention import unavailable  # noqa: E402
 from pipeline.algorithms import masking, packing  # noqa: E402
 from pipeline.formats import schema, tfrecord  # noqa: E402
 
@@ -131,7 +132,7 @@ def measure(case: Case, config: config_lib.BertConfig, files: list[str], shape: 
     if case.attention == "varlen":   # varlen_attn has no dropout: the setting it runs with
         config = dataclasses.replace(config, attention_dropout=0.0)
     torch.manual_seed(0)
-    model = bert.Bert(config).to(device)
+    model = architectures.build(config, True, device)
     model.packed_attention = case.attention
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
                                   fused=cuda)
@@ -219,7 +220,7 @@ def model_config(args) -> config_lib.BertConfig:
     if args.smoke:   # odd-ish and small: 2 layers, 2 heads of 16
         return config_lib.BertConfig(vocab_size=1000, hidden_size=32, num_layers=2, num_heads=2,
                                      intermediate_size=64, max_position_embeddings=max(args.lengths))
-    return config_lib.from_name_or_json(args.model, vocab_size=args.vocab)
+    return architectures.from_name_or_json(args.model, vocab_size=args.vocab)
 
 
 def main(argv=None) -> int:
@@ -257,7 +258,7 @@ def setting(args, config, device: str) -> str:
         where = f"{torch.cuda.get_device_name()} (sm_{major}{minor})"
     else:
         where = f"CPU, {torch.get_num_threads()} thread(s), fp32"
-    params = sum(p.numel() for p in bert.Bert(config).parameters())
+    params = sum(p.numel() for p in architectures.build(config, True, "meta", empty=True).parameters())
     return (f"bench_gpu: {where}; torch {torch.__version__}; {'smoke' if args.smoke else args.model} model "
             f"({params / 1e6:.1f}M parameters); {'bf16 autocast, fused AdamW' if device == 'cuda' else 'AdamW'}; "
             f"{args.warmup} warm-up + {args.steps} timed steps a row, {args.tokens} positions a batch; loader: "
@@ -267,8 +268,8 @@ def setting(args, config, device: str) -> str:
 def run_cases(args, config, device: str, begun: float) -> dict:
     """{Case: its measurements, or {"note": why it was skipped or how it failed}}, in cases() order, each row's
     shards written the first time its (L, layout) comes up."""
-    # The CPU's varlen is bert.varlen_reference: the smoke run's check of the path. A GPU says why it cannot.
-    varlen_why = "" if device == "cpu" else bert.unavailable("varlen", config, device)
+    # The CPU's varlen is attention.varlen_reference: the smoke run's check of the path. A GPU says why it cannot.
+    varlen_why = "" if device == "cpu" else unavailable("varlen", config, device)
     estimate = {False: 15.0, True: 90.0}   # seconds a row takes, eager / compiled: the last one's, once measured
     rows, shards = {}, {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,8 +6,8 @@ against transformers' own `BertForPreTraining.from_pretrained` of the same direc
 The directory is a randomly initialised BertForPreTraining of --model's shape (google's 30,522 ids), written once by
 save_pretrained (model.safetensors) or torch.save (pytorch_model.bin), with google's uncased vocab.txt when
 ../shared has it. Ours is what the trainer does before its first step: open_source (read and map the weights),
-config_for, a Bert allocated on the CPU uninitialised (init_from.empty_model, as a run builds it) and load (the
-copy, the init of any fresh tensor, the lines that account for every tensor). Medians of --repeats wall times, the
+config_for, a Bert allocated on the CPU uninitialised (architectures.build(empty=True), as a run builds it) and load
+(the copy, the init of any fresh tensor, the lines that account for every tensor). Medians of --repeats wall times, the
 file in the page cache after the first.
 """
 from __future__ import annotations
@@ -25,9 +25,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import table  # noqa: E402
+from model import architectures, hf, init_from  # noqa: E402
 from model import config as config_lib  # noqa: E402
-from model import hf, init_from  # noqa: E402
-from model.plan import TrainPlan  # noqa: E402
+from model.plan import ModelPlan  # noqa: E402
 
 VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "corpora", "vocab",
                      "bert-base-uncased-vocab.txt")
@@ -36,7 +36,7 @@ VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def write_directory(path: str, preset: str, layout: str) -> None:
     import transformers
 
-    config = config_lib.from_name_or_json(preset)
+    config = architectures.from_name_or_json(preset)
     torch.manual_seed(0)
     model = transformers.BertForPreTraining(transformers.BertConfig(**hf.hf_config(config)))
     if layout == "safetensors":
@@ -52,8 +52,8 @@ def write_directory(path: str, preset: str, layout: str) -> None:
 def ours(path: str) -> float:
     start = time.perf_counter()
     source = init_from.open_source(path)
-    config = init_from.config_for(source, TrainPlan(data="unused", output="unused"))
-    model = init_from.empty_model(config, True, "cpu")
+    config = init_from.config_for(source, ModelPlan(), "adamw")
+    model = architectures.build(config, True, "cpu", empty=True)
     init_from.load(source, model, "nsp", 128)
     return time.perf_counter() - start
 

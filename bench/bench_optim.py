@@ -24,17 +24,15 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import table  # noqa: E402
-from model import config as config_lib  # noqa: E402
-from model import optim  # noqa: E402
-from model.bert import Bert  # noqa: E402
+from model import architectures, optim  # noqa: E402
 from tests.test_optim import ReferenceLamb  # noqa: E402
 
 
 def bert_parameters(preset: str, device: str) -> torch.nn.Module:
     """A module holding the preset's parameter shapes (random values, random gradients): a model built on the meta
     device gives the shapes without initialising 110M weights."""
-    with torch.device("meta"):
-        shapes = [p.shape for p in Bert(config_lib.from_name_or_json(preset)).parameters()]
+    model = architectures.build(architectures.from_name_or_json(preset), True, "meta", empty=True)
+    shapes = [p.shape for p in model.parameters()]
     g = torch.Generator().manual_seed(0)
     module = torch.nn.Module()
     module.params = torch.nn.ParameterList(torch.nn.Parameter((torch.randn(s, generator=g) * 0.02).to(device))

@@ -43,9 +43,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from model import config as config_lib  # noqa: E402
-from model import data  # noqa: E402
-from model.bert import Bert, pretraining_flops  # noqa: E402
+from model import architectures, data  # noqa: E402
+from model.bert import pretraining_flops  # noqa: E402
 from model.hf import hf_config, to_hf_state_dict  # noqa: E402
 from pipeline.algorithms import packing  # noqa: E402
 from pipeline.formats import schema, tfrecord  # noqa: E402
@@ -106,7 +105,7 @@ def step_times(config, batch: schema.Batch, args, device: str, bf16: bool) -> di
                     token_type_ids=ours_batch["segment_ids"], labels=labels,
                     next_sentence_label=ours_batch["next_sentence_labels"])
     torch.manual_seed(0)
-    ours = Bert(config).to(device)
+    ours = architectures.build(config, True, device)
     hf = transformers.BertForPreTraining(transformers.BertConfig(**hf_config(config), attn_implementation="sdpa"))
     hf.load_state_dict(to_hf_state_dict(ours.state_dict(), config), strict=False)
     hf.to(device)
@@ -372,7 +371,7 @@ def reference_rows(args) -> list[tuple[str, ...]]:
     rows = []  # (measurement, setting, ours, reference, ratio)
     B, T, P = args.batch_size, args.seq, args.predictions
     if not args.skip_cpu:
-        config = config_lib.from_name_or_json(args.model, vocab_size=args.vocab)
+        config = architectures.from_name_or_json(args.model, vocab_size=args.vocab)
         times = step_times(config, synthetic_batch(B, T, P, args.vocab), args, "cpu", bf16=False)
         setting = f"{args.model}, B={B}, T={T}, P={P}, CPU fp32, {torch.get_num_threads()} threads"
         (ours_wall, ours_cpu), (hf_wall, hf_cpu) = times["ours"], times["hf"]
@@ -391,7 +390,7 @@ def reference_rows(args) -> list[tuple[str, ...]]:
         name = torch.cuda.get_device_name()
         peak = args.peak_tflops or (989.0 if ("H100" in name or "H200" in name) else 312.0 if "A100" in name else None)
         for model_name, batch_size in (("mini", 256), ("base", 64)):
-            config = config_lib.from_name_or_json(model_name, vocab_size=args.vocab)
+            config = architectures.from_name_or_json(model_name, vocab_size=args.vocab)
             times = step_times(config, synthetic_batch(batch_size, T, P, args.vocab), args, "cuda", bf16=True)
             ours, hf = times["ours"][0], times["hf"][0]
             tokens = batch_size * T / ours

@@ -1,12 +1,13 @@
 """A run's checkpoints, RUN_DIR/checkpoints/step-N.pt, and the decisions of a resume.
 
 A checkpoint is one torch.save'd dict: step; the model's, optimizer's and schedule's states; config (the model's
-JSON); ranks (each rank's RNG states and data position, so every rank resumes exactly); args (the run's TrainPlan as
-a dict, what a resume compares with); objective, vocab (the manifest's entry) and max_seq_length (export-hf's);
-warmup; data, the identity of the training data (manifest.fingerprint), which a resume must hold again;
-positions_trained, the positions this run and the weights it started from (--init-from) trained, export-hf's
-model_max_length. Older checkpoints lack the last six: they are nsp runs, export-hf looks their vocab up in --data's
-manifest, their warmup is worked out from args, and they resume on the data the other checks accept.
+JSON, which names its architecture); ranks (each rank's RNG states and data position, so every rank resumes
+exactly); the run's plan under PLAN, flat (TrainPlan.flat(): {flag name: value}, what a resume compares with);
+objective, vocab (the manifest's entry) and max_seq_length (export-hf's); warmup; data, the identity of the training
+data (manifest.fingerprint), which a resume must hold again; positions_trained, the positions this run and the
+weights it started from (--init-from) trained, export-hf's model_max_length. Older checkpoints lack the last six:
+they are nsp runs, export-hf looks their vocab up in --data's manifest, their warmup is worked out from their plan,
+and they resume on the data the other checks accept; their plans hold fewer flags (`saved_plan`).
 
 Rank 0 writes them in a background thread (`CheckpointWriter`), atomically, keeping the last --keep-checkpoints.
 Rank 0 alone also decides what to do with --output (refuse, clear, resume from which checkpoint) and tells the other
@@ -14,7 +15,7 @@ ranks (`start_run_dir`); `check_resumable` refuses a resume that could not go on
 """
 from __future__ import annotations
 
-import dataclasses
+import functools
 import glob
 import os
 import random
@@ -25,9 +26,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from model import config as config_lib
-from model.plan import RunError, TrainPlan
+from model import architectures
+from model.plan import RunError, RunPlan, TrainPlan
 from model.ranks import Ranks, check_shared
+
+# The checkpoint's entry of the run's plan, flat: its name on disk since the first checkpoint, kept so that every
+# checkpoint reads alike.
+PLAN = "args"
 
 
 def checkpoint_path(run_dir: str, step: int) -> str:
@@ -43,6 +48,12 @@ def checkpoint_objective(checkpoint: dict) -> str:
     """What a checkpoint was trained on: nsp | sop | none (which heads it has); checkpoints older than the choice
     are nsp."""
     return checkpoint.get("objective", "nsp")
+
+
+def saved_plan(checkpoint: dict) -> dict:
+    """The run's plan as its checkpoint holds it, {flag name: value} (TrainPlan.flat()); an older checkpoint's lacks
+    the flags added since, so a reader asks for each with its default."""
+    return checkpoint.get(PLAN, {})
 
 
 def load(path: str) -> dict:
@@ -72,15 +83,15 @@ def save_checkpoint(session, step: int) -> str:
     ranks = [None] * session.ranks.world if session.ranks.ddp else [own]
     if session.ranks.ddp:
         dist.all_gather_object(ranks, own, group=session.ranks.control)
-    path = checkpoint_path(session.args.output, step)
+    path = checkpoint_path(session.plan.run.output, step)
     if session.ranks.master:
         checkpoint = {"step": step, "model": session.model.state_dict(), "optimizer": session.optimizer.state_dict(),
                       "scheduler": session.scheduler.state_dict(), "config": session.config.to_json(), "ranks": ranks,
-                      "args": dataclasses.asdict(session.args), "objective": session.shards.objective,
+                      PLAN: session.plan.flat(), "objective": session.shards.objective,
                       "vocab": session.shards.vocab, "max_seq_length": session.shards.shape.max_seq_length,
                       "warmup": session.warmup, "data": session.shards.fingerprint,
                       "positions_trained": session.positions_trained}
-        session.writer.write(_copied(checkpoint), path, session.args.keep_checkpoints)
+        session.writer.write(_copied(checkpoint), path, session.plan.run.keep_checkpoints)
     return path
 
 
@@ -106,7 +117,7 @@ class CheckpointWriter:
 
     def write(self, checkpoint: dict, path: str, keep: int) -> None:
         self.wait()
-        self.thread = threading.Thread(target=self._write, args=(checkpoint, path, keep), name="checkpoint")
+        self.thread = threading.Thread(target=functools.partial(self._write, checkpoint, path, keep), name="checkpoint")
         self.thread.start()
 
     def _write(self, checkpoint: dict, path: str, keep: int) -> None:
@@ -148,7 +159,7 @@ def _data(fingerprint: dict) -> str:
             f"{fingerprint['sha256'][:12]})")
 
 
-def start_run_dir(args: TrainPlan, ranks: Ranks) -> str | None:
+def start_run_dir(run: RunPlan, ranks: Ranks) -> str | None:
     """Readies --output: refuses an old run unless --resume or --overwrite (which clears it); returns the
     checkpoint to resume from, if any.
 
@@ -156,75 +167,77 @@ def start_run_dir(args: TrainPlan, ranks: Ranks) -> str | None:
     so every rank takes the same path through the same collectives, however late it looks. First every rank checks
     that it sees the file rank 0 writes there: only rank 0 writes checkpoints, so an --output that is not one shared
     directory would resume the ranks from different steps (they would drift apart, or hang); it stops every rank."""
-    check_shared(args.output, ranks)
-    decision = _run_dir_decision(args) if ranks.master else None
+    check_shared(run.output, ranks)
+    decision = _run_dir_decision(run) if ranks.master else None
     if ranks.ddp:
         message = [decision]
         dist.broadcast_object_list(message, src=0, group=ranks.control)
         decision = message[0]
     if "refuse" in decision:
         raise RunError(decision["refuse"])
-    if args.resume and decision["resume"] is None and ranks.master:
-        print(f"--resume: no checkpoint in {args.output} yet, starting from step 0")
+    if run.resume and decision["resume"] is None and ranks.master:
+        print(f"--resume: no checkpoint in {run.output} yet, starting from step 0")
     return decision["resume"]
 
 
-def _run_dir_decision(args: TrainPlan) -> dict:
+def _run_dir_decision(run: RunPlan) -> dict:
     """Rank 0's look at --output: {"refuse": why} or {"resume": the checkpoint or None}, an old run cleared first
     where --overwrite says so."""
-    previous = [os.path.join(args.output, name) for name in ("log.jsonl", "tb", "checkpoints", "config.json")
-                if os.path.exists(os.path.join(args.output, name))
-                and not (name == "checkpoints" and not os.listdir(os.path.join(args.output, name)))]
-    if previous and not args.resume:
-        if not args.overwrite:
-            return {"refuse": f"{args.output} already holds a run: pass --resume to continue it or --overwrite to "
+    previous = [os.path.join(run.output, name) for name in ("log.jsonl", "tb", "checkpoints", "config.json")
+                if os.path.exists(os.path.join(run.output, name))
+                and not (name == "checkpoints" and not os.listdir(os.path.join(run.output, name)))]
+    if previous and not run.resume:
+        if not run.overwrite:
+            return {"refuse": f"{run.output} already holds a run: pass --resume to continue it or --overwrite to "
                               "start over"}
         for path in previous:
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    return {"resume": latest_checkpoint(args.output) if args.resume else None}
+    return {"resume": latest_checkpoint(run.output) if run.resume else None}
 
 
-def check_resumable(checkpoint: dict, args: TrainPlan, ranks: Ranks, objective: str, train_files: int,
+def check_resumable(checkpoint: dict, plan: TrainPlan, ranks: Ranks, objective: str, train_files: int,
                     micro_batch: int, fingerprint: dict | None = None) -> None:
     """Refuses a resume that cannot go on where the checkpoint stopped, naming what differs: the data (--data's
     `fingerprint`: --resume is the same run, --init-from a new one; its objective, `objective`, named first),
     --steps, or what the data position depends on (world size, readers, rows per micro-step, the `train_files`
-    training files)."""
+    training files), or the attention dropout."""
+    output, schedule = plan.run.output, plan.schedule
     if checkpoint_objective(checkpoint) != objective:
-        raise RunError(f"{args.output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
+        raise RunError(f"{output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
                        f"holds objective {objective} shards: resume on the same objective, or start a new run")
     then = checkpoint.get("data")
     if then and fingerprint and then["sha256"] != fingerprint["sha256"]:
-        raise RunError(f"cannot resume {args.output} on this --data: it was trained on {_data(then)} and --data now "
+        raise RunError(f"cannot resume {output} on this --data: it was trained on {_data(then)} and --data now "
                        f"holds {_data(fingerprint)}, other data. --resume continues the same run on the same data; to "
                        f"go on from its weights on these shards (a new phase), start a new run with --init-from "
-                       f"{args.output} --output NEW_DIR")
-    if checkpoint["step"] > args.steps:
-        raise RunError(f"--steps {args.steps}, but {args.output} is at step {checkpoint['step']} already: give a "
+                       f"{output} --output NEW_DIR")
+    if checkpoint["step"] > schedule.steps:
+        raise RunError(f"--steps {schedule.steps}, but {output} is at step {checkpoint['step']} already: give a "
                        "larger --steps to go on")
-    saved, before = checkpoint["ranks"][0]["loader"], checkpoint.get("args", {})
+    saved, before = checkpoint["ranks"][0]["loader"], saved_plan(checkpoint)
     differ = []
     if saved["world_size"] != ranks.world:
         differ.append(f"world size: {saved['world_size']} in the checkpoint, {ranks.world} now")
-    if saved["readers"] != max(1, args.num_workers):  # 0 and 1 workers both read as one
+    if saved["readers"] != max(1, plan.data.num_workers):  # 0 and 1 workers both read as one
         differ.append(f"--num-workers: {before.get('num_workers', saved['readers'])} in the checkpoint, "
-                      f"{args.num_workers} now")
+                      f"{plan.data.num_workers} now")
     if saved["batch_size"] != micro_batch:
         then = (f" = {before['batch_size']} / ({saved['world_size']} x {before['grad_accum']})"
                 if "grad_accum" in before else "")
         differ.append(f"rows per rank and micro-step (--batch-size / (world size x --grad-accum)): "
-                      f"{saved['batch_size']}{then} in the checkpoint, {micro_batch} = {args.batch_size} / "
-                      f"({ranks.world} x {args.grad_accum}) now")
+                      f"{saved['batch_size']}{then} in the checkpoint, {micro_batch} = {schedule.batch_size} / "
+                      f"({ranks.world} x {schedule.grad_accum}) now")
     if saved["files"] != train_files:
-        now = dataclasses.asdict(args)
-        held_out = [bool(a.get("eval_every")) and not a.get("eval_data") for a in (before, now)]  # the split
+        now = plan.flat()
+        held_out = [bool(flags.get("eval_every")) and not flags.get("eval_data") for flags in (before, now)]  # split
         why = ("--eval-every without --eval-data holds the last file out: pass the same --eval-every/--eval-data "
                "as the run you resume" if "eval_every" in before and held_out[0] != held_out[1]
                else "resume on the same --data")
         differ.append(f"training files: {saved['files']} in the checkpoint, {train_files} now ({why})")
-    then = config_lib.BertConfig.from_json(checkpoint["config"]).attention_probs_dropout
-    if args.attention_dropout is not None and args.attention_dropout != then:  # unset: the checkpoint's config's
-        differ.append(f"--attention-dropout: {then} in the checkpoint's config, {args.attention_dropout} now (another "
-                      "value is another run: start a new one)")
+    then = architectures.config_from_json(checkpoint["config"]).attention_probs_dropout
+    asked = plan.model.attention_dropout
+    if asked is not None and asked != then:  # unset: the checkpoint's config's
+        differ.append(f"--attention-dropout: {then} in the checkpoint's config, {asked} now (another value is another "
+                      "run: start a new one)")
     if differ:
-        raise RunError(f"cannot resume {args.output} where it stopped: " + "; ".join(differ))
+        raise RunError(f"cannot resume {output} where it stopped: " + "; ".join(differ))

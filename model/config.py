@@ -1,11 +1,41 @@
-"""The BERT model config: one dataclass, the paper's presets, and its JSON form (stored in every checkpoint)."""
+"""The BERT model config: one dataclass, the paper's presets, and its JSON form (stored in every checkpoint); and
+what a model config of any architecture shares: its `architecture` field, its JSON, the padded embedding rows of a
+tokenizer.json. model/architectures.py maps an architecture's name to its config class and presets.
+"""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
-import os
 from dataclasses import dataclass
+
+# The architecture a config JSON without the field is: every config written before there was a choice was BERT's.
+DEFAULT_ARCHITECTURE = "bert"
+
+
+def config_json(config) -> str:
+    """A model config's JSON: its fields, less `architecture` where it is the default (configs written before the
+    field read and write as they always have) and `tokenizer_size` while None (likewise, vocab.txt runs')."""
+    fields = dataclasses.asdict(config)
+    if fields.get("architecture") == DEFAULT_ARCHITECTURE:
+        del fields["architecture"]
+    if "tokenizer_size" in fields and fields["tokenizer_size"] is None:
+        del fields["tokenizer_size"]
+    return json.dumps(fields, indent=2) + "\n"
+
+
+def architecture_of(text: str) -> str:
+    """The architecture a config JSON names; DEFAULT_ARCHITECTURE where it names none."""
+    fields = json.loads(text)
+    return fields.get("architecture", DEFAULT_ARCHITECTURE) if isinstance(fields, dict) else DEFAULT_ARCHITECTURE
+
+
+def config_from_json(cls, text: str):
+    """A `cls` config from its JSON; ValueError naming the fields `cls` does not have."""
+    fields = json.loads(text)
+    unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields: {sorted(unknown)}")
+    return cls(**fields)
 
 
 @dataclass
@@ -19,7 +49,8 @@ class BertConfig:
     type_vocab_size: int = 2              # segment A / segment B
     dropout: float = 0.1                  # google uses 0.1 both after attention probs and on hidden states
     # On attention probabilities: None is `dropout` (google's), so configs from before the field read as they were.
-    # 0 (ModernBERT's, MosaicBERT's) lets packed rows run varlen FlashAttention, which has no dropout (model/bert.py).
+    # 0 (ModernBERT's, MosaicBERT's) lets packed rows run varlen FlashAttention, which has no dropout
+    # (model/attention.py).
     attention_dropout: float | None = None
     layer_norm_eps: float = 1e-12         # google's value (torch's default 1e-5 changes results)
     initializer_range: float = 0.02       # std of the truncated normal every weight starts from
@@ -27,8 +58,12 @@ class BertConfig:
     # VOCAB_MULTIPLE): the MLM head predicts these only (model/bert.py). None: every row is a token (vocab.txt).
     # Left out of the JSON while None, so the configs of vocab.txt runs read and write as they always have.
     tokenizer_size: int | None = None
+    architecture: str = "bert"           # model/architectures.py's name; left out of the JSON (config_json)
 
     def __post_init__(self):
+        if self.architecture != "bert":
+            raise ValueError(f"architecture {self.architecture!r} in a BERT config (model/architectures.py maps each "
+                             "architecture to its config)")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
         if self.tokenizer_size is not None and not 0 < self.tokenizer_size < self.vocab_size:
@@ -48,18 +83,11 @@ class BertConfig:
         return self.tokenizer_size or self.vocab_size
 
     def to_json(self) -> str:
-        fields = dataclasses.asdict(self)
-        if self.tokenizer_size is None:
-            del fields["tokenizer_size"]
-        return json.dumps(fields, indent=2) + "\n"
+        return config_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> "BertConfig":
-        fields = json.loads(text)
-        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown BertConfig fields: {sorted(unknown)}")
-        return cls(**fields)
+        return config_from_json(cls, text)
 
 
 # The paper's BERT-Base/Large and the small sizes of google's "Well-Read Students" release (L/H/A, I = 4H).
@@ -85,19 +113,3 @@ def for_tokenizer(config: BertConfig, size: int) -> BertConfig:
     """`config` for data of a tokenizer.json of `size` entries: tokenizer_size set where the embedding has more rows
     (the caller has checked it has at least `size`)."""
     return dataclasses.replace(config, tokenizer_size=size if config.vocab_size > size else None)
-
-
-def from_name_or_json(spec: str, vocab_size: int | None = None) -> BertConfig:
-    """A preset name (tiny|mini|base|large) or the path of a config JSON; `vocab_size` overrides the vocab."""
-    if spec in PRESETS:
-        config = BertConfig(**PRESETS[spec])
-    elif os.path.isfile(spec):
-        with open(spec) as f:
-            config = BertConfig.from_json(f.read())
-    else:
-        near = difflib.get_close_matches(spec, PRESETS, n=1, cutoff=0.6)
-        raise ValueError(f"--model {spec!r}: neither a preset ({'|'.join(PRESETS)}) nor a config JSON file"
-                         + (f"; did you mean {near[0]}?" if near else ""))
-    if vocab_size is not None:
-        config = dataclasses.replace(config, vocab_size=vocab_size)
-    return config

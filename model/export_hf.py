@@ -55,9 +55,7 @@ from dataclasses import dataclass
 import safetensors.torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from model import checkpoints
-from model.config import BertConfig
-from model.hf import TIED, hf_architecture, hf_config, to_hf_state_dict
+from model import architectures, checkpoints
 from pipeline.formats import manifest, storage
 from pipeline.text import subwords, tokenization, vocab_fit
 
@@ -100,8 +98,8 @@ def recorded_vocab(checkpoint: dict) -> tuple[dict | None, int | None]:
     if "vocab" in checkpoint:
         return checkpoint["vocab"], checkpoint.get("max_seq_length")
     try:
-        found = manifest.open_output(checkpoint["args"]["data"], (manifest.SHARDS, manifest.PAIRS), what="--data",
-                                     foreign=True).manifest or {}
+        found = manifest.open_output(checkpoints.saved_plan(checkpoint)["data"], (manifest.SHARDS, manifest.PAIRS),
+                                     what="--data", foreign=True).manifest or {}
     except (manifest.ManifestError, OSError):
         return None, None
     return found.get("vocab"), found.get("max_seq_length")
@@ -144,7 +142,7 @@ def checked_file(entry: dict, given: str | None, flag: str, kind: str) -> tuple[
     return path, name, raw
 
 
-def find_tokenizer(entry: dict | None, given: str | None, config: BertConfig) -> TokenizerFile:
+def find_tokenizer(entry: dict | None, given: str | None, config) -> TokenizerFile:
     """--tokenizer, or the tokenizer.json the manifest's vocab `entry` names: it must exist, be a tokenizer.json with
     the entry's sha256 (where it has one), the model's config.num_tokens entries and the entry's special tokens (or,
     for shards whose manifest names none, the ones subwords.find_specials finds)."""
@@ -258,7 +256,11 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     wrong."""
     check_out_dir(out_dir, overwrite)
     ckpt = checkpoints.load(checkpoint_path)
-    config, objective = BertConfig.from_json(ckpt["config"]), checkpoints.checkpoint_objective(ckpt)
+    try:   # the checkpoint's architecture answers the rest: its config.json, tensor names and class
+        config = architectures.config_from_json(ckpt["config"])
+    except ValueError as e:
+        raise ExportError(f"{checkpoint_path}: {e}") from None
+    architecture, objective = architectures.of(config).hf, checkpoints.checkpoint_objective(ckpt)
     entry, max_seq_length = recorded_vocab(ckpt)
     max_seq_length = ckpt.get("positions_trained", max_seq_length)
     model_max_length = max_seq_length or config.max_position_embeddings
@@ -269,12 +271,13 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
             raise ExportError(f"--vocab {vocab_path}: the run's shards were made with the tokenizer.json "
                               f"{entry.get('path')}: pass --tokenizer FILE, or neither")
         vocab = find_tokenizer(entry, tokenizer_path, config)
-        files = {CONFIG: _json(hf_config(config, objective, vocab.pad_id)),
+        files = {CONFIG: _json(architecture.config_to(config, objective, vocab.pad_id)),
                  **tokenizer_json_files(vocab, model_max_length)}
     else:
         vocab = find_vocab(entry, vocab_path, config.vocab_size)
-        files = {CONFIG: _json(hf_config(config, objective)), **tokenizer_files(vocab, model_max_length)}
-    tensors = {k: v.float() for k, v in to_hf_state_dict(ckpt["model"], config).items() if k not in TIED}
+        files = {CONFIG: _json(architecture.config_to(config, objective)), **tokenizer_files(vocab, model_max_length)}
+    tensors = {k: v.float() for k, v in architecture.state_to(ckpt["model"], config).items()
+               if k not in architecture.tied}
     os.makedirs(out_dir, exist_ok=True)
     for name, raw in files.items():
         _write(os.path.join(out_dir, name), raw)
@@ -283,4 +286,4 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     # safetensors 0.8 makes its file 0600 whatever the umask (safetensors/safetensors#782): give it config.json's mode
     os.chmod(weights + ".tmp", os.stat(os.path.join(out_dir, CONFIG)).st_mode & 0o777)
     os.replace(weights + ".tmp", weights)
-    return Exported(hf_architecture(objective), [*files, WEIGHTS], vocab, model_max_length)
+    return Exported(architecture.class_for(objective), [*files, WEIGHTS], vocab, model_max_length)

@@ -1,5 +1,6 @@
 """Hugging Face transformers' BERT, both ways: its config.json, the class for an objective, and one table between our
-tensor names and HF's, which `export-hf` writes with and `train --init-from` reads with.
+tensor names and HF's, which `export-hf` writes with and `train --init-from` reads with (both through BERT's entry in
+model/architectures.py).
 
 HF's names here are BertForPreTraining's: "bert." and the encoder's, "cls." for the heads. A BertModel saved on its
 own has the encoder's names without "bert.", and google's converted checkpoints (bert-base-uncased as published)
@@ -60,17 +61,18 @@ def from_hf_config(fields: dict) -> BertConfig:
         raise ValueError("is_decoder/add_cross_attention: a decoder (this BERT is an encoder)")
     dropout = float(fields.get("hidden_dropout_prob", 0.1))
     attention = float(fields.get("attention_probs_dropout_prob", dropout))
-    try:
-        return BertConfig(vocab_size=int(fields["vocab_size"]), hidden_size=int(fields["hidden_size"]),
-                          num_layers=int(fields["num_hidden_layers"]), num_heads=int(fields["num_attention_heads"]),
-                          intermediate_size=int(fields["intermediate_size"]),
-                          max_position_embeddings=int(fields.get("max_position_embeddings", 512)),
-                          type_vocab_size=int(fields.get("type_vocab_size", 2)), dropout=dropout,
-                          attention_dropout=None if attention == dropout else attention,
-                          layer_norm_eps=float(fields.get("layer_norm_eps", 1e-12)),
-                          initializer_range=float(fields.get("initializer_range", 0.02)))
-    except KeyError as e:
-        raise ValueError(f"no {e.args[0]}") from None
+    missing = [name for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                 "intermediate_size") if name not in fields]
+    if missing:
+        raise ValueError(f"no {missing[0]}")
+    return BertConfig(vocab_size=int(fields["vocab_size"]), hidden_size=int(fields["hidden_size"]),
+                      num_layers=int(fields["num_hidden_layers"]), num_heads=int(fields["num_attention_heads"]),
+                      intermediate_size=int(fields["intermediate_size"]),
+                      max_position_embeddings=int(fields.get("max_position_embeddings", 512)),
+                      type_vocab_size=int(fields.get("type_vocab_size", 2)), dropout=dropout,
+                      attention_dropout=None if attention == dropout else attention,
+                      layer_norm_eps=float(fields.get("layer_norm_eps", 1e-12)),
+                      initializer_range=float(fields.get("initializer_range", 0.02)))
 
 
 # ---- tensor names --------------------------------------------------------------------------------------------------
@@ -152,6 +154,43 @@ def hf_names(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+@dataclass(frozen=True)
+class Weights:
+    """An HF BERT directory's weights under our names, and the account of them."""
+    tensors: dict[str, torch.Tensor]   # our name -> tensor
+    names: dict[str, str]              # our name -> HF's name(s), "+"-joined, for a refusal
+    unused: dict[str, list[str]]       # why -> HF's tensors no model of ours takes (buffers, other heads)
+    hf_class: str                      # the class they are: config.json's `architectures`, else what they hold
+    heads: str                         # the heads they have, in words: "no sentence head"
+    sentence_task: str | None          # nsp where they hold the NSP head
+
+
+def from_hf_weights(weights: dict[str, torch.Tensor], config: BertConfig, classes: list | None) -> Weights:
+    """An HF BERT checkpoint's tensors (any of its namings, `hf_names`) as ours, for a model of `config`, with the
+    class config.json's `classes` names. ValueError where a stored copy of a tied tensor is another tensor."""
+    tensors = hf_names(weights)
+    ours, taken = from_hf_state_dict(tensors, config.num_layers)
+    for tied, own in TIED.items():   # a stored copy of a tied tensor must be that tensor
+        if tied in tensors:
+            if own not in ours or not torch.equal(tensors[tied], ours[own]):
+                raise ValueError(f"{tied} is not {own}'s tensor: an untied MLM decoder, which this BERT does not "
+                                 "have (its decoder is the word embeddings)")
+            taken.add(tied)
+    unused: dict[str, list[str]] = {}
+    for name in tensors:
+        if name not in taken:
+            buffer = name.endswith(("embeddings.position_ids", "embeddings.token_type_ids"))
+            unused.setdefault("buffers, not weights" if buffer else "not part of BERT's pretraining model",
+                              []).append(name)
+    has_mlm, has_nsp = "mlm_dense.weight" in ours, "nsp.weight" in ours
+    hf_class = ((classes or [None])[0]
+                or ("BertForPreTraining" if has_nsp else "BertForMaskedLM" if has_mlm else "BertModel"))
+    heads = {(False, False): "no heads", (True, False): "no sentence head", (False, True): "no MLM head",
+             (True, True): "both heads"}[has_mlm, has_nsp]
+    names = {row.ours: "+".join(row.hf) for row in table(config.num_layers)}
+    return Weights(ours, names, unused, hf_class, heads, "nsp" if has_nsp else None)
+
+
 def from_hf_state_dict(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[dict[str, torch.Tensor], set]:
     """(our state dict, the HF names it took) from tensors under BertForPreTraining's names (`hf_names`): each of our
     tensors whose HF tensors are all there. The caller accounts for the rest."""
@@ -170,3 +209,13 @@ def part_of(name: str) -> str:
     head = name.split(".")[0]
     return {"embeddings": "embeddings", "mlm_dense": "MLM head transform", "mlm_ln": "MLM head transform",
             "mlm_bias": "MLM output bias", "pooler": "pooler", "nsp": "NSP classifier"}[head]
+
+
+def describe(names: list[str]) -> str:
+    """Our tensor names as the parts they make, in model order: 'embeddings, 2 encoder layers and MLM head
+    transform'."""
+    found = {part_of(name) for name in names}
+    layers = len({name.split(".")[1] for name in names if name.startswith("blocks.")})
+    words = [f"{layers} encoder layer{'s' if layers != 1 else ''}" if part == "encoder layers" else part
+             for part in PARTS if part in found]
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]

@@ -1,12 +1,14 @@
 """`train --init-from SOURCE`: a new run that starts from trained weights (BERT's phase 2 from phase 1, continued
 pretraining of a released checkpoint). SOURCE is a bertprep run directory (its latest checkpoint), a checkpoint file,
-or a Hugging Face BERT directory as `save_pretrained` and `export-hf` write it: config.json (model_type bert) with
-model.safetensors, a sharded model.safetensors.index.json, pytorch_model.bin or a sharded pytorch_model.bin.index.json,
-holding BertForPreTraining's, BertForMaskedLM's or BertModel's weights (model/hf.py maps the names).
+or a Hugging Face directory as `save_pretrained` and `export-hf` write it: config.json (its model_type one of an
+architecture's, model/architectures.py: bert) with model.safetensors, a sharded model.safetensors.index.json,
+pytorch_model.bin or a sharded pytorch_model.bin.index.json, holding BertForPreTraining's, BertForMaskedLM's or
+BertModel's weights (the architecture's entry maps the names: model/hf.py for BERT).
 
 The run is new (step 0, its own schedule and, by default, a fresh optimizer); only its starting weights are the
 source's. In the order the trainer calls them:
-    open_source   reads SOURCE and checks it alone: a BERT, weights that read, a tied decoder that is tied
+    open_source   reads SOURCE and checks it alone: an architecture we build, weights that read, a tied decoder
+                  that is tied
     config_for    the run's model config: the source's (--model may only name the same shape), its position table
                   grown to --max-position-embeddings
     check_data    the source against the shards: the same vocabulary (sha256 of vocab.txt or tokenizer.json, or
@@ -29,18 +31,14 @@ import safetensors
 import safetensors.torch
 import torch
 
-from model import checkpoints, hf
-from model.bert import Bert
-from model import config as config_lib
-from model.config import BertConfig
-from model.plan import RunError, TrainPlan
+from model import architectures, checkpoints
+from model.plan import ModelPlan, RunError
 from pipeline.formats import manifest
 from pipeline.text import subwords, tokenization, vocab_fit
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 OTHER_WEIGHTS = ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index")   # formats HF converts, we do not read
-SHAPE = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "type_vocab_size")   # what --model may name
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,7 @@ class Source:
     """A source's weights under our names, and what it says of itself."""
     path: str                       # --init-from, as given
     what: str                       # in words: "bertprep run R (step 800)", "Hugging Face BertForMaskedLM R (...)"
-    config: BertConfig
+    config: object                  # a model config of the architecture it is (model/architectures.py)
     tensors: dict[str, torch.Tensor]   # our name -> tensor
     names: dict[str, str]           # our name -> the source's own name(s), for a refusal
     unused: dict[str, list[str]]    # why -> the source's tensors no model of ours takes (buffers, other heads)
@@ -115,8 +113,12 @@ def _from_checkpoint(path: str, checkpoint: dict, what: str) -> Source:
     vocab = SourceVocab(entry.get("path"), entry.get("sha256"), None, entry.get("lowercase"),
                         "its shards' manifest")
     tensors = checkpoint["model"]
-    return Source(path, f"{what}, step {checkpoint.get('step', '?')}", BertConfig.from_json(checkpoint["config"]),
-                  tensors, {name: name for name in tensors}, {},
+    try:
+        config = architectures.config_from_json(checkpoint["config"])
+    except ValueError as e:
+        raise refuse(path, str(e)) from None
+    return Source(path, f"{what}, step {checkpoint.get('step', '?')}", config, tensors,
+                  {name: name for name in tensors}, {},
                   f"it was trained with objective {objective}" + (": no sentence head" if objective == "none" else ""),
                   None if objective == "none" else objective, vocab, length, checkpoint)
 
@@ -124,40 +126,25 @@ def _from_checkpoint(path: str, checkpoint: dict, what: str) -> Source:
 def _from_hf(path: str) -> Source:
     fields = _read_json(path, "config.json")
     model_type = fields.get("model_type")
-    if model_type != "bert":
-        raise refuse(path, f"holds a {model_type!r} model (config.json model_type): --init-from reads BERT, model_type "
-                           "'bert' (BertForPreTraining, BertForMaskedLM or BertModel weights), or a bertprep run")
+    entry = architectures.for_hf(model_type)
+    if entry is None:
+        raise refuse(path, f"holds a {model_type!r} model (config.json model_type): --init-from reads "
+                           f"{architectures.hf_reads()}, or a bertprep run")
     try:
-        config = hf.from_hf_config(fields)
+        config = entry.hf.config_from(fields)
     except ValueError as e:
         raise refuse(path, f"config.json: {e}") from None
     weights, files = _read_weights(path)
-    tensors = hf.hf_names(weights)
-    ours, taken = hf.from_hf_state_dict(tensors, config.num_layers)
-    for tied, own in hf.TIED.items():   # a stored copy of a tied tensor must be that tensor
-        if tied in tensors:
-            if own not in ours or not torch.equal(tensors[tied], ours[own]):
-                raise refuse(path, f"{tied} is not {own}'s tensor: an untied MLM decoder, which this BERT does not "
-                                   "have (its decoder is the word embeddings)")
-            taken.add(tied)
-    unused: dict[str, list[str]] = {}
-    for name in tensors:
-        if name not in taken:
-            buffer = name.endswith(("embeddings.position_ids", "embeddings.token_type_ids"))
-            unused.setdefault("buffers, not weights" if buffer else "not part of BERT's pretraining model",
-                              []).append(name)
-    has_mlm, has_nsp = "mlm_dense.weight" in ours, "nsp.weight" in ours
-    architecture = ((fields.get("architectures") or [None])[0]
-                    or ("BertForPreTraining" if has_nsp else "BertForMaskedLM" if has_mlm else "BertModel"))
-    missing = {(False, False): "no heads", (True, False): "no sentence head", (False, True): "no MLM head",
-               (True, True): "both heads"}[has_mlm, has_nsp]
-    lacks = f"{path} holds {architecture} weights, which have {missing}"
-    names = {row.ours: "+".join(row.hf) for row in hf.table(config.num_layers)}
-    return Source(path, f"Hugging Face {architecture} {path} ({files})", config, ours, names, unused, lacks,
-                  "nsp" if has_nsp else None, _hf_vocab(path), _hf_trained_length(path, config))
+    try:
+        found = entry.hf.weights_from(weights, config, fields.get("architectures"))
+    except ValueError as e:
+        raise refuse(path, str(e)) from None
+    return Source(path, f"Hugging Face {found.hf_class} {path} ({files})", config, found.tensors, found.names,
+                  found.unused, f"{path} holds {found.hf_class} weights, which have {found.heads}",
+                  found.sentence_task, _hf_vocab(path), _hf_trained_length(path, config))
 
 
-def _hf_trained_length(path: str, config: BertConfig) -> int:
+def _hf_trained_length(path: str, config) -> int:
     """The positions a released model trained: its tokenizer's model_max_length (export-hf writes the L it trained
     at), else its whole position table (bert-base-uncased trained all 512)."""
     settings = os.path.join(path, "tokenizer_config.json")
@@ -281,39 +268,45 @@ def _first_line(error: BaseException) -> str:
 
 # ---- config_for ----------------------------------------------------------------------------------------------------
 
-def config_for(source: Source, args: TrainPlan) -> BertConfig:
+def config_for(source: Source, model_plan: ModelPlan, optimizer: str):
     """The run's model config: the source's; --attention-dropout and --max-position-embeddings as given. A --model
-    of another shape is refused: the architecture is the weights'."""
+    of another architecture or shape is refused: the architecture is the weights'. `optimizer`: the run's, which
+    --init-optimizer-state needs the source's to be."""
     config = source.config
-    if args.init_optimizer_state:
-        optimizer_of(source, args.optimizer)
-    if args.model is not None:
+    if model_plan.init_optimizer_state:
+        optimizer_of(source, optimizer)
+    if model_plan.model is not None:
         try:
-            named = config_lib.from_name_or_json(args.model)
+            named = architectures.from_name_or_json(model_plan.model)
         except ValueError as e:
             raise RunError(str(e)) from None
-        differ = [f"{f} {getattr(named, f)} in --model, {getattr(config, f)} in the source" for f in SHAPE
-                  if getattr(named, f) != getattr(config, f)]
+        if named.architecture != config.architecture:
+            raise RunError(f"--model {model_plan.model} is a {named.architecture} model and --init-from "
+                           f"{source.path} a {config.architecture} one: the architecture comes from the source; drop "
+                           "--model")
+        differ = [f"{f} {getattr(named, f)} in --model, {getattr(config, f)} in the source"
+                  for f in architectures.of(config).shape if getattr(named, f) != getattr(config, f)]
         if differ:
-            raise RunError(f"--model {args.model} is not the shape of --init-from {source.path} ({'; '.join(differ)}): "
-                           "the architecture comes from the source; drop --model")
-    if args.attention_dropout is not None:
-        config = dataclasses.replace(config, attention_dropout=args.attention_dropout)
-    if args.max_position_embeddings is not None:
-        if args.max_position_embeddings < config.max_position_embeddings:
+            raise RunError(f"--model {model_plan.model} is not the shape of --init-from {source.path} "
+                           f"({'; '.join(differ)}): the architecture comes from the source; drop --model")
+    if model_plan.attention_dropout is not None:
+        config = dataclasses.replace(config, attention_dropout=model_plan.attention_dropout)
+    grow_to = model_plan.max_position_embeddings
+    if grow_to is not None:
+        if grow_to < config.max_position_embeddings:
             raise refuse(source.path, f"has {config.max_position_embeddings} position embeddings and "
-                                      f"--max-position-embeddings {args.max_position_embeddings} would cut the "
-                                      "trained table: it only grows one")
-        config = dataclasses.replace(config, max_position_embeddings=args.max_position_embeddings)
+                                      f"--max-position-embeddings {grow_to} would cut the trained table: it only "
+                                      "grows one")
+        config = dataclasses.replace(config, max_position_embeddings=grow_to)
     return config
 
 
 # ---- check_data ----------------------------------------------------------------------------------------------------
 
-def check_data(source: Source, entry: dict | None, length: int, config: BertConfig, args: TrainPlan) -> list[str]:
+def check_data(source: Source, entry: dict | None, length: int, config, grow_to: int | None) -> list[str]:
     """Holds the source against --data: its manifest's vocab `entry` (None: shards of google's tool) and its rows'
-    `length`, L. Refuses another vocabulary, another casing, an L beyond the position table; returns warnings for
-    what cannot be checked."""
+    `length`, L, with the run's model `config` (`grow_to`: --max-position-embeddings, or None). Refuses another
+    vocabulary, another casing, an L beyond the position table; returns warnings for what cannot be checked."""
     warnings = []
     if entry is None:
         warnings.append(f"--data has no manifest (shards of google's tool): its vocab and casing cannot be checked "
@@ -345,8 +338,8 @@ def check_data(source: Source, entry: dict | None, length: int, config: BertConf
             raise refuse(source.path, f"is {casing[source.vocab.lowercase]} ({source.vocab.casing_from}) and --data's "
                                       f"shards are {casing[lowercase]}: {advice}")
     if length > config.max_position_embeddings:
-        if args.max_position_embeddings is not None:
-            raise RunError(f"--max-position-embeddings {args.max_position_embeddings} is below --data's L={length}")
+        if grow_to is not None:
+            raise RunError(f"--max-position-embeddings {grow_to} is below --data's L={length}")
         raise refuse(source.path, f"has {config.max_position_embeddings} position embeddings and --data's rows are "
                                   f"L={length}: pass --max-position-embeddings {length} (or more) to grow its table, "
                                   "new rows copied from the trained ones")
@@ -384,33 +377,13 @@ def _describe(sha256: str | None, tokens: list[str] | None, size: int | None = N
 
 # ---- load ----------------------------------------------------------------------------------------------------------
 
-def empty_model(config: BertConfig, sentence_head: bool, device) -> Bert:
-    """A Bert for `load` to fill: built on the meta device, then allocated on `device` uninitialised. The random init
-    of weights the source replaces is what took BERT-base 4 s of a 4.5 s load (bench/bench_init_from.py); `load`
-    initialises the fresh ones as Bert does."""
-    with torch.device("meta"):
-        model = Bert(config, sentence_head)
-    return model.to_empty(device=device)
-
-
-def init_fresh(model: Bert, names: list[str]) -> None:
-    """Bert's own init (model/bert.py) for the modules of the tensors `names`, in model order: the seeded draws of a
-    fresh model, for the heads a source does not have."""
-    modules = dict.fromkeys(name.rsplit(".", 1)[0] if "." in name else "" for name in names)
-    with torch.no_grad():
-        for path in modules:
-            if path:
-                model._init_weights(model.get_submodule(path))
-    for name in names:
-        if "." not in name:   # a parameter of the model itself: the MLM output bias, zeros
-            torch.nn.init.zeros_(getattr(model, name))
-
 def load(source: Source, model: torch.nn.Module, objective: str, length: int, optimizer=None,
          optimizer_name: str = "adamw") -> list[str]:
     """Copies the source's tensors into `model` (built from config_for's config for data of `objective` and rows of
     `length`), the position table grown where the config asks; with `optimizer`, the source run's optimizer moments
-    too. The fresh tensors get Bert's init (`model` may be an `empty_model`). Returns the lines that account for
-    every tensor. RunError where a tensor's shape cannot load."""
+    too. The fresh tensors get the architecture's own init (`model` may be built empty: architectures.build).
+    Returns the lines that account for every tensor. RunError where a tensor's shape cannot load."""
+    entry = architectures.of(model.config)
     target = model.state_dict()
     loaded, fresh, grown = [], [], None
     values = {}
@@ -419,9 +392,9 @@ def load(source: Source, model: torch.nn.Module, objective: str, length: int, op
             fresh.append(name)
             continue
         value = source.tensors[name]
-        if name == "mlm_bias" and model.config.tokenizer_size is not None and value.shape[0] > tensor.shape[0]:
+        if name == entry.output_bias and model.config.tokenizer_size is not None and value.shape[0] > tensor.shape[0]:
             value = value[:tensor.shape[0]]   # an HF model's bias of every row: the padded ones are not predicted
-        if name == "embeddings.position.weight" and value.shape[0] < tensor.shape[0]:
+        if name == entry.position_table and value.shape[0] < tensor.shape[0]:
             grown = (value.shape[0], tensor.shape[0])
             value = grow_rows(value, tensor.shape[0])
         if value.shape != tensor.shape:
@@ -429,17 +402,17 @@ def load(source: Source, model: torch.nn.Module, objective: str, length: int, op
                                       f"{tuple(tensor.shape)} in the model its config describes")
         values[name] = value
         loaded.append(name)
-    init_fresh(model, fresh)
+    model.initialise(fresh)
     with torch.no_grad():
         for name, value in values.items():
             target[name].copy_(value)   # the state dict's tensors are the parameters' storage
-    lines = [f"init: {source.what}: loaded {len(loaded)} tensors ({parts(loaded)})"]
+    lines = [f"init: {source.what}: loaded {len(loaded)} tensors ({entry.describe(loaded)})"]
     if fresh:
-        lines.append(f"init: fresh: {parts(fresh)} ({source.lacks})")
+        lines.append(f"init: fresh: {entry.describe(fresh)} ({source.lacks})")
     unused = [name for name in source.tensors if name not in target]
     if unused:
-        lines.append(f"init: unused: the source's {parts(unused)} (--data's objective is {objective}: this model has "
-                     "no sentence head)")
+        lines.append(f"init: unused: the source's {entry.describe(unused)} (--data's objective is {objective}: this "
+                     "model has no sentence head)")
     for why, names in source.unused.items():
         lines.append(f"init: unused: {', '.join(names[:4])}{f' and {len(names) - 4} more' if len(names) > 4 else ''} "
                      f"({why})")
@@ -449,7 +422,7 @@ def load(source: Source, model: torch.nn.Module, objective: str, length: int, op
     if source.trained_length and length > source.trained_length:
         lines.append(f"init: positions {source.trained_length}-{length - 1} were not trained in the source (it trained "
                      f"at L={source.trained_length}): this run trains them")
-    if "nsp.weight" in values and source.sentence_task and source.sentence_task != objective:
+    if entry.sentence_classifier in values and source.sentence_task and source.sentence_task != objective:
         lines.append(f"init: the source's {source.sentence_task.upper()} classifier starts this run's "
                      f"{objective.upper()} head (the same two-way shape; its labels mean "
                      f"{'sentence order' if objective == 'sop' else 'next sentence'} now)")
@@ -464,18 +437,8 @@ def grow_rows(table: torch.Tensor, rows: int) -> torch.Tensor:
     return table[torch.arange(rows) % table.shape[0]]
 
 
-def parts(names: list[str]) -> str:
-    """Our tensor names as the parts they make, in model order: 'embeddings, 2 encoder layers and MLM head
-    transform'."""
-    found = {hf.part_of(name) for name in names}
-    layers = len({name.split(".")[1] for name in names if name.startswith("blocks.")})
-    words = [f"{layers} encoder layer{'s' if layers != 1 else ''}" if part == "encoder layers" else part
-             for part in hf.PARTS if part in found]
-    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
-
-
 def param_order(state: dict[str, torch.Tensor]) -> list[str]:
-    """A Bert's parameter names in its optimizer's order (optim.param_groups: matrices, then vectors), from its state
+    """A model's parameter names in its optimizer's order (optim.param_groups: matrices, then vectors), from its state
     dict, whose keys are its parameters in registration order."""
     return ([name for name, t in state.items() if t.dim() >= 2] +
             [name for name, t in state.items() if t.dim() < 2])
@@ -504,7 +467,7 @@ def optimizer_of(source: Source, name: str) -> str:
     if source.checkpoint is None:
         raise RunError(f"--init-optimizer-state: --init-from {source.path} is a Hugging Face directory, which holds no "
                        "optimizer state (a bertprep run or checkpoint does)")
-    before = source.checkpoint.get("args", {}).get("optimizer", "adamw")
+    before = checkpoints.saved_plan(source.checkpoint).get("optimizer", "adamw")
     if before != name:
         raise RunError(f"--init-optimizer-state: --init-from {source.path} trained with --optimizer {before}, this run "
                        f"has --optimizer {name}: give --optimizer {before} (the moments are {before}'s)")

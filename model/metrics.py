@@ -69,7 +69,7 @@ def train_record(session, step: int, s: dict[str, float], lr: float, grad_norm: 
                  seconds: float) -> dict:
     """The log record of `steps` optimizer steps that took `seconds`, from their summed statistics `s`; `session` is
     the run's (model/train.py)."""
-    micro_steps = steps * session.args.grad_accum * session.ranks.world
+    micro_steps = steps * session.plan.schedule.grad_accum * session.ranks.world
     positions = s["sequences"] * session.shards.shape.max_seq_length  # what the model computed on, padding too
     return {"split": "train", "step": step,
             "loss": s["loss"] / micro_steps, "mlm_loss": s["mlm_loss"] / micro_steps,
@@ -79,7 +79,7 @@ def train_record(session, step: int, s: dict[str, float], lr: float, grad_norm: 
             "sequences_per_s": s["sequences"] / seconds, "tokens_per_s": positions / seconds,
             "instances_per_s": s["instances"] / seconds, "real_tokens_per_s": s["real_tokens"] / seconds,
             "padding_share": 1.0 - s["real_tokens"] / max(positions, 1.0),
-            "eta_s": (session.args.steps - step - 1) * seconds / steps}
+            "eta_s": (session.plan.schedule.steps - step - 1) * seconds / steps}
 
 
 def task_metrics(s: dict[str, float], task: str | None, micro_steps: int | None = None) -> dict:

@@ -24,10 +24,11 @@ and, in the background, the checkpoints; a rank that dies or hangs ends the othe
 step's loss is its global batch's, however the batch is split over ranks and micro-steps.
 
 Reads top to bottom: `train`, which sets up (ranks and device: model/ranks.py; the run directory and a resumed
-checkpoint: model/checkpoints.py; data, model and optimizer (model/optim.py)) and hands a `Session` to
-`train_loop`; `Stop`, the signals it checks at every step boundary; the loop's parts (one optimizer step and its
-loss, evaluation). The run's settings are a TrainPlan (model/plan.py), built from the flags by
-pipeline/commands/training.py; the statistics and the log are model/metrics.py's.
+checkpoint: model/checkpoints.py; data, model (of the architecture its config names: model/architectures.py) and
+optimizer (model/optim.py)) and hands a `Session` to `train_loop`; `Stop`, the signals it checks at every step
+boundary; the loop's parts (one optimizer step and its loss, evaluation). The run's settings are a TrainPlan of five
+groups (model/plan.py), built from the flags by pipeline/commands/training.py, each function given the group it
+reads; the statistics and the log are model/metrics.py's.
 """
 from __future__ import annotations
 
@@ -44,11 +45,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from model import checkpoints, data, init_from, optim
+from model import architectures, checkpoints, data, init_from, optim
 from model import config as config_lib
-from model.bert import MLM_LOSS_EPS, PACKED_ATTENTIONS, Bert, packed_attention_for, unavailable
+from model.attention import PACKED_ATTENTIONS, packed_attention_for, unavailable
+from model.losses import MLM_LOSS_EPS
 from model.metrics import RunLog, Sums, batch_stats, stat_names, task_metrics, train_record
-from model.plan import DEFAULT_MODEL, RunError, TrainPlan
+from model.plan import DEFAULT_MODEL, DataPlan, EvalPlan, ModelPlan, RunError, Schedule, TrainPlan
 from model.ranks import Ranks, Stop, setup_ranks
 from pipeline.formats import manifest, schema
 
@@ -62,16 +64,18 @@ DDP_BUCKET_MB = 25
 
 # ---- the run: set up, then the loop --------------------------------------------------------------------------------
 
-def train(args: TrainPlan) -> dict:
+def train(plan: TrainPlan) -> dict:
     """Runs (or resumes) training; returns {"history": logged dicts, "step", "run_dir", "checkpoint", "interrupted":
     the signal that stopped it early with a checkpoint (0: none), "steps_run": by this call, "master": rank 0}."""
-    ranks = setup_ranks(args.device, args.dist_timeout_min)
+    run, schedule = plan.run, plan.schedule
+    ranks = setup_ranks(run.device, run.dist_timeout_min)
     with Stop(ranks) as stop:  # SIGINT and SIGTERM from here on: stop at a step boundary, with a checkpoint
-        micro_batch = args.batch_size // (ranks.world * args.grad_accum)  # whole: the command checked
-        resume_path = checkpoints.start_run_dir(args, ranks)
+        micro_batch = schedule.batch_size // (ranks.world * schedule.grad_accum)  # whole: the command checked
+        resume_path = checkpoints.start_run_dir(run, ranks)
         # --init-from starts a run: once it has a checkpoint, --resume goes on from that
-        source = init_from.open_source(args.init_from) if args.init_from and not resume_path else None
-        session, step = set_up(args, ranks, stop, micro_batch,
+        init = plan.model.init_from
+        source = init_from.open_source(init) if init and not resume_path else None
+        session, step = set_up(plan, ranks, stop, micro_batch,
                                checkpoints.load(resume_path) if resume_path else None, source)
         first_step = step
         try:
@@ -79,87 +83,100 @@ def train(args: TrainPlan) -> dict:
         finally:
             session.writer.wait()  # the last checkpoint is on disk before the run ends, however it ends
         # a run with held-out data is evaluated once it has done its steps, --eval-every or not
-        if session.shards.eval_files and step == args.steps > first_step:
+        if session.shards.eval_files and step == schedule.steps > first_step:
             session.log(evaluate(session, step))
         session.log.close()
         if ranks.ddp:
             dist.destroy_process_group()
-    return {"history": session.log.history, "step": step, "run_dir": args.output, "checkpoint": last_checkpoint,
+    return {"history": session.log.history, "step": step, "run_dir": run.output, "checkpoint": last_checkpoint,
             "interrupted": stopped, "steps_run": step - first_step, "master": ranks.master}
 
 
-def set_up(args: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoint: dict | None,
+def set_up(plan: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoint: dict | None,
            source: init_from.Source | None = None) -> tuple[Session, int]:
-    """The run's Session and its first step: the model config (a resumed checkpoint's, else --init-from's source's,
-    else --model's), the data, the model, its optimizer and schedule, and the checkpoint's states put back or the
-    source's weights put in."""
+    """The run's Session and its first step: the model config (`model_config`), the data, the model, its optimizer
+    and schedule, and the checkpoint's states put back or the source's weights put in."""
+    seed = plan.run.seed
+    config, preset = model_config(plan.model, plan.schedule.optimizer, checkpoint, source)
+    config, shards = open_data(plan.data, plan.evaluation, seed, config, preset, source,
+                               plan.model.max_position_embeddings)
+    architectures.check_trainable(config, shards.objective, shards.shape.packed)
     if checkpoint:
-        config = config_lib.BertConfig.from_json(checkpoint["config"])
-    elif source:
-        config = init_from.config_for(source, args)
-    else:
-        config = config_lib.from_name_or_json(args.model or DEFAULT_MODEL)
-        if args.attention_dropout is not None:  # recorded in config.json and every checkpoint
-            config = dataclasses.replace(config, attention_dropout=args.attention_dropout)
-    # a preset takes the data's vocab
-    preset = checkpoint is None and source is None and (args.model or DEFAULT_MODEL) in config_lib.PRESETS
-    config, shards = open_data(args, config, preset, source)
-    if checkpoint:
-        checkpoints.check_resumable(checkpoint, args, ranks, shards.objective, len(shards.train_files), micro_batch,
+        checkpoints.check_resumable(checkpoint, plan, ranks, shards.objective, len(shards.train_files), micro_batch,
                                     shards.fingerprint)
     loader = data.Loader(data.ShardDataset(shards.train_files, shards.shape, micro_batch,
-                                           vocab_size=config.num_tokens, seed=args.seed,
-                                           shuffle_buffer=args.shuffle_buffer, records=shards.records,
+                                           vocab_size=config.num_tokens, seed=seed,
+                                           shuffle_buffer=plan.data.shuffle_buffer, records=shards.records,
                                            decoder=shards.decoder),
-                         num_workers=args.num_workers, pin_memory=ranks.device_type == "cuda")
-    warmup = schedule_warmup(args, checkpoint)
-    model, optimizer, scheduler = build_model(args, config, ranks, shards.task is not None, warmup, source is not None)
+                         num_workers=plan.data.num_workers, pin_memory=ranks.device_type == "cuda")
+    warmup = schedule_warmup(plan.schedule, checkpoint)
+    model = build_model(config, plan.model.attention, seed, ranks, shards.task is not None, source is not None)
+    optimizer, scheduler = build_optimizer(model, plan.schedule, warmup, ranks.device_type)
     step, init_lines = 0, []
     if checkpoint:
         step = checkpoints.restore(checkpoint, model, optimizer, scheduler, loader, ranks.rank)
-        continue_schedule(checkpoint, args, optimizer, scheduler, step, warmup, ranks.master)
+        continue_schedule(checkpoint, plan.schedule, optimizer, scheduler, step, warmup, ranks.master)
     elif source:
         # heads the source lacks are drawn from --seed on every rank, as a fresh model's weights; the run's own
         # RNG (seed + rank: dropout) is left as it was
-        with torch.random.fork_rng(devices=[model.mlm_bias.device] if ranks.device_type == "cuda" else []):
-            torch.manual_seed(args.seed)
+        with torch.random.fork_rng(devices=[next(model.parameters()).device] if ranks.device_type == "cuda" else []):
+            torch.manual_seed(seed)
             init_lines = init_from.load(source, model, shards.objective, shards.shape.max_seq_length,
-                                        optimizer if args.init_optimizer_state else None, args.optimizer)
+                                        optimizer if plan.model.init_optimizer_state else None,
+                                        plan.schedule.optimizer)
     # the positions trained so far (export-hf's model_max_length): this data's L, or more where the weights came
     # with more
     before = checkpoint.get("positions_trained", 0) if checkpoint else (source.trained_length or 0) if source else 0
     positions = max(shards.shape.max_seq_length, before)
     del checkpoint, source  # their copies of the states are loaded: free them
-    compiled = args.compile if args.compile is not None else ranks.device_type == "cuda"
+    compiled = plan.model.compile if plan.model.compile is not None else ranks.device_type == "cuda"
     step_model = torch.compile(model) if compiled else model
     if ranks.ddp:  # gradients live in the all-reduce buckets (no copy in, none out); see DDP_BUCKET_MB
         step_model = DDP(step_model, device_ids=[ranks.local_rank] if ranks.device_type == "cuda" else None,
                          gradient_as_bucket_view=True, bucket_cap_mb=DDP_BUCKET_MB)
-    log = RunLog(args.output, args.steps, ranks.master)
+    log = RunLog(plan.run.output, plan.schedule.steps, ranks.master)
     if ranks.master:
-        announce(args, ranks, config, shards, model, micro_batch, step, init_lines)
-    return Session(args, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup, loader,
+        announce(plan, ranks, config, shards, model, micro_batch, step, init_lines)
+    return Session(plan, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup, loader,
                    log, stop, checkpoints.CheckpointWriter(), positions), step
 
 
-def announce(args: TrainPlan, ranks: Ranks, config: config_lib.BertConfig, shards: Shards, model: Bert,
-             micro_batch: int, step: int, init_lines: list[str]) -> None:
+def model_config(model_plan: ModelPlan, optimizer: str, checkpoint: dict | None,
+                 source: init_from.Source | None) -> tuple[object, bool]:
+    """(the run's model config, whether it is a preset's, which takes the data's vocab): a resumed checkpoint's,
+    else --init-from's source's (`optimizer`: the run's, for --init-optimizer-state), else --model's with
+    --attention-dropout. Its architecture is the one the config names (model/architectures.py); ValueError for an
+    unknown preset, architecture or config field (the command's one line, as before there was a choice)."""
+    if checkpoint:
+        return architectures.config_from_json(checkpoint["config"]), False
+    if source:
+        return init_from.config_for(source, model_plan, optimizer), False
+    name = model_plan.model or DEFAULT_MODEL
+    config = architectures.from_name_or_json(name)
+    if model_plan.attention_dropout is not None:  # recorded in config.json and every checkpoint
+        config = dataclasses.replace(config, attention_dropout=model_plan.attention_dropout)
+    return config, name in architectures.presets()
+
+
+def announce(plan: TrainPlan, ranks: Ranks, config, shards: Shards, model: torch.nn.Module, micro_batch: int,
+             step: int, init_lines: list[str]) -> None:
     """Rank 0's start: RUN_DIR/checkpoints/ and config.json, and the lines that say what runs (model, data,
     attention, ranks and batch; where --init-from's weights went; the held-out set)."""
-    os.makedirs(os.path.join(args.output, "checkpoints"), exist_ok=True)
-    with open(os.path.join(args.output, "config.json"), "w") as f:
+    model_plan, every = plan.model, plan.evaluation.eval_every
+    os.makedirs(os.path.join(plan.run.output, "checkpoints"), exist_ok=True)
+    with open(os.path.join(plan.run.output, "config.json"), "w") as f:
         f.write(config.to_json())
     attention = PACKED_ATTENTIONS[model.packed_attention]
     if not shards.shape.packed:  # google's rows: SDPA with a padding mask, whatever --attention says
-        attention = "sdpa" + (f" (--attention {args.attention} is for packed rows)"
-                              if args.attention != "auto" else "")
-    what = (f"from {args.init_from}" if init_lines else "its checkpoint's config" if step  # resumed: never --model's
-            else args.model or DEFAULT_MODEL)
+        attention = "sdpa" + (f" (--attention {model_plan.attention} is for packed rows)"
+                              if model_plan.attention != "auto" else "")
+    what = (f"from {model_plan.init_from}" if init_lines else "its checkpoint's config" if step  # resumed: never
+            else model_plan.model or DEFAULT_MODEL)                                               # --model's
     print(f"model: {model.num_params() / 1e6:.2f}M parameters ({what}); data: "
           f"{len(shards.train_files)} train / {len(shards.eval_files)} eval file(s) of "
           f"{data.describe(shards.shape)}, objective {shards.objective}; attention: {attention}; "
-          f"{ranks.world} rank(s) x {args.grad_accum} micro-step(s) of {micro_batch} rows on {ranks.device}; "
-          f"step {step}/{args.steps}")
+          f"{ranks.world} rank(s) x {plan.schedule.grad_accum} micro-step(s) of {micro_batch} rows on {ranks.device}; "
+          f"step {step}/{plan.schedule.steps}")
     if config.tokenizer_size is not None:
         print(f"vocab: {config.tokenizer_size:,} tokens of {shards.vocab['path']} in {config.vocab_size:,} embedding "
               f"rows; the last {config.vocab_size - config.tokenizer_size} pad the table and are never predicted")
@@ -167,10 +184,10 @@ def announce(args: TrainPlan, ranks: Ranks, config: config_lib.BertConfig, shard
         print(line)
     for line in shards.warnings:
         print(f"warning: {line}", file=sys.stderr)
-    if shards.held_out == LAST_FILE and args.eval_every:
+    if shards.held_out == LAST_FILE and every:
         print(f"warning: --eval-every evaluates on {LAST_FILE}", file=sys.stderr)
     elif shards.held_out:
-        print(f"evaluation: {shards.held_out}" + (f", every {args.eval_every} steps and at the end" if args.eval_every
+        print(f"evaluation: {shards.held_out}" + (f", every {every} steps and at the end" if every
                                                   else ", at the end (every N steps with --eval-every N)"))
 
 
@@ -195,24 +212,25 @@ class Shards:
         return None if self.objective == "none" else self.objective
 
 
-def open_data(args: TrainPlan, config: config_lib.BertConfig, preset: bool,
-              source: init_from.Source | None = None) -> tuple[config_lib.BertConfig, Shards]:
+def open_data(data_plan: DataPlan, evaluation: EvalPlan, seed: int, config, preset: bool,
+              source: init_from.Source | None = None, grow_to: int | None = None) -> tuple[object, Shards]:
     """The training and held-out files, checked against the model config; a preset config takes the data's vocab
     (a tokenizer.json's rounded up to whole tiles, config.embedding_rows), and --init-from's checks its source against
-    the data's vocab, casing and L. With a tokenizer.json's data the config says which rows are its tokens
-    (config.tokenizer_size), wherever its vocab_size came from."""
+    the data's vocab, casing and L (`grow_to`: --max-position-embeddings). With a tokenizer.json's data the config
+    says which rows are its tokens (config.tokenizer_size), wherever its vocab_size came from. `seed`: the run's,
+    which --dynamic-masking's masks are drawn from."""
     decoder, warnings = None, []
     by_size = not preset and source is None   # the vocab checked by its size alone (init_from checks a source's)
-    if args.dynamic_masking:
-        found, vocab_ids = data.open_pairs(args.data, args.masking)
+    if data_plan.dynamic_masking:
+        found, vocab_ids = data.open_pairs(data_plan.data, data_plan.masking)
         if by_size:
             data.check_vocab_size(found.vocab, config.vocab_size, "pairs")
-        decoder = data.DynamicMasker(args.masking, vocab_ids, found.shape.max_seq_length, args.seed)
+        decoder = data.DynamicMasker(data_plan.masking, vocab_ids, found.shape.max_seq_length, seed)
     else:
-        found = data.open_shards(args.data, config.vocab_size if by_size else None, args.max_seq_length,
-                                 args.max_predictions_per_seq, args.allow_incomplete)
+        found = data.open_shards(data_plan.data, config.vocab_size if by_size else None, data_plan.max_seq_length,
+                                 data_plan.max_predictions_per_seq, data_plan.allow_incomplete)
     if source is not None:
-        warnings = init_from.check_data(source, found.vocab, found.shape.max_seq_length, config, args)
+        warnings = init_from.check_data(source, found.vocab, found.shape.max_seq_length, config, grow_to)
     elif preset and found.vocab_size is not None:
         rows = config_lib.embedding_rows(found.vocab_size) if manifest.is_tokenizer(found.vocab) else found.vocab_size
         config = dataclasses.replace(config, vocab_size=rows)
@@ -222,22 +240,23 @@ def open_data(args: TrainPlan, config: config_lib.BertConfig, preset: bool,
     if found.shape.max_seq_length > config.max_position_embeddings:
         raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")
-    train_files, eval_files, eval_shape, held_out = held_out_split(args, found, config.vocab_size)
+    train_files, eval_files, eval_shape, held_out = held_out_split(data_plan, evaluation, found, config.vocab_size)
     return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder, found.objective,
                           found.vocab, held_out, found.fingerprint, warnings)
 
 
-def held_out_split(args: TrainPlan, found: data.ShardSet,
+def held_out_split(data_plan: DataPlan, evaluation: EvalPlan, found: data.ShardSet,
                    vocab_size: int) -> tuple[list[str], list[str], schema.Shape, str]:
     """(training files, held-out files, the held-out shape, what they are): --eval-data's; else the validation set the
     data was made with (DIR/validation/: documents split off before pairing); else, with --eval-every, the last
     training file, which shares documents with the others (said in one warning line). Held-out shards are of the
     training shards' kind, packed or not, and objective."""
     shape = found.shape
-    spec, what = (args.eval_data, "--eval-data") if args.eval_data else (found.validation, "its validation set")
+    given = evaluation.eval_data
+    spec, what = (given, "--eval-data") if given else (found.validation, "its validation set")
     if spec:
-        if args.dynamic_masking:  # pair records, masked by the training run's masker, at its lengths
-            held = data.open_pairs(spec, args.masking, what=what)[0]
+        if data_plan.dynamic_masking:  # pair records, masked by the training run's masker, at its lengths
+            held = data.open_pairs(spec, data_plan.masking, what=what)[0]
             if held.shape.max_seq_length != shape.max_seq_length:
                 raise data.ShardSpecError(f"{what} {spec} holds pairs of L={held.shape.max_seq_length} and --data "
                                           f"L={shape.max_seq_length}: give pairs of the same length")
@@ -245,8 +264,8 @@ def held_out_split(args: TrainPlan, found: data.ShardSet,
             # google-made held-out files (no manifest) are read with the training shards' lengths; packed shards'
             # instances share L, not the rows' M; a validation set may be masked at its own share (its own P). A
             # mismatch names the two data sets, not flags never passed.
-            P = None if shape.packed or not args.eval_data else shape.max_predictions_per_seq
-            held = data.open_shards(spec, vocab_size, shape.max_seq_length, P, args.allow_incomplete, what=what,
+            P = None if shape.packed or not given else shape.max_predictions_per_seq
+            held = data.open_shards(spec, vocab_size, shape.max_seq_length, P, data_plan.allow_incomplete, what=what,
                                     lengths_from="--data")
         if held.shape.packed != shape.packed:
             raise data.ShardSpecError(f"{what} {spec} holds {data.describe(held.shape)} and --data "
@@ -254,10 +273,10 @@ def held_out_split(args: TrainPlan, found: data.ShardSet,
         if held.objective != found.objective:
             raise data.ShardSpecError(f"{what} {spec} was made with objective {held.objective} and --data with "
                                       f"{found.objective}: give held-out shards of the same objective")
-        about = (f"--eval-data {spec}" if args.eval_data else
+        about = (f"--eval-data {spec}" if given else
                  f"the validation set {spec} (documents held out before pairing: none of them is in training)")
-        return found.files, held.files, shape if args.dynamic_masking else held.shape, about
-    if args.eval_every:
+        return found.files, held.files, shape if data_plan.dynamic_masking else held.shape, about
+    if evaluation.eval_every:
         if len(found.files) < 2:
             raise data.ShardSpecError("--eval-every needs --eval-data, a validation set or at least 2 shard files "
                                       "(the last one is held out)")
@@ -270,65 +289,72 @@ LAST_FILE = ("the last training file, held out: it shares documents with the tra
              "--validation-fraction F)")
 
 
-def build_model(args: TrainPlan, config: config_lib.BertConfig, ranks: Ranks, sentence_head: bool,
-                warmup: int, empty: bool = False):
-    """(model, optimizer, schedule) for a fresh run: the same initial weights on every rank. `empty`: the weights
-    are left for init_from.load to fill (and initialise where the source has none)."""
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)  # the same init on every rank (DDP also broadcasts it)
-    model = (init_from.empty_model(config, sentence_head, ranks.device) if empty
-             else Bert(config, sentence_head).to(ranks.device))
+def build_model(config, attention: str, seed: int, ranks: Ranks, sentence_head: bool, empty: bool = False):
+    """The run's model (config's architecture: model/architectures.py): the same initial weights on every rank, from
+    `seed`; packed rows' attention as --attention asks where it can run. `empty`: the weights are left for
+    init_from.load to fill (and initialise where the source has none). Leaves torch's RNG at seed + rank (dropout)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # the same init on every rank (DDP also broadcasts it)
+    model = architectures.build(config, sentence_head, ranks.device, empty)
     try:
-        model.packed_attention = packed_attention_for(config, ranks.device, args.attention)
+        model.packed_attention = packed_attention_for(config, ranks.device, attention)
     except ValueError as e:  # varlen or flex_attention asked for with attention dropout: nothing can run that
-        raise RunError(f"--attention {args.attention}: {e}: pass --attention-dropout 0, or --attention sdpa") from None
-    if args.attention not in ("auto", model.packed_attention) and ranks.master:
-        print(f"warning: --attention {args.attention}: {unavailable(args.attention, config, ranks.device)}; packed "
+        raise RunError(f"--attention {attention}: {e}: pass --attention-dropout 0, or --attention sdpa") from None
+    if attention not in ("auto", model.packed_attention) and ranks.master:
+        print(f"warning: --attention {attention}: {unavailable(attention, config, ranks.device)}; packed "
               f"rows run {model.packed_attention} instead", file=sys.stderr)
+    torch.manual_seed(seed + ranks.rank)  # dropout masks differ across ranks
+    return model
+
+
+def build_optimizer(model: torch.nn.Module, schedule: Schedule, warmup: int, device_type: str):
+    """(optimizer, lr schedule) of `model`: --optimizer over its parameters, warmup then google's linear decay."""
     # multi-tensor updates (model/optim.py): no Python loop over the ~200 tensors of BERT-base
-    optimizer = optim.make(args.optimizer, optim.param_groups(model, args.weight_decay), args.lr, ranks.device_type)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, args.steps))
-    torch.manual_seed(args.seed + ranks.rank)  # dropout masks differ across ranks
-    return model, optimizer, scheduler
+    optimizer = optim.make(schedule.optimizer, optim.param_groups(model, schedule.weight_decay), schedule.lr,
+                           device_type)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, schedule.steps))
+    return optimizer, scheduler
 
 
-def schedule_warmup(args: TrainPlan, checkpoint: dict | None) -> int:
+def schedule_warmup(schedule: Schedule, checkpoint: dict | None) -> int:
     """The schedule's warmup steps: --warmup-steps; else a resumed run's own (its default was 1% of its --steps,
     and a larger --steps must not send it back into warmup); else 1% of --steps."""
-    if args.warmup_steps is not None:
-        return args.warmup_steps
+    if schedule.warmup_steps is not None:
+        return schedule.warmup_steps
     if checkpoint is None:
-        return args.steps // 100
-    before = checkpoint["args"]  # checkpoints older than the "warmup" entry: what that run computed
-    return checkpoint.get("warmup", before["warmup_steps"] if before.get("warmup_steps") is not None
-                          else before["steps"] // 100)
+        return schedule.steps // 100
+    if "warmup" in checkpoint:
+        return checkpoint["warmup"]
+    before = checkpoints.saved_plan(checkpoint)  # checkpoints older than the "warmup" entry: what that run computed
+    return before["warmup_steps"] if before.get("warmup_steps") is not None else before["steps"] // 100
 
 
-def continue_schedule(checkpoint: dict, args: TrainPlan, optimizer, scheduler, step: int, warmup: int,
+def continue_schedule(checkpoint: dict, schedule: Schedule, optimizer, scheduler, step: int, warmup: int,
                       master: bool) -> None:
     """Sets the lr of `step` on this run's schedule. The optimizer's saved lr is the old schedule's (0 at its end):
     with another --steps the decay is stretched (or shortened) to the new total from this very step."""
-    scale = lr_multiplier(step, warmup, args.steps)
+    steps = schedule.steps
+    scale = lr_multiplier(step, warmup, steps)
     for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
         group["lr"] = base * scale  # LambdaLR's own product: an unchanged schedule stays bitwise the same
     scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]  # what get_last_lr() says, likewise
-    before = checkpoint["args"]["steps"]
-    if before != args.steps and master:
-        print(f"--steps {args.steps} (the checkpoint's run: {before}): the schedule is "
-              f"{'stretched' if args.steps > before else 'shortened'} to {args.steps} steps; lr at step {step} is "
+    before = checkpoints.saved_plan(checkpoint)["steps"]
+    if before != steps and master:
+        print(f"--steps {steps} (the checkpoint's run: {before}): the schedule is "
+              f"{'stretched' if steps > before else 'shortened'} to {steps} steps; lr at step {step} is "
               f"{optimizer.param_groups[0]['lr']:.2e}")
 
 
 @dataclass
 class Session:
     """Everything the loop touches, set up once by `train`."""
-    args: TrainPlan                  # the run's settings: its flags
+    plan: TrainPlan                  # the run's settings: its flags, by group
     ranks: Ranks
-    config: config_lib.BertConfig
+    config: object                   # the model's config, of its architecture (model/architectures.py)
     shards: Shards
     micro_batch: int                 # rows per rank and micro-step
-    model: Bert                      # the module itself: state dicts, clipping, evaluation
+    model: torch.nn.Module           # the module itself: state dicts, clipping, evaluation
     step_model: torch.nn.Module      # what a training step calls: the model, compiled and/or DDP-wrapped
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
@@ -343,15 +369,15 @@ class Session:
 def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tuple[int, str | None, int]:
     """Evaluate, step, log, checkpoint until --steps, --stop-after or a signal; returns (step, the last checkpoint,
     the signal that stopped the run early or 0)."""
-    args = session.args
+    schedule, run, every = session.plan.schedule, session.plan.run, session.plan.evaluation.eval_every
     batches, sums = iter(session.loader), Sums(stat_names(session.shards.task), session.ranks.device)
     interval_steps, interval_start, first_step, stopped = 0, time.time(), step, 0
     try:
-        while step < args.steps:
+        while step < schedule.steps:
             stopped = session.stop.agreed(step)  # a step boundary: the loader's position is a whole step's
             if stopped:
                 break
-            if args.eval_every and step % args.eval_every == 0 and session.shards.eval_files:
+            if every and step % every == 0 and session.shards.eval_files:
                 eval_start = time.time()
                 session.log(evaluate(session, step))
                 interval_start += time.time() - eval_start  # evaluation time is not training throughput
@@ -359,14 +385,14 @@ def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tupl
             lr, grad_norm = train_step(session, batches, sums)
             interval_steps += 1
 
-            if step % args.log_every == 0 or step == args.steps - 1:
+            if step % run.log_every == 0 or step == schedule.steps - 1:
                 elapsed = time.time() - interval_start
                 session.log(train_record(session, step, sums.collect(), lr, grad_norm, interval_steps, elapsed))
                 interval_steps, interval_start = 0, time.time()
 
             step += 1
-            stopping = args.stop_after is not None and step - first_step >= args.stop_after
-            if step == args.steps or stopping or (args.checkpoint_every and step % args.checkpoint_every == 0):
+            stopping = run.stop_after is not None and step - first_step >= run.stop_after
+            if step == schedule.steps or stopping or (run.checkpoint_every and step % run.checkpoint_every == 0):
                 last_checkpoint = checkpoints.save_checkpoint(session, step)
             if stopping:
                 break
@@ -376,7 +402,7 @@ def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tupl
         if interval_steps:  # the steps since the last record: their statistics are not lost either
             session.log(train_record(session, step - 1, sums.collect(), lr, grad_norm, interval_steps,
                                      time.time() - interval_start))
-        if last_checkpoint != checkpoints.checkpoint_path(args.output, step):
+        if last_checkpoint != checkpoints.checkpoint_path(run.output, step):
             last_checkpoint = checkpoints.save_checkpoint(session, step)
     return step, last_checkpoint, stopped
 
@@ -389,7 +415,8 @@ def train_step(session: Session, batches, sums: Sums) -> tuple[float, torch.Tens
     every micro-batch on every rank over their number, the sentence task's likewise over instances (`step_totals`),
     so 2 ranks x b rows make the update 1 rank x 2b rows make. One micro-batch on one rank is that already."""
     session.step_model.train()
-    accum, ranks = session.args.grad_accum, session.ranks
+    schedule, ranks = session.plan.schedule, session.ranks
+    accum = schedule.grad_accum
     micro_batches = [{k: v.to(ranks.device, non_blocking=True) for k, v in next(batches).items()}
                      for _ in range(accum)]
     totals = step_totals(micro_batches, ranks) if accum > 1 or ranks.ddp else None
@@ -401,7 +428,7 @@ def train_step(session: Session, batches, sums: Sums) -> tuple[float, torch.Tens
                 out = session.step_model(**batch)
             (out["loss"] if totals is None else share_of_step_loss(out, batch, totals, ranks.world)).backward()
         sums.add(batch_stats(out, batch, session.shards.task))
-    grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), session.args.clip_norm)
+    grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), schedule.clip_norm)
     lr = session.optimizer.param_groups[0]["lr"]
     session.optimizer.step()
     session.scheduler.step()
@@ -449,14 +476,14 @@ def evaluate(session: Session, step: int) -> dict:
     dataset = data.ShardDataset(session.shards.eval_files, session.shards.eval_shape, session.micro_batch,
                                 vocab_size=session.config.num_tokens, shuffle=False, drop_last=False,
                                 decoder=session.shards.decoder)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(session.args.num_workers, 1),
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(session.plan.data.num_workers, 1),
                                          worker_init_fn=data.ignore_stop_signals,
                                          generator=torch.Generator())  # leaves the training RNG alone
     session.model.eval()
     sums = Sums(stat_names(session.shards.task, evaluation=True), session.ranks.device)
     with data.batches_of(loader) as batches:
         for i, batch in enumerate(batches):
-            if i == session.args.eval_batches:   # None: every batch
+            if i == session.plan.evaluation.eval_batches:   # None: every batch
                 break
             batch = {k: v.to(session.ranks.device) for k, v in batch.items() if k not in ("worker", "index")}
             with session.ranks.autocast():

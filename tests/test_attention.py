@@ -1,7 +1,10 @@
 """Packed rows' attention choices, on CPU.
 
+First the attention function any architecture calls (model/attention.py: rows_mask, then attend with a layer's q, k,
+v): the same instances padded one a row and packed several a row give each instance's own attention, computed by
+hand, on every kind a CPU runs (SDPA's padding mask, its block mask, FlexAttention eager, the varlen reference).
 The varlen path cannot run its CUDA kernel here, so its own parts are checked around it: the Segments (cu_seq
-offsets read off input_mask) against hand-counted ones; the whole path, with bert.varlen_reference (one SDPA per
+offsets read off input_mask) against hand-counted ones; the whole path, with attention.varlen_reference (one SDPA per
 sequence) in the kernel's place, against SDPA's block-diagonal mask on real packed rows, forward and backward within
 1e-5; the call it makes, against torch's own varlen_attn on meta tensors. Then which attention runs where, the
 attention dropout setting, and the trainer's flags.
@@ -13,7 +16,7 @@ import json
 import pytest
 import torch
 
-from model import bert, train
+from model import attention, bert, train
 from model.config import BertConfig
 from pipeline.commands import cli, training
 from tests import packed_rows
@@ -26,7 +29,7 @@ def test_segments_are_each_rows_instances_then_its_padding():
     input_mask = torch.tensor([[1, 1, 1, 2, 2, 0, 0],
                                [1, 1, 2, 2, 2, 3, 3],     # full: its padding sequence is empty
                                [1, 1, 1, 1, 0, 0, 0]])    # one instance: two empty slots
-    cu_seq, longest = bert.varlen_segments(input_mask, slots=3)
+    cu_seq, longest = attention.varlen_segments(input_mask, slots=3)
     assert cu_seq.dtype == torch.int32 and longest == 7
     #                  row 0: 1  2  3  pad   row 1: 1   2   3  pad   row 2: 1   2   3  pad
     assert cu_seq.tolist() == [0, 3, 5, 5, 7, 9, 12, 14, 14, 18, 18, 18, 21]
@@ -67,6 +70,87 @@ def close(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * scale, msg=name)
 
 
+# ---- the attention function: padded rows and packed rows against each instance's own attention ----------------------
+
+LENGTHS = (5, 3, 7, 1, 4, 6)          # six instances
+PACKED = ((0, 1), (2,), (3, 4, 5))    # three packed rows of T=11: 8 and 7 positions then padding, one full
+
+
+def by_hand(q, k, v):
+    """One instance's softmax(q k^T / sqrt(hs)) v, (n, nh, hs), in float64 from q, k, v (n, nh, hs): no torch
+    attention kernel."""
+    q, k, v = (t.double().transpose(0, 1) for t in (q, k, v))   # (nh, n, hs)
+    p = torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, dim=-1)   # (nh, n, n)
+    return (p @ v).transpose(0, 1).float()
+
+
+def laid_out(parts, rows, T, nh=2, hs=8):
+    """(q, k, v) each (B, T, nh, hs) with the instances `parts` placed as `rows` lists them, the rest random (padding
+    that must not leak); input_mask (B, T): each position's 1-based slot in its row, 0 padding."""
+    g = torch.Generator().manual_seed(7)
+    qkv = [torch.randn(len(rows), T, nh, hs, generator=g) for _ in range(3)]
+    input_mask = torch.zeros(len(rows), T, dtype=torch.long)
+    for r, row in enumerate(rows):
+        at = 0
+        for slot, i in enumerate(row, 1):
+            n = LENGTHS[i]
+            for t, part in zip(qkv, parts[i]):
+                t[r, at:at + n] = part
+            input_mask[r, at:at + n] = slot
+            at += n
+    return qkv, input_mask
+
+
+def instance_outputs(y, rows, nh=2):
+    """Each instance's rows of attend's (B, T, nh * hs) output, as (n, nh, hs), in instance order."""
+    out = {}
+    for r, row in enumerate(rows):
+        at = 0
+        for i in row:
+            out[i] = y[r, at:at + LENGTHS[i]].unflatten(-1, (nh, -1))
+            at += LENGTHS[i]
+    return [out[i] for i in range(len(LENGTHS))]
+
+
+@pytest.mark.parametrize("kind", ["sdpa", "flex_attention", "varlen"])
+def test_attend_gives_each_instance_its_own_attention_padded_or_packed(kind):
+    """attention.rows_mask + attention.attend on the same six instances, one a row behind a padding mask and packed
+    2, 1 and 3 a row as `kind` runs them on CPU (varlen: attention.varlen_reference, one SDPA per sequence; flex:
+    eager), each equal within 1e-5 to its own attention computed by hand. Breaks seen caught: the block mask
+    replaced by every real key (instances see each other); attend's output reshaped without transposing back; the
+    varlen Segments with padding first; FlexAttention's mask as every real key; the padding mask dropped."""
+    if kind == "flex_attention" and attention.flex_attention is None:
+        pytest.skip("this torch has no FlexAttention")
+    g = torch.Generator().manual_seed(0)
+    parts = [tuple(torch.randn(n, 2, 8, generator=g) for _ in range(3)) for n in LENGTHS]   # (n, nh, hs) each
+    want = [by_hand(*p) for p in parts]
+
+    (q, k, v), input_mask = laid_out(parts, [(i,) for i in range(len(LENGTHS))], max(LENGTHS))
+    padded = attention.attend(q, k, v, attention.rows_mask(input_mask, packed=False))
+    for i, (got, expected) in enumerate(zip(instance_outputs(padded, [(i,) for i in range(len(LENGTHS))]), want)):
+        close(got, expected, f"padded instance {i}")
+
+    (q, k, v), input_mask = laid_out(parts, PACKED, 11)
+    assert (input_mask == 0).any(1).tolist() == [True, True, False]   # padding in two rows, the third full
+    mask = attention.rows_mask(input_mask, packed=True, slots=3, kind=kind)
+    assert isinstance(mask, attention.Segments) == (kind == "varlen")
+    packed = attention.attend(q, k, v, mask)
+    assert packed.shape == (3, 11, 16)
+    for i, (got, expected) in enumerate(zip(instance_outputs(packed, PACKED), want)):
+        close(got, expected, f"{kind} instance {i}")
+
+
+def test_a_kernel_without_dropout_is_refused_with_it_by_the_mask():
+    """Varlen and FlexAttention have no attention dropout: the mask refuses them with it, in one line; SDPA takes it.
+    Break seen caught: only varlen refused (FlexAttention let through)."""
+    input_mask = torch.tensor([[1, 1, 2, 0]])
+    for kind in ("varlen", "flex_attention"):
+        with pytest.raises(ValueError, match=f"^{kind} has no attention dropout and the config's is 0.1: train packed "
+                                             "rows with sdpa, or with attention_dropout 0$"):
+            attention.rows_mask(input_mask, True, 2, kind, dropout=0.1)
+    assert attention.rows_mask(input_mask, True, 2, "sdpa", dropout=0.1).shape == (1, 1, 4, 4)   # SDPA has it
+
+
 def test_varlen_path_equals_the_block_mask_forward_and_backward(monkeypatch):
     """The CPU runs the varlen path with varlen_reference where CUDA calls the kernel: the same Segments, the same
     (B*T, nh, hs) views of q/k/v and the same way back to (B, T, H). Every position (padding too, which attends to
@@ -75,8 +159,8 @@ def test_varlen_path_equals_the_block_mask_forward_and_backward(monkeypatch):
     batch, vocab_size = packed_batch()
     model = packed_model(vocab_size)
     calls = []
-    reference = bert.varlen_reference
-    monkeypatch.setattr(bert, "varlen_reference", lambda *a: calls.append(a) or reference(*a))
+    reference = attention.varlen_reference
+    monkeypatch.setattr(attention, "varlen_reference", lambda *a: calls.append(a) or reference(*a))
     mask_out, mask_hidden, mask_grads = run(model, batch, "sdpa")
     var_out, var_hidden, var_grads = run(model, batch, "varlen")
     assert len(calls) == model.config.num_layers   # the varlen path ran, once a layer
@@ -88,26 +172,26 @@ def test_varlen_path_equals_the_block_mask_forward_and_backward(monkeypatch):
         close(var_grads[name], grad, name)
 
     # what it would catch: padding taken as the first sequence of a row, or a row as one sequence
-    segments = bert.varlen_segments
+    segments = attention.varlen_segments
 
     def padding_first(input_mask, slots):
         cu_seq, longest = segments(input_mask, slots)
         B, T = input_mask.shape
         lengths = (cu_seq[1:] - cu_seq[:-1]).view(B, slots + 1)
         lengths = torch.cat([lengths[:, -1:], lengths[:, :-1]], 1)
-        return bert.Segments(torch.nn.functional.pad(lengths.flatten().cumsum(0), (1, 0)).int(), longest)
+        return attention.Segments(torch.nn.functional.pad(lengths.flatten().cumsum(0), (1, 0)).int(), longest)
 
     def whole_rows(input_mask, slots):
         B, T = input_mask.shape
-        return bert.Segments((torch.arange(B + 1) * T).int(), T)
+        return attention.Segments((torch.arange(B + 1) * T).int(), T)
 
     for wrong in (padding_first, whole_rows):
-        monkeypatch.setattr(bert, "varlen_segments", wrong)
+        monkeypatch.setattr(attention, "varlen_segments", wrong)
         with torch.no_grad():
             assert abs(model(**batch)["loss"] - mask_out["loss"]) > 1e-3, wrong.__name__
 
 
-@pytest.mark.skipif(bert.varlen_attn is None, reason="this torch has no torch.nn.attention.varlen")
+@pytest.mark.skipif(attention.varlen_attn is None, reason="this torch has no torch.nn.attention.varlen")
 def test_the_kernel_call_fits_torch_varlen_attn(monkeypatch):
     """What the varlen path hands the kernel, on CPU: bound to varlen_attn's signature, then run through torch's
     own varlen_attn on meta tensors of the same shapes, dtypes and strides (its shape function, no kernel)."""
@@ -116,26 +200,26 @@ def test_the_kernel_call_fits_torch_varlen_attn(monkeypatch):
     model.packed_attention = "varlen"
     B, T = batch["input_ids"].shape
     nh, hs = model.config.num_heads, model.config.hidden_size // model.config.num_heads
-    reference = bert.varlen_reference
+    reference = attention.varlen_reference
     calls = []
 
     def checked(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k):
         calls.append((q.shape, cu_seq_q.clone()))
-        inspect.signature(bert.varlen_attn).bind(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k)
+        inspect.signature(attention.varlen_attn).bind(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k)
         assert q.shape == k.shape == v.shape == (B * T, nh, hs) and q.stride(-1) == 1   # flash: contiguous rows
         assert cu_seq_q.dtype == torch.int32 and cu_seq_q.is_contiguous() and (max_q, max_k) == (T, T)
         assert int(cu_seq_q[-1]) == B * T and bool((cu_seq_q[1:] - cu_seq_q[:-1]).max() <= max_q)
         meta = [torch.empty_strided(t.shape, t.stride(), dtype=torch.bfloat16, device="meta") for t in (q, k, v)]
-        out = bert.varlen_attn(*meta, cu_seq_q.to("meta"), cu_seq_k.to("meta"), max_q, max_k)
+        out = attention.varlen_attn(*meta, cu_seq_q.to("meta"), cu_seq_k.to("meta"), max_q, max_k)
         assert out.shape == q.shape
         return reference(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k)
 
-    monkeypatch.setattr(bert, "varlen_reference", checked)
+    monkeypatch.setattr(attention, "varlen_reference", checked)
     with torch.no_grad():
         model(**batch)
     # once per layer, each with the batch's own segments: each row's k instance slots, then its padding
     k = batch["next_sentence_positions"].shape[1]
-    segments = bert.varlen_segments(batch["input_mask"], k).cu_seq   # (B * (k + 1) + 1,)
+    segments = attention.varlen_segments(batch["input_mask"], k).cu_seq   # (B * (k + 1) + 1,)
     assert len(calls) == model.config.num_layers == 3 and k == 4 and segments.shape == (B * (k + 1) + 1,)
     assert all(shape == (B * T, nh, hs) and torch.equal(cu_seq, segments) for shape, cu_seq in calls)
 
@@ -143,22 +227,23 @@ def test_the_kernel_call_fits_torch_varlen_attn(monkeypatch):
 def test_which_attention_runs_where(monkeypatch):
     no_dropout = dataclasses.replace(ODD, dropout=0.0)
     # CPU: SDPA unless asked; varlen asked for falls back to SDPA, and says why
-    assert bert.packed_attention_for(no_dropout, "cpu") == "sdpa"
-    assert bert.packed_attention_for(no_dropout, "cpu", "varlen") == "sdpa"
-    assert "cpu" in bert.unavailable("varlen", no_dropout, "cpu")
-    assert bert.packed_attention_for(no_dropout, "cpu", "sdpa") == "sdpa"
+    assert attention.packed_attention_for(no_dropout, "cpu") == "sdpa"
+    assert attention.packed_attention_for(no_dropout, "cpu", "varlen") == "sdpa"
+    assert "cpu" in attention.unavailable("varlen", no_dropout, "cpu")
+    assert attention.packed_attention_for(no_dropout, "cpu", "sdpa") == "sdpa"
     # attention dropout (google's 0.1): SDPA everywhere, and asking for a kernel without dropout is refused
-    assert bert.packed_attention_for(ODD, "cuda") == "sdpa"
+    assert attention.packed_attention_for(ODD, "cuda") == "sdpa"
     for kind in ("varlen", "flex_attention"):
         with pytest.raises(ValueError, match=f"{kind} has no attention dropout and the model's is 0.1"):
-            bert.packed_attention_for(ODD, "cpu", kind)
+            attention.packed_attention_for(ODD, "cpu", kind)
     # attention_dropout is what counts, not the hidden states' dropout
-    assert bert.packed_attention_for(dataclasses.replace(ODD, attention_dropout=0.0), "cpu", "varlen") == "sdpa"
+    assert attention.packed_attention_for(dataclasses.replace(ODD, attention_dropout=0.0), "cpu", "varlen") == "sdpa"
     # on CUDA, auto takes varlen where it can run, then flex_attention
-    monkeypatch.setattr(bert, "unavailable", lambda kind, config, device: "")
-    assert bert.packed_attention_for(no_dropout, "cuda:1") == "varlen"
-    monkeypatch.setattr(bert, "unavailable", lambda kind, config, device: "no" if kind == "varlen" else "")
-    assert bert.packed_attention_for(no_dropout, "cuda") == ("flex_attention" if bert.flex_attention else "sdpa")
+    monkeypatch.setattr(attention, "unavailable", lambda kind, config, device: "")
+    assert attention.packed_attention_for(no_dropout, "cuda:1") == "varlen"
+    monkeypatch.setattr(attention, "unavailable", lambda kind, config, device: "no" if kind == "varlen" else "")
+    assert attention.packed_attention_for(no_dropout, "cuda") == ("flex_attention" if attention.flex_attention
+                                                                  else "sdpa")
 
 
 def test_a_kernel_without_dropout_refuses_to_train_with_it():
@@ -215,7 +300,7 @@ def test_trainer_records_attention_dropout_and_names_the_attention(tmp_path, pac
     data, config = packed_shards
     train.train(train_args(data, tmp_path / "run", config, "--attention-dropout", "0", "--attention", "varlen"))
     captured = capsys.readouterr()
-    assert captured.err.splitlines() == [f"warning: --attention varlen: {bert.unavailable('varlen', ODD, 'cpu')}; "
+    assert captured.err.splitlines() == [f"warning: --attention varlen: {attention.unavailable('varlen', ODD, 'cpu')}; "
                                          "packed rows run sdpa instead"]
     assert "attention: sdpa, one block per instance;" in captured.out.splitlines()[0]
     assert BertConfig.from_json((tmp_path / "run" / "config.json").read_text()).attention_dropout == 0.0

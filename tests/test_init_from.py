@@ -13,9 +13,9 @@ import pytest
 import safetensors.torch
 import torch
 
-from model import checkpoints, hf, init_from, optim, train
+from model import architectures, checkpoints, hf, init_from, optim, train
 from model.bert import Bert
-from model.config import PRESETS
+from model.config import PRESETS, BertConfig
 from model.plan import RunError
 from pipeline.commands import cli, training
 from tests.test_train import VOCAB, _run_rank, join_ranks, write_pairs, write_shards
@@ -64,9 +64,9 @@ def opened(source_dir, data_dir, objective="nsp", length=24, **flags):
     """(our model with the source's weights, the lines accounting for them), as the trainer builds them."""
     plan = training.parse_train(["--data", str(data_dir), "--output", "unused", "--init-from", str(source_dir),
                                  *[str(a) for k, v in flags.items() for a in (f"--{k.replace('_', '-')}", v)]])
-    source = init_from.open_source(plan.init_from)
-    config = init_from.config_for(source, plan)
-    model = init_from.empty_model(config, objective != "none", "cpu")   # as the trainer: every tensor written by load
+    source = init_from.open_source(plan.model.init_from)
+    config = init_from.config_for(source, plan.model, plan.schedule.optimizer)
+    model = architectures.build(config, objective != "none", "cpu", empty=True)   # as the trainer: load writes all
     return model.eval(), init_from.load(source, model, objective, length)
 
 
@@ -202,7 +202,7 @@ def test_phase_2_from_phase_1_starts_far_below_a_fresh_model(tmp_path, capsys):
     phase1_data = write_shards(tmp_path / "p1", [40, 40], skewed=True)
     phase2_data = write_shards(tmp_path / "p2", [30], skewed=True, seed=1, L=48)
     config = tmp_path / "tiny.json"
-    config.write_text(init_from.BertConfig(**PRESETS["tiny"], vocab_size=VOCAB, max_position_embeddings=32).to_json())
+    config.write_text(BertConfig(**PRESETS["tiny"], vocab_size=VOCAB, max_position_embeddings=32).to_json())
     common = ["--lr", "2e-2", "--warmup-steps", "3", "--optimizer", "lamb"]
     phase1 = train.train(training.parse_train(train_argv(os.path.dirname(phase1_data), tmp_path / "phase1", "--model",
                                                          str(config), "--steps", "60", *common)[1:]))
@@ -238,7 +238,7 @@ def test_the_optimizer_moments_are_the_source_runs(tmp_path, data):
     plan = training.parse_train(["--data", data, "--output", "x", "--init-from", str(tmp_path / "src"),
                                  "--init-optimizer-state", "--optimizer", "lamb", "--lr", "0.5",
                                  "--max-position-embeddings", "1024"])
-    model = Bert(init_from.config_for(source, plan), sentence_head=False)
+    model = Bert(init_from.config_for(source, plan.model, plan.schedule.optimizer), sentence_head=False)
     optimizer = optim.make("lamb", optim.param_groups(model, 0.01), 0.5, "cpu")
     lines = init_from.load(source, model, "none", 24, optimizer, "lamb")
     saved = source.checkpoint["optimizer"]["state"]
@@ -402,10 +402,10 @@ def test_two_ranks_start_from_the_source(tmp_path, data):
     assert join_ranks(ranks, 300) == [0, 0]
     ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
     assert ckpt["step"] == 1 and len(ckpt["ranks"]) == 2
-    mine = hf.to_hf_state_dict(ckpt["model"], init_from.BertConfig.from_json(ckpt["config"]))
+    mine = hf.to_hf_state_dict(ckpt["model"], architectures.config_from_json(ckpt["config"]))
     for name, tensor in theirs.state_dict().items():
         torch.testing.assert_close(mine["bert." + name], tensor, rtol=0, atol=1e-6, msg=name)
-    alone = init_from.empty_model(init_from.BertConfig.from_json(ckpt["config"]), True, "cpu")
+    alone = architectures.build(architectures.config_from_json(ckpt["config"]), True, "cpu", empty=True)
     torch.manual_seed(3)   # the run's --seed: the fresh heads' init
     init_from.load(init_from.open_source(str(tmp_path / "hf")), alone, "nsp", 24)
     torch.testing.assert_close(ckpt["model"]["nsp.weight"], alone.state_dict()["nsp.weight"], rtol=0, atol=1e-6)

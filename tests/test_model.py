@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from model import bert
-from model import config as config_lib
-from model.bert import MLM_LOSS_EPS, Bert, pretraining_flops
+from model import architectures, attention
+from model.bert import Bert, pretraining_flops
 from model.config import BertConfig
 from model.hf import hf_config, to_hf_state_dict
+from model.losses import MLM_LOSS_EPS
 from tests import packed_rows
 
 # google's test sizes, odd on purpose: a transposed or mis-split dimension shows up as a shape error.
@@ -175,7 +175,7 @@ def test_packed_rows_give_their_instances_losses_and_gradients():
             assert abs(leaky["loss"] - plain["loss"]) > 1e-3
 
 
-@pytest.mark.skipif(bert.flex_attention is None, reason="this torch has no FlexAttention")
+@pytest.mark.skipif(attention.flex_attention is None, reason="this torch has no FlexAttention")
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_flex_attention_document_mask_equals_sdpa_block_mask():
     """FlexAttention runs on CPU too, eager (scores materialised: slower than SDPA, hence SDPA there): the same
@@ -191,34 +191,34 @@ def test_flex_attention_document_mask_equals_sdpa_block_mask():
     for name in ("mlm_logits", "nsp_logits", "loss"):   # MLM logits up to ~30 here: 1e-4 is a few float32 ulps
         torch.testing.assert_close(flex[name], sdpa[name], rtol=1e-5, atol=1e-4, msg=name)
     # the trainer's choice: SDPA on CPU, and wherever there is attention dropout (FlexAttention has none)
-    assert bert.packed_attention_for(model.config, "cpu") == "sdpa"
-    assert bert.packed_attention_for(ODD, "cuda") == "sdpa"
+    assert attention.packed_attention_for(model.config, "cpu") == "sdpa"
+    assert attention.packed_attention_for(ODD, "cuda") == "sdpa"
 
 
 def test_config_json_round_trip(tmp_path):
     assert BertConfig.from_json(ODD.to_json()) == ODD
     path = tmp_path / "config.json"
     path.write_text(ODD.to_json())
-    assert config_lib.from_name_or_json(str(path)) == ODD
-    assert config_lib.from_name_or_json(str(path), vocab_size=7).vocab_size == 7
-    base = config_lib.from_name_or_json("base", vocab_size=30522)
+    assert architectures.from_name_or_json(str(path)) == ODD
+    assert architectures.from_name_or_json(str(path), vocab_size=7).vocab_size == 7
+    base = architectures.from_name_or_json("base", vocab_size=30522)
     assert (base.num_layers, base.hidden_size, base.num_heads, base.intermediate_size) == (12, 768, 12, 3072)
-    large = config_lib.from_name_or_json("large")
+    large = architectures.from_name_or_json("large")
     assert (large.num_layers, large.hidden_size, large.num_heads, large.intermediate_size) == (24, 1024, 16, 4096)
     with pytest.raises(ValueError, match="unknown BertConfig fields"):
         BertConfig.from_json('{"vocab_size": 5, "n_embd": 3}')
     with pytest.raises(ValueError, match="neither a preset") as e:
-        config_lib.from_name_or_json("huge")
+        architectures.from_name_or_json("huge")
     assert "did you mean" not in str(e.value)
     with pytest.raises(ValueError, match=r"neither a preset .*; did you mean tiny\?$"):   # issue 38
-        config_lib.from_name_or_json("tinyy")
+        architectures.from_name_or_json("tinyy")
     with pytest.raises(ValueError, match="multiple of num_heads"):
         dataclasses.replace(ODD, num_heads=5)
 
 
 def test_flops_count_matches_parameter_rule_of_thumb():
     # Encoder + heads ~ 6 * (encoder params) * T for T >> P: the 6ND rule, without the embedding lookups.
-    c = config_lib.from_name_or_json("base")
+    c = architectures.from_name_or_json("base")
     T = 128
     encoder_params = 12 * (4 * 768 * 768 + 2 * 768 * 3072)
     flops = pretraining_flops(c, T, 0)

@@ -162,7 +162,8 @@ def one_step(rank: int, world: int, rows: dict, accum: int, out: str, port: int 
     ranks = train.Ranks(rank, world, rank, "cpu", ddp=world > 1)
     session = types.SimpleNamespace(step_model=step_model, ranks=ranks, model=model, optimizer=optimizer,
                                     scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-                                    args=types.SimpleNamespace(grad_accum=accum, clip_norm=1e9),
+                                    plan=types.SimpleNamespace(schedule=types.SimpleNamespace(grad_accum=accum,
+                                                                                              clip_norm=1e9)),
                                     shards=types.SimpleNamespace(task="nsp"))
     B = len(rows["input_ids"]) // accum
     micro = iter([{k: v[i * B:(i + 1) * B] for k, v in rows.items()} for i in range(accum)])

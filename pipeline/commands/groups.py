@@ -403,8 +403,7 @@ def mask_recipe(args: argparse.Namespace) -> masking.MaskRecipe:
     """The masking flags a command has -> its recipe: `mask` and `prepare` have them all, `train` the rate, the cap
     and the unit (its replacement split is the recipe's default). The one builder of both, so that a flag means the
     same to the jobs and the trainer."""
-    return masking.MaskRecipe(**{f.name: getattr(args, f.name) for f in dataclasses.fields(masking.MaskRecipe)
-                                 if hasattr(args, f.name)})
+    return masking.MaskRecipe.from_json(vars(args))
 
 
 class Mask(Group):

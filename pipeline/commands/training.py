@@ -1,21 +1,20 @@
 """The trainer's commands, `bertprep train`, `export-hf` and `plot`: each one's flags, the checks that need no run,
 and a handler that runs model/'s code and turns what it refuses into one line on stderr, exit 2.
 
-`train`'s flags make a TrainPlan (model/plan.py), the run's settings, frozen: each flag's default is the
-dataclass's, written there once. What only a run can find (the run directory, the data, a resumed checkpoint,
+`train`'s flags make a TrainPlan (model/plan.py), the run's settings in groups, frozen: each flag's default is its
+group dataclass's, written there once. What only a run can find (the run directory, the data, a resumed checkpoint,
 another rank) comes back from it as a typed error. model/'s torch modules are imported inside the functions that
 use them: `plot` imports no torch, and neither does the command table.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import signal
 import sys
 
 from model import plot
-from model.plan import DEFAULT_MODEL, RunError, TrainPlan
+from model.plan import DEFAULT_MODEL, RunError, RunPlan, TrainPlan
 from pipeline.commands import flags, groups
 from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
                                      positive_float, positive_int, probability)
@@ -24,11 +23,11 @@ from pipeline.commands.flags import (device_name, dropout_probability, nonnegati
 # ---- train ---------------------------------------------------------------------------------------------------------
 
 def add_train(p: argparse.ArgumentParser) -> None:
-    """Adds every `bertprep train` flag to `p`, grouped as in --help; their defaults are TrainPlan's."""
+    """Adds every `bertprep train` flag to `p`, grouped as in --help; their defaults are TrainPlan's groups'."""
     for name, add in (("data", _train_data_flags), ("model", _train_model_flags),
                       ("optimisation", _train_optimisation_flags), ("run", _train_run_flags)):
         add(p.add_argument_group(name))
-    p.set_defaults(**{f.name: f.default for f in dataclasses.fields(TrainPlan) if f.default is not dataclasses.MISSING})
+    p.set_defaults(**TrainPlan.defaults())
 
 
 def _train_data_flags(g) -> None:
@@ -57,7 +56,7 @@ def _train_data_flags(g) -> None:
 
 def _train_model_flags(g) -> None:
     """`bertprep train`'s model group: the model and how it runs."""
-    from model.bert import PACKED_ATTENTIONS   # torch, which `train` imports anyway: not at this module's import
+    from model.attention import PACKED_ATTENTIONS   # torch, which `train` imports anyway: not at this module's import
 
     g.add_argument("--model", help=f"tiny|mini|base|large or a config JSON (default {DEFAULT_MODEL}; with --init-from "
                                    "the source's, and --model may only name its shape)")
@@ -133,7 +132,7 @@ def _train_run_flags(g) -> None:
     g.add_argument("--dist-timeout-min", type=positive_float,
                    help="several ranks: minutes a rank waits in a collective before the run fails (a rank that died "
                         "or hangs ends every other within it, exit 1). Checkpoints are written in the background, "
-                        f"so no rank waits for a save; the default {TrainPlan.dist_timeout_min:g} covers the slowest "
+                        f"so no rank waits for a save; the default {RunPlan.dist_timeout_min:g} covers the slowest "
                         "step, evaluation and the copy of a checkpoint's state off the device")
 
 
@@ -142,30 +141,30 @@ def train_plan(args: argparse.Namespace) -> TrainPlan:
     ranks (torchrun's WORLD_SIZE) times --grad-accum do not divide."""
     from model.ranks import world_size   # torch, as the run
 
-    plan = TrainPlan(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainPlan) if f.name != "masking"},
-                     masking=groups.mask_recipe(args))
+    plan = TrainPlan.from_flat(vars(args))   # its masking: MaskRecipe.from_json, as groups.mask_recipe reads mask's
     check_init_from(plan)
-    world = world_size()
-    if plan.batch_size % (world * plan.grad_accum):
-        raise RunError(f"--batch-size {plan.batch_size} is not divisible by world size {world} x "
-                       f"--grad-accum {plan.grad_accum}")
+    world, schedule = world_size(), plan.schedule
+    if schedule.batch_size % (world * schedule.grad_accum):
+        raise RunError(f"--batch-size {schedule.batch_size} is not divisible by world size {world} x "
+                       f"--grad-accum {schedule.grad_accum}")
     return plan
 
 
 def check_init_from(plan: TrainPlan) -> None:
     """--init-from's flags agree: the two that only make sense with it, and a source outside --output (which
     --overwrite would clear). Whether the source is there is the run's to find: a resumed run does not read it."""
-    if plan.init_from is None:
-        for flag, given in (("--init-optimizer-state", plan.init_optimizer_state),
-                            ("--max-position-embeddings", plan.max_position_embeddings is not None)):
+    model = plan.model
+    if model.init_from is None:
+        for flag, given in (("--init-optimizer-state", model.init_optimizer_state),
+                            ("--max-position-embeddings", model.max_position_embeddings is not None)):
             if given:
                 raise RunError(f"{flag} applies to a source's weights: give --init-from SOURCE (a new model's "
                                "positions are its --model config's)")
         return
-    source, output = os.path.realpath(plan.init_from), os.path.realpath(plan.output)
+    source, output = os.path.realpath(model.init_from), os.path.realpath(plan.run.output)
     if os.path.commonpath([source, output]) == output:
-        raise RunError(f"--init-from {plan.init_from} is inside --output {plan.output}: a new run needs a directory "
-                       "of its own (--overwrite would delete its source)")
+        raise RunError(f"--init-from {model.init_from} is inside --output {plan.run.output}: a new run needs a "
+                       "directory of its own (--overwrite would delete its source)")
 
 
 def parse_train(argv: list[str]) -> TrainPlan:
@@ -219,7 +218,7 @@ def interrupted(plan: TrainPlan, result: dict) -> str:
         latest = f" (the latest: {result['checkpoint']})" if result["checkpoint"] else ""
         return (f"bertprep train: interrupted by {name} before its first step: nothing new trained, no checkpoint "
                 f"written{latest}")
-    again = "the same command" if plan.resume else "the same command and --resume"
+    again = "the same command" if plan.run.resume else "the same command and --resume"
     return (f"bertprep train: interrupted by {name} at step {result['step']}: saved {result['checkpoint']}; "
             f"resume with {again}")
 

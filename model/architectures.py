@@ -1,0 +1,154 @@
+"""The architectures the trainer builds, by name: one entry each, and the questions `train`, `init_from`, `export_hf`
+and `checkpoints` ask of a model config through it. BERT is the one entry.
+
+A model config names its architecture (its `architecture` field; a config JSON without one is BERT's, as every
+config written before the choice is), and its entry says the rest:
+
+    config, presets      its config dataclass (to_json / from_json) and the --model names of its sizes
+    model                its nn.Module: model(config, sentence_head), initialised as the architecture initialises;
+                         model.initialise(names) draws the same init for the named tensors (a source's missing heads);
+                         model.packed_attention, the kernel packed rows run (model/attention.py); model.num_params()
+    objectives, packed   what it trains: the shards' objectives, and whether packed rows
+    shape                the config fields a --model beside --init-from must match
+    position_table, output_bias, sentence_classifier   the tensors init_from grows, cuts to the tokenizer's rows, or
+                         reports as a sentence head taken over
+    describe             our tensor names as the parts they make, in words (the run's first lines)
+    hf                   transformers' side: model_type, the class of an objective, config.json both ways, the tensor
+                         names both ways (one table serves export and import), the tied tensors
+
+Every config has vocab_size, tokenizer_size and num_tokens (padded embedding rows, model/config.py),
+max_position_embeddings, num_heads, hidden_size and attention_probs_dropout (model/attention.py asks them).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import torch
+
+from model import config as config_lib
+from model import hf
+from model.bert import Bert
+from model.plan import RunError
+
+
+@dataclass(frozen=True)
+class HuggingFace:
+    """An architecture in transformers' words, both ways."""
+    model_type: str                                   # config.json's model_type
+    reads: str                                        # what --init-from reads of it, in words (for a refusal)
+    class_for: Callable[[str], str]                   # objective -> the class export-hf names in config.json
+    config_to: Callable[..., dict]                    # (config, objective, pad id) -> config.json's fields
+    config_from: Callable[[dict], object]             # config.json's fields -> our config; ValueError naming a
+                                                      # value this model does not compute
+    state_to: Callable[[dict, object], dict]          # (our state dict, config) -> HF's names, tied copies included
+    tied: Mapping[str, str]                           # HF's tied tensor -> ours: left to HF's tying by export-hf
+    weights_from: Callable[[dict, object, list | None], hf.Weights]   # (a directory's tensors, config, its
+                                                      # `architectures`) -> ours, every tensor accounted for
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One architecture the trainer builds (module doc: what each field is and who reads it)."""
+    name: str
+    config: type
+    presets: Mapping[str, dict]
+    model: type
+    objectives: tuple[str, ...]
+    packed: bool
+    shape: tuple[str, ...]
+    position_table: str | None
+    output_bias: str
+    sentence_classifier: str | None
+    describe: Callable[[list[str]], str]
+    hf: HuggingFace
+
+
+BERT = Architecture(
+    name="bert", config=config_lib.BertConfig, presets=config_lib.PRESETS, model=Bert,
+    objectives=("nsp", "sop", "none"), packed=True,
+    shape=("num_layers", "hidden_size", "num_heads", "intermediate_size", "type_vocab_size"),
+    position_table="embeddings.position.weight", output_bias="mlm_bias", sentence_classifier="nsp.weight",
+    describe=hf.describe,
+    hf=HuggingFace(model_type="bert",
+                   reads="BERT, model_type 'bert' (BertForPreTraining, BertForMaskedLM or BertModel weights)",
+                   class_for=hf.hf_architecture, config_to=hf.hf_config, config_from=hf.from_hf_config,
+                   state_to=hf.to_hf_state_dict, tied=hf.TIED, weights_from=hf.from_hf_weights))
+
+ARCHITECTURES = {entry.name: entry for entry in (BERT,)}
+
+
+def get(name: str) -> Architecture:
+    """The entry of `name`; ValueError, one line naming it, where there is none."""
+    if name not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {name!r} in the model config: bertprep builds "
+                         f"{' and '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[name]
+
+
+def of(config) -> Architecture:
+    """The entry of a model config."""
+    return get(config.architecture)
+
+
+def config_from_json(text: str):
+    """A model config from its JSON (config.json, a checkpoint's), of the architecture it names (none: BERT's);
+    ValueError naming an unknown architecture or field."""
+    return get(config_lib.architecture_of(text)).config.from_json(text)
+
+
+def presets() -> dict[str, Architecture]:
+    """Every --model preset name -> the architecture whose size it is."""
+    return {name: entry for entry in ARCHITECTURES.values() for name in entry.presets}
+
+
+def from_name_or_json(spec: str, vocab_size: int | None = None):
+    """A preset name (module doc) or the path of a config JSON; `vocab_size` overrides the vocab."""
+    named = presets()
+    if spec in named:
+        config = named[spec].config(**named[spec].presets[spec])
+    elif os.path.isfile(spec):
+        with open(spec) as f:
+            config = config_from_json(f.read())
+    else:
+        near = difflib.get_close_matches(spec, named, n=1, cutoff=0.6)
+        raise ValueError(f"--model {spec!r}: neither a preset ({'|'.join(named)}) nor a config JSON file"
+                         + (f"; did you mean {near[0]}?" if near else ""))
+    if vocab_size is not None:
+        config = dataclasses.replace(config, vocab_size=vocab_size)
+    return config
+
+
+def build(config, sentence_head: bool, device, empty: bool = False) -> torch.nn.Module:
+    """A model of `config` on `device`, initialised as its architecture initialises (torch's RNG: the caller seeds
+    it); `empty`: built on the meta device, then allocated uninitialised, for weights to be copied in
+    (init_from.load, which initialises what a source lacks). The random init of weights the source replaces is what
+    took BERT-base 4 s of a 4.5 s load (bench/bench_init_from.py)."""
+    with torch.device("meta") if empty else contextlib.nullcontext():
+        model = of(config).model(config, sentence_head)
+    return model.to_empty(device=device) if empty else model.to(device)
+
+
+def check_trainable(config, objective: str, packed: bool) -> None:
+    """RunError where `config`'s architecture cannot train shards of `objective` (packed rows where `packed`)."""
+    entry = of(config)
+    if objective not in entry.objectives:
+        raise RunError(f"--data holds objective {objective} shards and {entry.name} trains objective "
+                       f"{' or '.join(entry.objectives)} only: prepare them with --objective {entry.objectives[0]}")
+    if packed and not entry.packed:
+        raise RunError(f"--data holds packed rows and {entry.name} trains unpacked rows only: give shards made "
+                       "without --pack")
+
+
+def for_hf(model_type) -> Architecture | None:
+    """The entry whose transformers model_type is `model_type`; None where none is."""
+    return next((entry for entry in ARCHITECTURES.values() if entry.hf.model_type == model_type), None)
+
+
+def hf_reads() -> str:
+    """What --init-from reads of Hugging Face directories, in words."""
+    return "; ".join(entry.hf.reads for entry in ARCHITECTURES.values())
