@@ -140,7 +140,7 @@ def test_the_plan_in_groups_stores_the_flat_flags_checkpoints_always_held():
     dataclass (lr 1e-4 -> 2e-4)."""
     plan = training.parse_train(["--data", "D", "--output", "O", "--steps", "7", "--eval-every", "3", "--attention",
                                  "sdpa", "--whole-word-mask", "--seed", "5", "--lr", "0.5"])
-    assert (plan.data.data, plan.data.whole_word_mask, plan.model.attention, plan.schedule.steps, plan.schedule.lr,
+    assert (plan.data.data, plan.data.masking.whole_word_mask, plan.model.attention, plan.schedule.steps, plan.schedule.lr,
             plan.run.output, plan.run.seed, plan.evaluation.eval_every) == ("D", True, "sdpa", 7, 0.5, "O", 5, 3)
     assert plan.flat() == {**OLD_FLAT, "data": "D", "output": "O", "steps": 7, "eval_every": 3, "attention": "sdpa",
                            "whole_word_mask": True, "seed": 5, "lr": 0.5}

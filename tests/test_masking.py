@@ -229,7 +229,7 @@ def test_the_jobs_and_the_trainer_build_one_recipe_from_the_same_flags(flags, fi
 
     _, args = cli.parse(["mask", "--input", "pairs", "--output", "out", *flags])
     jobs = plans.COMMANDS["mask"].plan(args).masking.recipe
-    trainer = training.parse_train(["--data", "pairs", "--output", "run", "--dynamic-masking", *flags]).masking
+    trainer = training.parse_train(["--data", "pairs", "--output", "run", "--dynamic-masking", *flags]).data.masking
     assert jobs == trainer == masking.MaskRecipe(**fields)
     assert masking.MaskRecipe(**fields) == dataclasses.replace(
         masking.MaskRecipe(0.15, None, 0.8, 0.1, False, 1), **fields)   # google's defaults, written here as numbers
