@@ -1,6 +1,7 @@
 """Running a job: the shuffle back end it uses, the plan printed before it starts, the run itself (local: Ctrl-C
 and worker tracebacks guarded; --retries; a Dataflow dry run; waiting or not), and the counters printed after it.
-Every job's `run` ends in `run_job`; the job's last step (Publish, pipeline/beam/publish.py) publishes its output."""
+Every job's `run` ends in `run_job`; the job's last step (Publish, pipeline/beam/publish.py) publishes its output.
+The jobs that turn documents into documents (dedup, decontaminate) start alike: `start_documents_job`."""
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Callable
 
 import apache_beam as beam
@@ -17,7 +19,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import DirectOptions
 
 from pipeline.algorithms import packing
-from pipeline.beam import local, shards, transforms
+from pipeline.beam import local, shards, sizing, transforms
 from pipeline.beam.options import (chooses_workers, is_dataflow, is_dry_run, is_local_runner, local_workers,
                                   run_in_process, runner_name)
 from pipeline.beam.publish import Output, Publication
@@ -227,6 +229,35 @@ def waits(run: Running, options) -> bool:
     """Whether the launcher waits for the job: --wait or --no-wait, else yes except on Dataflow (whose job publishes
     its output itself: nothing needs this process once it is submitted)."""
     return (not is_dataflow(options)) if run.wait is None else run.wait
+
+
+@dataclass(frozen=True)
+class DocumentsJob:
+    """A documents -> documents job (dedup, decontaminate) ready to be built: its input opened, its output planned,
+    the local workers chosen by the input's size, its shuffle, --output readied."""
+    opened: manifest.Opened
+    tokens: float          # the input's estimated WordPieces
+    out: Output            # documents-*.jsonl.gz files
+    shuffle: ShuffleConfig
+
+    @property
+    def basis(self) -> str:
+        """What the output files' size is estimated from (the plan's line)."""
+        return f"{self.out.estimated_bytes / 1e6:,.1f} MB of documents"
+
+
+def start_documents_job(run: Running, spec: str, allow_incomplete: bool, num_shards: int, options) -> DocumentsJob:
+    """Opens the documents `spec` names (a manifest's, or files without one: `allow_incomplete`, foreign) and readies
+    the job's documents output: `num_shards` files, else as many as the input's bytes call for."""
+    opened = manifest.open_output(spec, (manifest.DOCUMENTS,), allow_incomplete, foreign=True)
+    sizes = sizing.local_sizes(opened.files)
+    size = sum(sizes.values())
+    out = Output(run.output, "documents", num_shards or sizing.file_count(size), ".jsonl.gz", size, spec)
+    tokens = sizing.input_tokens("documents", sizes)
+    choose_workers(options, tokens)
+    shuffle = shuffle_config(run, options)
+    prepare_output(run, options)
+    return DocumentsJob(opened, tokens, out, shuffle)
 
 
 def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConfig | None, basis: str,
