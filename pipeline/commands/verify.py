@@ -29,6 +29,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -126,6 +127,35 @@ def _row_layout(ids: np.ndarray, n: int, masked: np.ndarray, cls_id: int, sep_id
     return None
 
 
+def _check_masked(r: dict[str, np.ndarray], vocab: Ids, n: int, layout: Callable[[np.ndarray], str | None],
+                  separators: tuple[int, ...] = ()) -> str | None:
+    """The masked positions' checks of a record of n real tokens, a pair row's or a full-sentence row's, in this
+    order: weights 1s then 0s; positions sorted inside (0, n - 1); the row's `layout` (given the masked positions:
+    a message or None); no [CLS]/[SEP] predicted, by its id or at `separators` (a [SEP] position the id check cannot
+    see); zero padding; ids among the vocab's texts; no special token left at an unmasked position."""
+    w, pos, lm = r["masked_lm_weights"], r["masked_lm_positions"], r["masked_lm_ids"]
+    k = int((w != 0).sum())
+    if not np.all(w[:k] == 1.0) or (w[k:] != 0).any():
+        return "masked_lm_weights are not 1s then 0s"
+    if k and (np.any(np.diff(pos[:k]) <= 0) or pos[:k].min() < 1 or pos[:k].max() >= n - 1):
+        return f"masked_lm_positions {pos[:k].tolist()} not sorted inside (0, {n - 1})"
+    bad = layout(pos[:k])
+    if bad:
+        return bad
+    # google never picks [CLS]/[SEP] to predict: neither the position of one nor its id may be a target
+    if k and (np.isin(pos[:k], separators).any() or np.isin(lm[:k], [vocab.cls_id, vocab.sep_id]).any()):
+        return "a [CLS]/[SEP] is masked"
+    if (pos[k:] != 0).any() or (lm[k:] != 0).any():
+        return "masked_lm padding is not zero"
+    if k and ((lm[:k] < 0).any() or (lm[:k] >= vocab.size).any() or vocab.texts(lm[:k]).any()):
+        return f"masked_lm_ids outside {vocab.labels()}"
+    ids = r["input_ids"]
+    stray = np.flatnonzero(vocab.texts(ids[:n]) & ~np.isin(np.arange(n), pos[:k]))
+    if len(stray):
+        return f"special token(s) {ids[stray].tolist()} at unmasked position(s) {stray.tolist()}"
+    return None
+
+
 def check_row_record(r: dict[str, np.ndarray], vocab: Ids) -> str | None:
     """check_shard_record for a full-sentence row (objective none)."""
     vocab_size, cls_id, sep_id = vocab.size, vocab.cls_id, vocab.sep_id
@@ -139,30 +169,16 @@ def check_row_record(r: dict[str, np.ndarray], vocab: Ids) -> str | None:
         return "segment_ids are not all 0 (objective none has one segment)"
     if (ids < 0).any() or (ids >= vocab_size).any():
         return f"input_ids outside [0, {vocab_size})"
-    w, pos, lm = r["masked_lm_weights"], r["masked_lm_positions"], r["masked_lm_ids"]
-    k = int((w != 0).sum())
-    if not np.all(w[:k] == 1.0) or (w[k:] != 0).any():
-        return "masked_lm_weights are not 1s then 0s"
-    if k and (np.any(np.diff(pos[:k]) <= 0) or pos[:k].min() < 1 or pos[:k].max() >= n - 1):
-        return f"masked_lm_positions {pos[:k].tolist()} not sorted inside (0, {n - 1})"
-    bad = _row_layout(ids, n, pos[:k], cls_id, sep_id)
+    bad = _check_masked(r, vocab, n, lambda masked: _row_layout(ids, n, masked, cls_id, sep_id))
     if bad:
         return bad
-    if k and np.isin(lm[:k], [cls_id, sep_id]).any():
-        return "a [CLS]/[SEP] is masked"
-    if (pos[k:] != 0).any() or (lm[k:] != 0).any():
-        return "masked_lm padding is not zero"
-    if k and ((lm[:k] < 0).any() or (lm[:k] >= vocab_size).any() or vocab.texts(lm[:k]).any()):
-        return f"masked_lm_ids outside {vocab.labels()}"
-    stray = np.flatnonzero(vocab.texts(ids[:n]) & ~np.isin(np.arange(n), pos[:k]))
-    if len(stray):
-        return f"special token(s) {ids[stray].tolist()} at unmasked position(s) {stray.tolist()}"
     if r["next_sentence_labels"][0] != 0:
         return f"next_sentence_labels is {r['next_sentence_labels'][0]} (objective none has no second label)"
     return None
 
 
 def check_shard_record(r: dict[str, np.ndarray], vocab: Ids) -> str | None:
+    """The first problem of one decoded record of pair rows (objective nsp or sop), in words; None: it is sound."""
     vocab_size, cls_id, sep_id = vocab.size, vocab.cls_id, vocab.sep_id
     mask = r["input_mask"]
     n = int(mask.sum())
@@ -176,26 +192,10 @@ def check_shard_record(r: dict[str, np.ndarray], vocab: Ids) -> str | None:
     len_a = int((seg[:n] == 0).sum())   # [CLS] A [SEP]: segment 0; B [SEP]: segment 1
     if (seg[:len_a] != 0).any() or (seg[len_a:n] != 1).any():
         return f"segment_ids {seg[:n].tolist()} are not 0s then 1s over the real length {n}"
-    w = r["masked_lm_weights"]
-    k = int((w != 0).sum())
-    if not np.all(w[:k] == 1.0) or (w[k:] != 0).any():
-        return "masked_lm_weights are not 1s then 0s"
-    pos, lm = r["masked_lm_positions"], r["masked_lm_ids"]
-    if k and (np.any(np.diff(pos[:k]) <= 0) or pos[:k].min() < 1 or pos[:k].max() >= n - 1):
-        return f"masked_lm_positions {pos[:k].tolist()} not sorted inside (0, {n - 1})"
-    bad = _layout(ids, n, len_a - 1, pos[:k], cls_id, sep_id)
+    bad = _check_masked(r, vocab, n, lambda masked: _layout(ids, n, len_a - 1, masked, cls_id, sep_id),
+                        separators=(len_a - 1,))
     if bad:
         return bad
-    # google never picks [CLS]/[SEP] to predict: neither the position of one nor its id may be a target
-    if k and ((pos[:k] == len_a - 1).any() or np.isin(lm[:k], [cls_id, sep_id]).any()):
-        return "a [CLS]/[SEP] is masked"
-    if (pos[k:] != 0).any() or (lm[k:] != 0).any():
-        return "masked_lm padding is not zero"
-    if k and ((lm[:k] < 0).any() or (lm[:k] >= vocab_size).any() or vocab.texts(lm[:k]).any()):
-        return f"masked_lm_ids outside {vocab.labels()}"
-    stray = np.flatnonzero(vocab.texts(ids[:n]) & ~np.isin(np.arange(n), pos[:k]))
-    if len(stray):
-        return f"special token(s) {ids[stray].tolist()} at unmasked position(s) {stray.tolist()}"
     if r["next_sentence_labels"][0] not in (0, 1):
         return f"next_sentence_labels is {r['next_sentence_labels'][0]}"
     return None

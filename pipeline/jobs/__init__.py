@@ -17,7 +17,7 @@ Validation..., its own output and manifest), and one Publish publishes every sid
 What they share, apart:
 
     launch     running a job: the shuffle back end, the plan printed before it, the run (Ctrl-C, retries, a dry
-               run, waiting), the counters after it
+               run, waiting), the counters after it; the start dedup and decontaminate share (documents in and out)
     settings   the typed settings plans share (running, pairing, masking, packing, decontamination, what an input
                without a manifest was made with), the algorithms' parameters they make, their manifest entries
     sources    what a job reads: corpus inputs (checked for their kind), their readers, eval sets

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import apache_beam as beam
 
 from pipeline.beam import decontaminate as decontamination
-from pipeline.beam import shards, sizing, transforms
-from pipeline.beam.publish import Output, Publication, Publish
+from pipeline.beam import shards, transforms
+from pipeline.beam.publish import Publication, Publish
 from pipeline.formats import manifest
 from pipeline.jobs import launch, outputs, settings
 
@@ -30,29 +30,23 @@ class Plan:
 
 def run(plan: Plan, options) -> dict | None:
     """Plans, builds and runs the job; returns the manifest it published."""
-    opened = manifest.open_output(plan.input, (manifest.DOCUMENTS,), plan.allow_incomplete, foreign=True)
+    start = launch.start_documents_job(plan.run, plan.input, plan.allow_incomplete, plan.num_shards, options)
     params, against = plan.decontamination.params, list(plan.decontamination.against)
-    sizes = sizing.local_sizes(opened.files)
-    size = sum(sizes.values())
-    out = Output(plan.run.output, "documents", plan.num_shards or sizing.file_count(size), ".jsonl.gz", size,
-                 plan.input)
-    launch.choose_workers(options, sizing.input_tokens("documents", sizes))
-    shuffle = launch.shuffle_config(plan.run, options)
-    launch.prepare_output(plan.run, options)
+    shuffle = start.shuffle
 
     head = {"format": manifest.DOCUMENTS, "stage": "decontaminate", "seed": plan.seed,
-            "parameters": {"num_shards": out.num_shards}}
-    job = Publication(out, functools.partial(outputs.documents_manifest, head, opened.inputs, None,
-                                             decontaminated=(params, against)),
+            "parameters": {"num_shards": start.out.num_shards}}
+    job = Publication(start.out, functools.partial(outputs.documents_manifest, head, start.opened.inputs, None,
+                                                   decontaminated=(params, against)),
                       checks=(decontamination.lost,), side_files=(decontamination.REPORT,),
                       why_empty=outputs.why_empty)
     p = beam.Pipeline(options=options)
     (p
-     | "ReadDocuments" >> transforms.ReadDocuments(opened.files)
+     | "ReadDocuments" >> transforms.ReadDocuments(start.opened.files)
      | "Decontaminate" >> decontamination.Decontaminate(params, plan.run.output, shuffle, plan.seed)
      | "ToRecords" >> beam.Map(outputs.document_record)
-     | "WriteDocuments" >> shards.WriteShards(plan.run.output, "documents", out.num_shards, "jsonl.gz", plan.seed,
-                                              shuffle, stat_names=outputs.DOCUMENT_STATS)
+     | "WriteDocuments" >> shards.WriteShards(plan.run.output, "documents", start.out.num_shards, "jsonl.gz",
+                                              plan.seed, shuffle, stat_names=outputs.DOCUMENT_STATS)
      | "Publish" >> Publish(job))
-    return launch.run_job("decontaminate", p, job, shuffle, f"{size / 1e6:,.1f} MB of documents", plan.run,
+    return launch.run_job("decontaminate", p, job, shuffle, start.basis, plan.run,
                           (plan.decontamination.line("decontaminate"),))

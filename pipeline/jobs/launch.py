@@ -1,6 +1,7 @@
 """Running a job: the shuffle back end it uses, the plan printed before it starts, the run itself (local: Ctrl-C
 and worker tracebacks guarded; --retries; a Dataflow dry run; waiting or not), and the counters printed after it.
-Every job's `run` ends in `run_job`; the job's last step (Publish, pipeline/beam/publish.py) publishes its output."""
+Every job's `run` ends in `run_job`; the job's last step (Publish, pipeline/beam/publish.py) publishes its output.
+The jobs that turn documents into documents (dedup, decontaminate) start alike: `start_documents_job`."""
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Callable
 
 import apache_beam as beam
@@ -17,7 +19,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import DirectOptions
 
 from pipeline.algorithms import packing
-from pipeline.beam import local, shards, transforms
+from pipeline.beam import local, shards, sizing, transforms
 from pipeline.beam.options import (chooses_workers, is_dataflow, is_dry_run, is_local_runner, local_workers,
                                   run_in_process, runner_name)
 from pipeline.beam.publish import Output, Publication
@@ -229,6 +231,35 @@ def waits(run: Running, options) -> bool:
     return (not is_dataflow(options)) if run.wait is None else run.wait
 
 
+@dataclass(frozen=True)
+class DocumentsJob:
+    """A documents -> documents job (dedup, decontaminate) ready to be built: its input opened, its output planned,
+    the local workers chosen by the input's size, its shuffle, --output readied."""
+    opened: manifest.Opened
+    tokens: float          # the input's estimated WordPieces
+    out: Output            # documents-*.jsonl.gz files
+    shuffle: ShuffleConfig
+
+    @property
+    def basis(self) -> str:
+        """What the output files' size is estimated from (the plan's line)."""
+        return f"{self.out.estimated_bytes / 1e6:,.1f} MB of documents"
+
+
+def start_documents_job(run: Running, spec: str, allow_incomplete: bool, num_shards: int, options) -> DocumentsJob:
+    """Opens the documents `spec` names (a manifest's, or files without one: `allow_incomplete`, foreign) and readies
+    the job's documents output: `num_shards` files, else as many as the input's bytes call for."""
+    opened = manifest.open_output(spec, (manifest.DOCUMENTS,), allow_incomplete, foreign=True)
+    sizes = sizing.local_sizes(opened.files)
+    size = sum(sizes.values())
+    out = Output(run.output, "documents", num_shards or sizing.file_count(size), ".jsonl.gz", size, spec)
+    tokens = sizing.input_tokens("documents", sizes)
+    choose_workers(options, tokens)
+    shuffle = shuffle_config(run, options)
+    prepare_output(run, options)
+    return DocumentsJob(opened, tokens, out, shuffle)
+
+
 def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConfig | None, basis: str,
             run: Running, notes: tuple[str, ...] = (), warnings: tuple[str, ...] = ()) -> dict | None:
     """Prints the plan and runs the pipeline, whose last step publishes its output; returns the manifest it wrote,
@@ -239,50 +270,89 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
     failure fails the whole run; --retries runs the whole pipeline again. That is safe: nothing is published
     before every write succeeded, and the files under .incomplete/ are removed and rewritten with the same bytes.
     """
-    out = job.out
     wait = waits(run, p.options) or is_dry_run(p.options)
+    refuse_unwaited_runs(wait, shuffle)
+    print_plan(title, p, shuffle, job.out, basis, notes, warnings)
+    start = time.time()
+    temporary = temporary_runs_dir(shuffle)
+    try:
+        result = run_with_retries(title, p, job.out, run, wait, temporary)
+        end_dry_run(title, p.options)
+        if not wait:
+            print_submitted(title, result, job.out)
+            return None
+        m = manifest.read(job.out.directory)
+    finally:
+        if temporary:
+            shutil.rmtree(temporary, ignore_errors=True)
+    print_results(title, result, m, start)
+    return m
+
+
+def refuse_unwaited_runs(wait: bool, shuffle: ShuffleConfig | None) -> None:
+    """The refusal of a job not waited for whose shuffle needs this machine until it ends."""
     if not wait and shuffle is not None and shuffle.backend == "files":
         raise Refused("--no-wait with --shuffle files: the run files live on this machine, which the job needs "
-                         "until it ends (use --shuffle groupbykey, or wait)")
+                      "until it ends (use --shuffle groupbykey, or wait)")
+
+
+def print_plan(title: str, p: beam.Pipeline, shuffle: ShuffleConfig | None, out: Output, basis: str,
+               notes: tuple[str, ...], warnings: tuple[str, ...]) -> None:
+    """The job's warnings, then its plan (plan_lines), on stderr before it runs."""
     for w in warnings:
         warn(w)
     for line in plan_lines(title, p, shuffle, out, basis, notes):
         print(line, file=sys.stderr)
-    start = time.time()
-    temporary = temporary_runs_dir(shuffle)
-    retries, tracebacks = run.retries, run.tracebacks
-    try:
-        for attempt in range(retries + 1):
-            try:
-                # Beam's own temporary directory is removed when p.run() returns: by the guard if it never does
-                scratch = tuple(d for d in (temporary, getattr(p, "local_tempdir", None)) if d)
-                with local.guarded(title, out.directory, scratch, tracebacks) if is_local_runner(p.options) \
-                        else own_tempdir() if is_dataflow(p.options) else contextlib.nullcontext():
-                    result = p.run()
-                    if wait:
-                        result.wait_until_finish()
-                break
-            except Exception as e:
-                if attempt == retries:
-                    raise
-                last = str(e).strip().splitlines()[-1] if str(e).strip() else ""
-                print(f"{title}: attempt {attempt + 1} of {retries + 1} failed ({type(e).__name__}: "
-                      f"{without_transform_path(last)}); running the pipeline again",
-                      file=sys.stderr)
-                shards.remove_incomplete(out.directory)
-        if is_dry_run(p.options):
-            raise DryRun(f"{title}: dry run: the Dataflow job was translated and its files built, not staged or "
-                         "submitted; nothing was written")
-        if not wait:
-            job_id = getattr(result, "job_id", None)
-            name = f" job {job_id()}" if callable(job_id) else ""
-            print(f"{title}: submitted{name}; it publishes {manifest.path_in(out.directory)} itself when it "
-                  f"ends (then: bertprep verify {out.directory})", file=sys.stderr)
-            return None
-        m = manifest.read(out.directory)
-    finally:
-        if temporary:
-            shutil.rmtree(temporary, ignore_errors=True)
+
+
+def run_with_retries(title: str, p: beam.Pipeline, out: Output, run: Running, wait: bool, temporary: str | None):
+    """Runs the pipeline (and waits for it where `wait`), again after a failure up to --retries times, each time
+    from an emptied .incomplete/; returns Beam's PipelineResult, or raises the last attempt's error."""
+    for attempt in range(run.retries + 1):
+        try:
+            with _guard(title, p, out, temporary, run.tracebacks):
+                result = p.run()
+                if wait:
+                    result.wait_until_finish()
+            return result
+        except Exception as e:
+            if attempt == run.retries:
+                raise
+            last = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            print(f"{title}: attempt {attempt + 1} of {run.retries + 1} failed ({type(e).__name__}: "
+                  f"{without_transform_path(last)}); running the pipeline again",
+                  file=sys.stderr)
+            shards.remove_incomplete(out.directory)
+
+
+def _guard(title: str, p: beam.Pipeline, out: Output, temporary: str | None, tracebacks: bool):
+    """What an attempt runs inside: the local runner's guard (Ctrl-C, worker tracebacks, scratch removed), a
+    Dataflow submission's own temporary directory, or nothing."""
+    if is_local_runner(p.options):
+        # Beam's own temporary directory is removed when p.run() returns: by the guard if it never does
+        scratch = tuple(d for d in (temporary, getattr(p, "local_tempdir", None)) if d)
+        return local.guarded(title, out.directory, scratch, tracebacks)
+    return own_tempdir() if is_dataflow(p.options) else contextlib.nullcontext()
+
+
+def end_dry_run(title: str, options) -> None:
+    """A Dataflow dry run ends here, once translated: DryRun, nothing to publish or count."""
+    if is_dry_run(options):
+        raise DryRun(f"{title}: dry run: the Dataflow job was translated and its files built, not staged or "
+                     "submitted; nothing was written")
+
+
+def print_submitted(title: str, result, out: Output) -> None:
+    """The line of a job left to run on its own: its id (where the runner has one) and where it publishes."""
+    job_id = getattr(result, "job_id", None)
+    name = f" job {job_id()}" if callable(job_id) else ""
+    print(f"{title}: submitted{name}; it publishes {manifest.path_in(out.directory)} itself when it "
+          f"ends (then: bertprep verify {out.directory})", file=sys.stderr)
+
+
+def print_results(title: str, result, m: dict, start: float) -> None:
+    """A finished job's counters (the published ones, a side a column), a warning where Beam's differ, where to
+    look for what it skipped, and its share of [UNK]."""
     values = m["counts"]["counters"]
     differ = _counters_differ(counters(result), values)
     if differ:
@@ -293,7 +363,6 @@ def run_job(title: str, p: beam.Pipeline, job: Publication, shuffle: ShuffleConf
     for line in manifest.where_lines(m["counts"]):   # skipped records, decoding fallbacks: where to look
         print(f"{title}: {line}", file=sys.stderr)
     print_unk_share(title, values)
-    return m
 
 
 def _counters_differ(runner: dict[str, int], published: dict[str, int]) -> str:
