@@ -16,7 +16,7 @@ SDPA's memory-efficient kernel, which applies attention dropout); "flex_attentio
 "varlen", FlashAttention over the batch's instances as concatenated sequences (`varlen_attn` with offsets read off
 input_mask: no mask, no score of one instance against another). The last two have no attention dropout.
 
-Padded rows: a tokenizer.json's embedding has its size rounded up to a multiple of 64 rows (model/config.py, as
+Padded rows: a tokenizer.json's embedding has its size rounded up to a multiple of 64 rows (vocabularies.py, as
 ModernBERT's 50,368), and the rows past its entries (config.tokenizer_size) are no token: no id of the data is one,
 so none may ever be predicted. The MLM decoder and its bias cover the tokenizer's rows only, logits (B, P,
 tokenizer_size): those rows have no logit, so neither argmax nor softmax can land on them and no gradient reaches
