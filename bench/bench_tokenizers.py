@@ -194,12 +194,12 @@ def encode_cpu(extended: Path) -> list[list]:
     os.environ["RAYON_NUM_THREADS"] = "1"
     from corpora.books import plan_reads, read_books
     from pipeline.formats.documents import Document
-    from pipeline.text import subwords
+    from pipeline.text import vocabularies
 
     docs = [d for p in plan_reads([str(BOOKS)]) for d in read_books(p) if isinstance(d, Document)]
     rows = []
-    for name, vocabulary in (("vocab.txt (google's WordPiece)", subwords.Vocabulary(str(VOCAB))),
-                             ("tokenizer.json (GPT-2 BPE, extended)", subwords.Vocabulary(str(extended), False, True))):
+    for name, vocabulary in (("vocab.txt (google's WordPiece)", vocabularies.VocabTxt(str(VOCAB))),
+                             ("tokenizer.json (GPT-2 BPE, extended)", vocabularies.TokenizerJson(str(extended)))):
         encode = vocabulary.encoder()
         start = time.process_time()
         tokens = sum(len(ids) for d in docs for ids in encode(d))

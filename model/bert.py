@@ -14,7 +14,7 @@ Attention: google's rows run SDPA with a padding mask; packed rows run the kerne
 chose (SDPA with a block-diagonal mask, FlexAttention's document mask or varlen FlashAttention), set by the trainer as
 `packed_attention`: the mask is built once a forward and each layer calls `attention.attend` (model/attention.py).
 
-Padded rows: a tokenizer.json's embedding has its size rounded up to a multiple of 64 rows (model/config.py, as
+Padded rows: a tokenizer.json's embedding has its size rounded up to a multiple of 64 rows (vocabularies.py, as
 ModernBERT's 50,368), and the rows past its entries (config.tokenizer_size) are no token: no id of the data is one,
 so none may ever be predicted. The MLM decoder and its bias cover the tokenizer's rows only, logits (B, P,
 tokenizer_size): those rows have no logit, so neither argmax nor softmax can land on them and no gradient reaches

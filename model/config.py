@@ -54,8 +54,8 @@ class BertConfig:
     attention_dropout: float | None = None
     layer_norm_eps: float = 1e-12         # google's value (torch's default 1e-5 changes results)
     initializer_range: float = 0.02       # std of the truncated normal every weight starts from
-    # A tokenizer.json's entries where the embedding has more rows (vocab_size rounded up to a multiple of
-    # VOCAB_MULTIPLE): the MLM head predicts these only (model/bert.py). None: every row is a token (vocab.txt).
+    # A tokenizer.json's entries where the embedding has more rows (rounded up to whole 64-row tiles:
+    # Vocabulary.embedding_rows): the MLM head predicts these only (model/bert.py). None: every row is a token.
     # Left out of the JSON while None, so the configs of vocab.txt runs read and write as they always have.
     tokenizer_size: int | None = None
     architecture: str = "bert"           # model/architectures.py's name; left out of the JSON (config_json)
@@ -99,17 +99,3 @@ PRESETS = {
 }
 
 
-# ModernBERT's rounding of a tokenizer's size to whole 64-row tiles of the embedding (and of the MLM decoder's
-# matmul); a vocab.txt's size is kept as it is, so that google's 30,522 rows load bert-base-uncased.
-VOCAB_MULTIPLE = 64
-
-
-def embedding_rows(tokenizer_size: int) -> int:
-    """The embedding rows a preset model gives a tokenizer.json of `tokenizer_size` entries."""
-    return -(-tokenizer_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
-
-
-def for_tokenizer(config: BertConfig, size: int) -> BertConfig:
-    """`config` for data of a tokenizer.json of `size` entries: tokenizer_size set where the embedding has more rows
-    (the caller has checked it has at least `size`)."""
-    return dataclasses.replace(config, tokenizer_size=size if config.vocab_size > size else None)

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from pipeline.algorithms import masking
 from pipeline.formats import example_proto, heldout, manifest, pair_records, schema, tfrecord
+from pipeline.text import vocabularies
 
 MANIFEST, SHARDS_FORMAT = manifest.NAME, manifest.SHARDS
 
@@ -94,7 +95,7 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
                              "(pack the other too, or give one at a time)")
     data_vocab = int(m["vocab"]["size"])
     if vocab_size is not None:
-        check_vocab_size(m["vocab"], vocab_size, f"{pattern}: shards")
+        check_vocab_size(vocabularies.of_entry(m["vocab"]), vocab_size, f"{pattern}: shards")
     lengths = (("--max-seq-length", "L", max_seq_length, int(m["max_seq_length"])),
                ("--max-predictions-per-seq", "P", max_predictions_per_seq, int(m["max_predictions_per_seq"])))
     for flag, symbol, given, have in lengths:
@@ -107,16 +108,22 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
                     m["vocab"], validation_of(opened), manifest.fingerprint(opened))
 
 
-def check_vocab_size(entry: dict, vocab_size: int, what: str) -> None:
-    """ShardSpecError where a model of `vocab_size` embedding rows cannot read data of the vocab `entry`: a vocab.txt
-    needs as many rows as it has tokens, a tokenizer.json at least as many (padded rows allowed: model/bert.py).
-    `what` starts the message: "DIR: shards", "pairs"."""
-    size = int(entry["size"])
-    if manifest.is_tokenizer(entry) and size > vocab_size:
-        raise ShardSpecError(f"{what} use the tokenizer {entry.get('path')} of {size:,} ids, more than the model's "
-                             f"vocab_size {vocab_size:,}")
-    if not manifest.is_tokenizer(entry) and size != vocab_size:
-        raise ShardSpecError(f"{what} use a vocab of {size} ids, the model has vocab_size {vocab_size}")
+def check_vocab_size(vocab: vocabularies.Vocabulary, vocab_size: int, what: str) -> None:
+    """ShardSpecError where a model of `vocab_size` embedding rows cannot read data of `vocab` (a vocab.txt needs as
+    many rows as it has tokens, a tokenizer.json at least as many: padded rows, model/bert.py). `what` starts the
+    message: "DIR: shards", "pairs"."""
+    refusal = vocab.rows_refusal(vocab_size, what)
+    if refusal:
+        raise ShardSpecError(refusal)
+
+
+def token_rows(vocab: vocabularies.Vocabulary, vocab_size: int, what: str) -> int | None:
+    """The model config's tokenizer_size for data of `vocab` in `vocab_size` embedding rows (None: every row is a
+    token); ShardSpecError where the rows cannot hold its ids."""
+    try:
+        return vocab.token_rows(vocab_size, what)
+    except vocabularies.VocabularyError as e:
+        raise ShardSpecError(str(e)) from None
 
 
 def validation_of(opened: manifest.Opened) -> str | None:

@@ -17,7 +17,8 @@ Writes into OUT_DIR:
     tokenizer_config.json    BertTokenizer, lowercasing from the manifest, model_max_length
     special_tokens_map.json  google's [UNK] [SEP] [PAD] [CLS] [MASK]
 
-A run on shards made with a tokenizer.json (BPE, Unigram, WordPiece: pipeline/text/subwords.py) gets instead:
+A run on shards made with a tokenizer.json (BPE, Unigram, WordPiece: pipeline/text/subwords.py) gets instead (each
+kind's files are its `exported`, pipeline/text/vocabularies.py):
     tokenizer.json           the exact bytes of the run's tokenizer (its manifest's, or --tokenizer; the manifest's
                              sha256 and the model's tokenizer_size), the file HF loads as it is
     tokenizer_config.json    PreTrainedTokenizerFast (transformers 5: TokenizersBackend), model_max_length, BERT's
@@ -47,49 +48,21 @@ An OUT_DIR that holds anything is refused unless --overwrite, which replaces the
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
 
 import safetensors.torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from model import architectures, checkpoints
-from pipeline.formats import manifest, storage
-from pipeline.text import subwords, tokenization, vocab_fit
+from pipeline.formats import manifest
+from pipeline.text import vocabularies
 
 class ExportError(ValueError):
     """Something export-hf refuses: OUT_DIR in use, or no vocab it can vouch for."""
 
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
-SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-           "mask_token": "[MASK]"}   # google's, all in every BERT vocab (tokenization.SPECIAL_TOKENS)
-HF_MAX_CHARS_PER_WORD = 100   # what transformers' BertTokenizer builds (google's is 200; module doc)
-
-
-@dataclass(frozen=True)
-class Vocab:
-    """The run's vocab, checked: its file's bytes (copied as vocab.txt), its tokens (index = id) and casing."""
-    path: str
-    raw: bytes
-    tokens: list[str]
-    lowercase: bool
-    inferred: bool   # lowercase decided from the tokens: the manifest did not say
-
-
-@dataclass(frozen=True)
-class TokenizerFile:
-    """The run's tokenizer.json, checked: its bytes (copied as they are), its special tokens by HF's names
-    (cls_token, ...; unk_token where it has one), its pad id and casing."""
-    path: str
-    raw: bytes
-    specials: dict[str, str]
-    mask_id: int
-    pad_id: int
-    lowercase: bool
-    inferred: bool = False   # as Vocab's: the tokenizer's normalizer always says
 
 
 def recorded_vocab(checkpoint: dict) -> tuple[dict | None, int | None]:
@@ -103,112 +76,6 @@ def recorded_vocab(checkpoint: dict) -> tuple[dict | None, int | None]:
     except (manifest.ManifestError, OSError):
         return None, None
     return found.get("vocab"), found.get("max_seq_length")
-
-
-def find_vocab(entry: dict | None, given: str | None, vocab_size: int) -> Vocab:
-    """--vocab, or the file the manifest's vocab `entry` names: it must exist, have the entry's sha256 (where the
-    entry has one: hand-made manifests may not), `vocab_size` tokens and google's special tokens."""
-    entry = entry or {}
-    path, name, raw = checked_file(entry, given, "--vocab", "vocab")
-    tokens = tokenization.read_vocab(path)
-    if len(tokens) != vocab_size:
-        raise ExportError(f"{name} holds {len(tokens)} tokens, the model has vocab_size {vocab_size}")
-    missing = [t for t in SPECIAL.values() if t not in tokens]
-    if missing:
-        raise ExportError(f"{name} lacks {' '.join(missing)}: not a BERT vocab.txt")
-    lowercase = entry.get("lowercase")   # how the shards' text was tokenized; None: not recorded
-    found = vocab_fit.Casing.of(tokens).lowercase if lowercase is None else lowercase
-    return Vocab(path, raw, tokens, found, lowercase is None)
-
-
-def checked_file(entry: dict, given: str | None, flag: str, kind: str) -> tuple[str, str, bytes]:
-    """(path, its name in a refusal, its bytes) of `given` (`flag` FILE) or of the file the manifest's vocab `entry`
-    names, a `kind` ("vocab", "tokenizer"); ExportError where there is none, it is not there, or its sha256 is not
-    the entry's (where the entry has one: hand-made manifests may not)."""
-    path = given or entry.get("path")
-    if path is None:
-        raise ExportError(f"the run's shards name no {kind} file (made by google's tool or by hand): pass {flag} FILE, "
-                          f"the {'vocab.txt' if kind == 'vocab' else 'tokenizer.json'} they were made with")
-    name = f"{flag} {path}" if given else f"the run's {kind} {path}"
-    if not storage.exists(path):
-        raise ExportError(f"{flag} {path}: no such file" if given else
-                          f"{name} (named by its shards' manifest) is not there (a relative path is relative to where "
-                          f"the shards were made): pass {flag} FILE")
-    raw = storage.read_bytes(path)
-    sha256 = hashlib.sha256(raw).hexdigest()
-    if entry.get("sha256") and sha256 != entry["sha256"]:
-        raise ExportError(f"{name} has sha256 {sha256[:12]}..., but the run's shards were made with "
-                          f"{entry.get('path')}, sha256 {entry['sha256'][:12]}...: pass {flag} FILE, that {kind}")
-    return path, name, raw
-
-
-def find_tokenizer(entry: dict | None, given: str | None, config) -> TokenizerFile:
-    """--tokenizer, or the tokenizer.json the manifest's vocab `entry` names: it must exist, be a tokenizer.json with
-    the entry's sha256 (where it has one), the model's config.num_tokens entries and the entry's special tokens (or,
-    for shards whose manifest names none, the ones subwords.find_specials finds)."""
-    if entry and not manifest.is_tokenizer(entry) and given:
-        raise ExportError(f"--tokenizer {given}: the run's shards were made with the vocab.txt {entry.get('path')}, "
-                          "not a tokenizer.json: pass --vocab FILE, or neither")
-    entry = entry or {}
-    path, name, raw = checked_file(entry, given, "--tokenizer", "tokenizer")
-    try:
-        tokenizer = subwords.load(path)
-        roles = entry.get("tokenizer", {}).get("tokens") or {
-            role: None if i is None else tokenizer.id_to_token(i)
-            for role, i in vars(subwords.find_specials(tokenizer, path)).items()}
-    except subwords.TokenizerError as e:
-        raise ExportError(str(e)) from None
-    size = tokenizer.get_vocab_size(with_added_tokens=True)
-    if size != config.num_tokens:
-        raise ExportError(f"{name} holds {size:,} tokens, the model {config.num_tokens:,} (of {config.vocab_size:,} "
-                          "embedding rows)")
-    specials = {f"{role}_token": token for role, token in roles.items() if token is not None}
-    missing = [token for token in specials.values() if tokenizer.token_to_id(token) is None]
-    if missing:
-        raise ExportError(f"{name} lacks {' '.join(missing)}, which the run's shards were made with")
-    lowercase = entry.get("lowercase")
-    return TokenizerFile(path, raw, specials, tokenizer.token_to_id(specials["mask_token"]),
-                         tokenizer.token_to_id(specials["pad_token"]),
-                         subwords.lowercases(tokenizer) if lowercase is None else lowercase)
-
-
-def tokenizer_json_files(tokenizer: TokenizerFile, model_max_length: int) -> dict[str, bytes]:
-    """{file name: bytes} of a tokenizer.json run's tokenizer files (module doc)."""
-    mask = {"content": tokenizer.specials["mask_token"], "lstrip": True, "normalized": False, "rstrip": False,
-            "single_word": False, "special": True}
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
-              "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
-              "clean_up_tokenization_spaces": False,   # decode gives the text back as the tokenizer encoded it
-              **tokenizer.specials, "added_tokens_decoder": {str(tokenizer.mask_id): mask}}
-    return {"tokenizer.json": tokenizer.raw, "tokenizer_config.json": _json(config),
-            "special_tokens_map.json": _json(tokenizer.specials)}
-
-
-def hf_tokenizer(vocab: Vocab) -> Tokenizer:
-    """HF's BertTokenizer as a `tokenizers` pipeline: what transformers builds from vocab.txt and do_lower_case."""
-    ids = {token: i for i, token in enumerate(vocab.tokens)}
-    tok = Tokenizer(models.WordPiece(ids, unk_token=SPECIAL["unk_token"],
-                                     max_input_chars_per_word=HF_MAX_CHARS_PER_WORD))
-    # strip_accents None: strip them when lowercasing, as google's do_lower_case does
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
-                                                lowercase=vocab.lowercase)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    cls, sep = SPECIAL["cls_token"], SPECIAL["sep_token"]
-    tok.post_processor = processors.TemplateProcessing(single=f"{cls}:0 $A:0 {sep}:0",
-                                                       pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-                                                       special_tokens=[(cls, ids[cls]), (sep, ids[sep])])
-    tok.decoder = decoders.WordPiece(prefix="##")
-    tok.add_special_tokens(list(SPECIAL.values()))   # "[MASK]" in text is the mask token, never '[', 'mask', ']'
-    return tok
-
-
-def tokenizer_files(vocab: Vocab, model_max_length: int) -> dict[str, bytes]:
-    """{file name: bytes} of the tokenizer files (module doc)."""
-    config = {"tokenizer_class": "BertTokenizer",   # HF picks the fast class: tokenizer.json is there
-              "do_lower_case": vocab.lowercase, "strip_accents": None, "tokenize_chinese_chars": True,
-              "model_max_length": model_max_length, "clean_up_tokenization_spaces": True, **SPECIAL}
-    return {"vocab.txt": vocab.raw, "tokenizer.json": hf_tokenizer(vocab).to_str(pretty=True).encode(),
-            "tokenizer_config.json": _json(config), "special_tokens_map.json": _json(SPECIAL)}
 
 
 def _json(value: dict) -> bytes:
@@ -245,7 +112,7 @@ def checkpoint_to_export(run_dir: str, given: str | None = None) -> str:
 class Exported:
     architecture: str              # the HF class that loads the weights
     files: list[str]               # written into OUT_DIR, in order
-    vocab: Vocab | TokenizerFile
+    vocab: vocabularies.TokenizerFiles   # the tokenizer files written, and what they were made from
     model_max_length: int
 
 
@@ -264,18 +131,12 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     entry, max_seq_length = recorded_vocab(ckpt)
     max_seq_length = ckpt.get("positions_trained", max_seq_length)
     model_max_length = max_seq_length or config.max_position_embeddings
-    if tokenizer_path is not None and vocab_path is not None:
-        raise ExportError("give one of --vocab (a vocab.txt) and --tokenizer (a tokenizer.json), not both")
-    if tokenizer_path is not None or manifest.is_tokenizer(entry):
-        if vocab_path is not None:
-            raise ExportError(f"--vocab {vocab_path}: the run's shards were made with the tokenizer.json "
-                              f"{entry.get('path')}: pass --tokenizer FILE, or neither")
-        vocab = find_tokenizer(entry, tokenizer_path, config)
-        files = {CONFIG: _json(architecture.config_to(config, objective, vocab.pad_id)),
-                 **tokenizer_json_files(vocab, model_max_length)}
-    else:
-        vocab = find_vocab(entry, vocab_path, config.vocab_size)
-        files = {CONFIG: _json(architecture.config_to(config, objective)), **tokenizer_files(vocab, model_max_length)}
+    try:
+        vocab = vocabularies.for_export(entry, vocab_path, tokenizer_path).exported(
+            config.vocab_size, config.num_tokens, model_max_length, given=bool(vocab_path or tokenizer_path))
+    except vocabularies.VocabularyError as e:
+        raise ExportError(str(e)) from None
+    files = {CONFIG: _json(architecture.config_to(config, objective, vocab.pad_id)), **vocab.files}
     tensors = {k: v.float() for k, v in architecture.state_to(ckpt["model"], config).items()
                if k not in architecture.tied}
     os.makedirs(out_dir, exist_ok=True)

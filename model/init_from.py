@@ -20,7 +20,6 @@ Each refusal is a RunError, one line, raised before the first step and before an
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import pickle
@@ -33,8 +32,7 @@ import torch
 
 from model import architectures, checkpoints
 from model.plan import ModelPlan, RunError
-from pipeline.formats import manifest
-from pipeline.text import subwords, tokenization, vocab_fit
+from pipeline.text import vocab_fit, vocabularies
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -205,19 +203,15 @@ def _read_weight_file(path: str, name: str) -> dict[str, torch.Tensor]:
 
 def _hf_vocab(path: str) -> SourceVocab:
     """An HF directory's vocabulary: vocab.txt (google's format), else tokenizer.json's tokens (its model's and
-    added ones); casing from tokenizer_config.json's do_lower_case, else tokenizer.json's normalizer (a
-    BertNormalizer's lowercase; without vocab.txt, any: subwords.lowercases), else the vocab itself."""
-    tokens = sha256 = file = None
-    tokenizer = os.path.join(path, "tokenizer.json")
-    normalizer = {}
-    if os.path.isfile(tokenizer):
-        spec = _read_json(path, "tokenizer.json")
-        normalizer = spec.get("normalizer") or {}
-        tokens = tokenizer_tokens(spec)
-        file = tokenizer if tokens is not None else None
-    if os.path.isfile(os.path.join(path, "vocab.txt")):
-        file = os.path.join(path, "vocab.txt")
-        tokens, sha256 = tokenization.read_vocab(file), tokenization.vocab_sha256(file)
+    added ones): vocabularies.in_hf_directory; casing from tokenizer_config.json's do_lower_case, else tokenizer.json's
+    normalizer (a BertNormalizer's lowercase; without vocab.txt, any: its own_casing), else the vocab itself."""
+    spec = _read_json(path, "tokenizer.json") if os.path.isfile(os.path.join(path, "tokenizer.json")) else {}
+    normalizer = spec.get("normalizer") or {}
+    found = vocabularies.in_hf_directory(path, spec)
+    if found is None:
+        file = sha256 = tokens = None
+    else:
+        file, sha256, tokens = found.path, found.source_sha256(), found.tokens()
     settings = _read_json(path, "tokenizer_config.json") if os.path.isfile(
         os.path.join(path, "tokenizer_config.json")) else {}
     if isinstance(settings.get("do_lower_case"), bool):
@@ -225,40 +219,13 @@ def _hf_vocab(path: str) -> SourceVocab:
                            f"do_lower_case {str(settings['do_lower_case']).lower()} in its tokenizer_config.json")
     if normalizer.get("type") == "BertNormalizer" and isinstance(normalizer.get("lowercase"), bool):
         return SourceVocab(file, sha256, tokens, normalizer["lowercase"], "its tokenizer.json's BertNormalizer")
-    if file == tokenizer:   # no vocab.txt: the tokenizer decides casing, as it did for the data made with it
-        try:
-            lowercase = subwords.lowercases(subwords.load(tokenizer))
-        except subwords.TokenizerError:   # a file this `tokenizers` cannot read: the vocab decides, below
-            lowercase = None
-        if lowercase is not None:
-            return SourceVocab(file, sha256, tokens, lowercase, "its tokenizer.json's normalizer")
+    lowercase = found.own_casing() if found is not None else None   # a tokenizer decides, as it did for its data
+    if lowercase is not None:
+        return SourceVocab(file, sha256, tokens, lowercase, "its tokenizer.json's normalizer")
     if tokens is not None:
         return SourceVocab(file, sha256, tokens, vocab_fit.Casing.of(tokens).lowercase,
                            "its vocab (no do_lower_case says)")
     return SourceVocab(None, None, None, None)
-
-
-def tokenizer_tokens(spec: dict) -> list[str] | None:
-    """A tokenizer.json's tokens, index = id: its model's vocab (a WordPiece's or BPE's {token: id}, a Unigram's
-    [[token, score]]) and its added tokens ([CLS], [unused0], ...); None where it has no vocab."""
-    vocab = (spec.get("model") or {}).get("vocab")
-    by_id = ({i: t for t, i in vocab.items()} if isinstance(vocab, dict) else
-             {i: entry[0] for i, entry in enumerate(vocab)} if isinstance(vocab, list) else {})
-    by_id.update({added["id"]: added["content"] for added in spec.get("added_tokens") or []})
-    return [by_id[i] for i in sorted(by_id)] if by_id else None
-
-
-def file_tokens(path: str) -> list[str]:
-    """The tokens of a vocab file, index = id: a tokenizer.json's (tokenizer_tokens), else a vocab.txt's lines."""
-    raw = open(path, "rb").read()
-    if raw.lstrip()[:1] == b"{":
-        try:
-            spec = json.loads(raw)
-        except ValueError:
-            spec = None
-        if isinstance(spec, dict) and "model" in spec:
-            return tokenizer_tokens(spec) or []
-    return tokenization.read_vocab(path)
 
 
 def _first_line(error: BaseException) -> str:
@@ -303,40 +270,36 @@ def config_for(source: Source, model_plan: ModelPlan, optimizer: str):
 
 # ---- check_data ----------------------------------------------------------------------------------------------------
 
-def check_data(source: Source, entry: dict | None, length: int, config, grow_to: int | None) -> list[str]:
-    """Holds the source against --data: its manifest's vocab `entry` (None: shards of google's tool) and its rows'
-    `length`, L, with the run's model `config` (`grow_to`: --max-position-embeddings, or None). Refuses another
+def check_data(source: Source, vocab: vocabularies.Vocabulary | None, length: int, config,
+               grow_to: int | None) -> list[str]:
+    """Holds the source against --data: the vocabulary its manifest names (None: shards of google's tool) and its
+    rows' `length`, L, with the run's model `config` (`grow_to`: --max-position-embeddings, or None). Refuses another
     vocabulary, another casing, an L beyond the position table; returns warnings for what cannot be checked."""
     warnings = []
-    if entry is None:
+    if vocab is None:
         warnings.append(f"--data has no manifest (shards of google's tool): its vocab and casing cannot be checked "
                         f"against --init-from {source.path}'s; its ids are read as the source's")
     else:
-        tokenizer = manifest.is_tokenizer(entry)   # the data's vocab is a tokenizer.json, which decides its casing
-        kind = "tokenizer" if tokenizer else "vocab"
-        same = same_vocab(source.vocab, entry)
+        kind = vocab.kind
+        same = vocab.same_as(source.vocab.sha256, source.vocab.tokens, source.vocab.file)
         if same is False:
             theirs = _describe(source.vocab.sha256, source.vocab.tokens)
             raise refuse(source.path, f"its vocab {source.vocab.file} ({theirs}) "
-                                      f"is not the {kind} --data was made with, {entry.get('path')} "
-                                      f"({_describe(entry.get('sha256'), None, entry.get('size'))}): prepare --data "
-                                      f"with the source's {kind}" + (" (--tokenizer)" if tokenizer else ""))
+                                      f"is not the {kind} --data was made with, {vocab.path} "
+                                      f"({_describe(vocab.sha256, None, vocab.size)}): prepare --data "
+                                      f"with the source's {kind}{vocab.flag_note}")
         if same is None:
             warnings.append(f"the vocabs of --init-from {source.path} ({source.vocab.file or 'none named'}) and of "
-                            f"--data ({entry.get('path') or 'none named'}) cannot be compared (no sha256 or tokens on "
+                            f"--data ({vocab.path or 'none named'}) cannot be compared (no sha256 or tokens on "
                             "one side): they are taken to be the same, as their sizes agree")
-            size = int(entry.get("size", config.vocab_size))
-            if size > config.vocab_size if tokenizer else size != config.vocab_size:   # a tokenizer's: padded rows
+            if not vocab.fits(config.vocab_size):   # a tokenizer's may have padded rows
                 raise refuse(source.path, f"has {config.vocab_size:,} token embeddings and --data's {kind} "
-                                          f"{entry.get('path')} {size:,} tokens: another {kind}")
-        lowercase = entry.get("lowercase")
+                                          f"{vocab.path} {vocab.size:,} tokens: another {kind}")
+        lowercase = vocab.lowercase
         if lowercase is not None and source.vocab.lowercase is not None and lowercase != source.vocab.lowercase:
             casing = {True: "uncased", False: "cased"}
-            advice = ("its tokenizer's normalizer decides: prepare them with the source's tokenizer" if tokenizer else
-                      f"prepare them again with {'a cased' if lowercase else 'an uncased'} vocab (pairs and "
-                      "prepare take the casing from the vocab)")
             raise refuse(source.path, f"is {casing[source.vocab.lowercase]} ({source.vocab.casing_from}) and --data's "
-                                      f"shards are {casing[lowercase]}: {advice}")
+                                      f"shards are {casing[lowercase]}: {vocab.casing_advice()}")
     if length > config.max_position_embeddings:
         if grow_to is not None:
             raise RunError(f"--max-position-embeddings {grow_to} is below --data's L={length}")
@@ -344,29 +307,6 @@ def check_data(source: Source, entry: dict | None, length: int, config, grow_to:
                                   f"L={length}: pass --max-position-embeddings {length} (or more) to grow its table, "
                                   "new rows copied from the trained ones")
     return warnings
-
-
-def same_vocab(vocab: SourceVocab, entry: dict) -> bool | None:
-    """Whether the source's vocabulary is the one a manifest's vocab `entry` names: by sha256 (of a tokenizer.json
-    too: a bertprep run's entry, an export-hf copy), else by tokens where both are at hand (a tokenizer.json's with
-    their ids, added ones included); None where neither can tell."""
-    if vocab.sha256 and vocab.sha256 == entry.get("sha256"):
-        return True
-    tokenizer = manifest.is_tokenizer(entry)
-    on_disk = vocab.file is not None and os.path.isfile(vocab.file)
-    if tokenizer and on_disk and vocab.sha256 is None and subwords.sha256(vocab.file) == entry.get("sha256"):
-        return True   # an HF directory's tokenizer.json, the file the data was made with
-    theirs = vocab.tokens
-    if theirs is None and on_disk:
-        theirs = file_tokens(vocab.file)
-    ours = file_tokens(entry["path"]) if entry.get("path") and os.path.isfile(entry["path"]) else None
-    if theirs is not None and ours is not None:
-        return theirs == ours
-    if vocab.sha256 and entry.get("sha256"):
-        return False
-    if theirs is not None and entry.get("sha256") and not tokenizer:   # the tokens as google's vocab.txt writes them
-        return hashlib.sha256("".join(t + "\n" for t in theirs).encode()).hexdigest() == entry["sha256"] or None
-    return None
 
 
 def _describe(sha256: str | None, tokens: list[str] | None, size: int | None = None) -> str:

@@ -46,13 +46,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from model import architectures, checkpoints, data, init_from, optim
-from model import config as config_lib
 from model.attention import PACKED_ATTENTIONS, packed_attention_for, unavailable
 from model.losses import MLM_LOSS_EPS
 from model.metrics import RunLog, Sums, batch_stats, stat_names, task_metrics, train_record
 from model.plan import DEFAULT_MODEL, DataPlan, EvalPlan, ModelPlan, RunError, Schedule, TrainPlan
 from model.ranks import Ranks, Stop, setup_ranks
-from pipeline.formats import manifest, schema
+from pipeline.formats import schema
+from pipeline.text import vocabularies
 
 
 # DDP's all-reduce buckets, in MiB: BERT-base's 440 MB of fp32 gradients make ~18 buckets, the first of which (the
@@ -215,28 +215,28 @@ class Shards:
 def open_data(data_plan: DataPlan, evaluation: EvalPlan, seed: int, config, preset: bool,
               source: init_from.Source | None = None, grow_to: int | None = None) -> tuple[object, Shards]:
     """The training and held-out files, checked against the model config; a preset config takes the data's vocab
-    (a tokenizer.json's rounded up to whole tiles, config.embedding_rows), and --init-from's checks its source against
-    the data's vocab, casing and L (`grow_to`: --max-position-embeddings). With a tokenizer.json's data the config
-    says which rows are its tokens (config.tokenizer_size), wherever its vocab_size came from. `seed`: the run's,
-    which --dynamic-masking's masks are drawn from."""
+    (a tokenizer.json's rounded up to whole tiles, Vocabulary.embedding_rows), and --init-from's checks its source
+    against the data's vocab, casing and L (`grow_to`: --max-position-embeddings). With a tokenizer.json's data the
+    config says which rows are its tokens (config.tokenizer_size), wherever its vocab_size came from. `seed`: the
+    run's, which --dynamic-masking's masks are drawn from."""
     decoder, warnings = None, []
     by_size = not preset and source is None   # the vocab checked by its size alone (init_from checks a source's)
     if data_plan.dynamic_masking:
         found, vocab_ids = data.open_pairs(data_plan.data, data_plan.masking)
         if by_size:
-            data.check_vocab_size(found.vocab, config.vocab_size, "pairs")
+            data.check_vocab_size(vocabularies.of_entry(found.vocab), config.vocab_size, "pairs")
         decoder = data.DynamicMasker(data_plan.masking, vocab_ids, found.shape.max_seq_length, seed)
     else:
         found = data.open_shards(data_plan.data, config.vocab_size if by_size else None, data_plan.max_seq_length,
                                  data_plan.max_predictions_per_seq, data_plan.allow_incomplete)
+    vocab = vocabularies.of_entry(found.vocab)   # None: shards of google's tool
     if source is not None:
-        warnings = init_from.check_data(source, found.vocab, found.shape.max_seq_length, config, grow_to)
-    elif preset and found.vocab_size is not None:
-        rows = config_lib.embedding_rows(found.vocab_size) if manifest.is_tokenizer(found.vocab) else found.vocab_size
-        config = dataclasses.replace(config, vocab_size=rows)
-    if manifest.is_tokenizer(found.vocab):
-        data.check_vocab_size(found.vocab, config.vocab_size, "--data's shards")   # a source's rows too
-        config = config_lib.for_tokenizer(config, found.vocab_size)
+        warnings = init_from.check_data(source, vocab, found.shape.max_seq_length, config, grow_to)
+    elif preset and vocab is not None:
+        config = dataclasses.replace(config, vocab_size=vocab.embedding_rows())
+    if vocab is not None:   # the rows that are its tokens (a tokenizer.json's table may be padded), a source's too
+        tokens = data.token_rows(vocab, config.vocab_size, "--data's shards")
+        config = dataclasses.replace(config, tokenizer_size=tokens)
     if found.shape.max_seq_length > config.max_position_embeddings:
         raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
                                   f"{config.max_position_embeddings} position embeddings")

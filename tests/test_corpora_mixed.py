@@ -10,7 +10,7 @@ import pytest
 from pipeline.beam import transforms
 from pipeline.commands import cli
 from pipeline.formats import documents, schema, tfrecord
-from pipeline.text import subwords
+from pipeline.text import vocabularies
 from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding, same_tree
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def tokens(tmp_path_factory):
     assert cli.main(["extract", *BOTH, "--output", str(out), *ONE]) == 0
     m = json.loads((out / "manifest.json").read_text())
     assert m["parameters"]["corpus"] == "wikipedia+books" and m["counts"]["documents"] == 23   # 20 articles, 3 books
-    tokenize = transforms._Tokenize(subwords.Vocabulary(str(UNCASED_VOCAB), True))
+    tokenize = transforms._Tokenize(vocabularies.VocabTxt(str(UNCASED_VOCAB)))
     tokenize.setup()
     return {t.id: t.tokens.astype("<i4").tobytes() for f in sorted(out.glob("documents-*.jsonl.gz"))
             for d in documents.read_file(str(f)) for t in tokenize.process(d)}

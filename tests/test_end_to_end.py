@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.commands import cli
-from pipeline.text import subwords
+from pipeline.text import vocabularies
 from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding, same_tree
 from tests.test_schema import google_name_to_features
 
@@ -125,7 +125,7 @@ def test_small_buckets_draw_random_next_from_their_own_bucket(staged, tmp_path):
     same_tree(tmp_path / "one", tmp_path / "two", ignore=("manifest.json",))
 
     # the sample's documents as the job tokenized them, and the bucket of each
-    tokenize = transforms._Tokenize(subwords.Vocabulary(str(UNCASED_VOCAB), True))
+    tokenize = transforms._Tokenize(vocabularies.VocabTxt(str(UNCASED_VOCAB)))
     tokenize.setup()
     tokens = {t.id: t.tokens.astype("<i4").tobytes() for d in sorted(staged.glob("docs/*/documents-*.jsonl.gz"))
               for doc in documents.read_file(str(d)) for t in tokenize.process(doc)}

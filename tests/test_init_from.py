@@ -18,6 +18,7 @@ from model.bert import Bert
 from model.config import PRESETS, BertConfig
 from model.plan import RunError
 from pipeline.commands import cli, training
+from pipeline.text import vocabularies
 from tests.test_train import VOCAB, _run_rank, join_ranks, write_pairs, write_shards
 
 transformers = pytest.importorskip("transformers")
@@ -119,7 +120,8 @@ def test_one_step_at_a_negligible_lr_exports_every_tensor_back(tmp_path, data, c
     os.remove(tmp_path / "back" / "vocab.txt")
     source = init_from.open_source(str(tmp_path / "back"))
     assert source.vocab.file == str(tmp_path / "back" / "tokenizer.json") and source.vocab.lowercase is True
-    assert init_from.same_vocab(source.vocab, json.load(open(os.path.join(data, "manifest.json")))["vocab"]) is True
+    data_vocab = vocabularies.of_entry(json.load(open(os.path.join(data, "manifest.json")))["vocab"])
+    assert data_vocab.same_as(source.vocab.sha256, source.vocab.tokens, source.vocab.file) is True
 
 
 def google_names(state: dict) -> dict:

@@ -10,7 +10,7 @@ from pipeline.algorithms import pairs
 from pipeline.beam import transforms
 from pipeline.commands import cli
 from pipeline.formats import documents, schema, tfrecord
-from pipeline.text import subwords
+from pipeline.text import vocabularies
 from tests.conftest import SAMPLES, UNCASED_VOCAB, same_tree
 from tests.test_objectives import sop_consecutive
 
@@ -27,7 +27,7 @@ def docs(tmp_path_factory):
     assert cli.main(["extract", "books", "--input", str(SAMPLES / "books"), "--output", str(out / "books"), *ONE]) == 0
     assert cli.main(["extract", "wikipedia", "--input", str(SAMPLES / "enwiki-sample.xml.bz2"),
                      "--output", str(out / "wiki"), *ONE]) == 0
-    tokenize = transforms._Tokenize(subwords.Vocabulary(str(UNCASED_VOCAB), True))
+    tokenize = transforms._Tokenize(vocabularies.VocabTxt(str(UNCASED_VOCAB)))
     tokenize.setup()
     tokenized = {t.id: t for d in sorted(out.glob("*/documents-*.jsonl.gz"))
                  for doc in documents.read_file(str(d)) for t in tokenize.process(doc)}

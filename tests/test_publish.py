@@ -16,7 +16,7 @@ from pipeline.beam import options, publish, shards, tally
 from pipeline.commands import cli
 from pipeline.formats import manifest
 from pipeline.jobs import launch
-from pipeline.text import subwords
+from pipeline.text import vocabularies
 from tests import simstore
 from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB, same_tree
 
@@ -42,7 +42,7 @@ def test_tallies_sum_to_beams_own_counters_on_any_worker_count(mode, tmp_path):
     opts = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2", f"--direct_running_mode={mode}"])
     p = beam.Pipeline(options=opts)
     books = sorted(str(f) for f in (SAMPLES / "books").glob("*.txt"))[:4]
-    (p | transforms.ExtractBooks(books) | transforms.Tokenize(subwords.Vocabulary(str(UNCASED_VOCAB), True)))
+    (p | transforms.ExtractBooks(books) | transforms.Tokenize(vocabularies.VocabTxt(str(UNCASED_VOCAB))))
     (tally.total(p) | beam.Map(json.dumps)
      | beam.io.WriteToText(str(tmp_path / "total"), shard_name_template=""))   # from whichever worker sums
     result = p.run()

@@ -13,12 +13,11 @@ import torch
 
 from model import checkpoints, train
 from model.bert import Bert
-from model.config import BertConfig, embedding_rows
+from model.config import BertConfig
 from model.hf import UNPREDICTED_BIAS
 from pipeline.commands import cli, training
 from pipeline.formats import schema
-from pipeline.jobs import inputs
-from pipeline.text import subwords
+from pipeline.text import subwords, vocabularies
 from tests.conftest import SAMPLES
 
 transformers = pytest.importorskip("transformers")
@@ -32,6 +31,11 @@ FILES = ["config.json", "model.safetensors", "special_tokens_map.json", "tokeniz
 TEXTS = ["Alice was beginning to get very tired of sitting by her sister on the bank.",
          "  Curiouser and curiouser!\n\ncried Alice (she was so much surprised), 'tis 1865."]
 ONE = ["--preset", "local-1"]
+
+
+def embedding_rows(size: int) -> int:
+    """The embedding rows a preset gives a tokenizer.json of `size` entries."""
+    return vocabularies.TokenizerJson("tokenizer.json", {"size": size}).embedding_rows()
 
 
 def tiny(vocab_size: int, **fields) -> str:
@@ -196,7 +200,7 @@ def test_a_relative_tokenizer_is_recorded_by_absolute_path(tmp_path, monkeypatch
     """The manifest's entry (what export-hf finds it by) holds no path relative to where the job ran."""
     monkeypatch.chdir(tmp_path)
     assert cli.main(["vocab", "--extend", GPT2, "--output", "bert-gpt2.json"]) == 0
-    entry = inputs.tokenizer_entry("bert-gpt2.json")
+    entry = vocabularies.TokenizerJson("bert-gpt2.json").entry()
     assert entry["path"] == str(tmp_path / "bert-gpt2.json") and entry["sha256"] == subwords.sha256("bert-gpt2.json")
 
 

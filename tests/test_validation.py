@@ -11,7 +11,7 @@ from pipeline.algorithms import split
 from pipeline.beam import transforms
 from pipeline.commands import cli
 from pipeline.formats import documents, heldout, pair_records, tfrecord
-from pipeline.text import subwords
+from pipeline.text import vocabularies
 from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding, same_tree
 
 ONE = ["--preset", "local-1"]
@@ -62,7 +62,7 @@ def corpus(tmp_path_factory):
     """The sample's documents (Wikipedia and books, extracted) and each one's tokens, as the jobs tokenize them."""
     root = tmp_path_factory.mktemp("split")
     assert cli.main(["extract", *BOTH, "--output", str(root / "docs"), *ONE]) == 0
-    tokenize = transforms._Tokenize(subwords.Vocabulary(str(UNCASED_VOCAB), True))
+    tokenize = transforms._Tokenize(vocabularies.VocabTxt(str(UNCASED_VOCAB)))
     tokenize.setup()
     tokens = {t.id: t.tokens.astype("<i4").tobytes() for f in sorted((root / "docs").glob("documents-*.jsonl.gz"))
               for d in documents.read_file(str(f)) for t in tokenize.process(d)}

@@ -31,6 +31,7 @@ import numpy as np
 
 from pipeline.formats import schema
 from pipeline.formats.pair_records import PairInstance
+from pipeline.text.vocabularies import VocabIds   # what masking reads of the vocabulary, defined with it
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -82,52 +83,6 @@ class MaskRecipe:
         record = {**(parameters.get("source") or {}), **parameters}
         P = m.get("max_predictions_per_seq", record.get("max_predictions_per_seq"))
         return cls.from_json({**record, "max_predictions_per_seq": P})
-
-
-@dataclass(frozen=True)
-class VocabIds:
-    """What masking needs to know of the vocabulary (from the pairs manifest: no tokenizer, no vocab file)."""
-    mask_id: int
-    cls_id: int
-    sep_id: int
-    replacement_ranges: tuple[tuple[int, int], ...]   # [start, end) id ranges random replacements come from
-
-    def ids_from_uniform(self, u: np.ndarray) -> np.ndarray:
-        """Maps uniforms in [0, 1) to ids spread evenly over the replacement ranges."""
-        sizes = np.array([end - start for start, end in self.replacement_ranges], np.int64)
-        slot = np.minimum((u * sizes.sum()).astype(np.int64), sizes.sum() - 1)
-        which = np.searchsorted(np.cumsum(sizes), slot, side="right")
-        starts = np.array([start for start, _ in self.replacement_ranges], np.int64)
-        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        return starts[which] + slot - offsets[which]
-
-    @classmethod
-    def from_vocab(cls, vocab: list[str]) -> "VocabIds":
-        index = {w: i for i, w in enumerate(vocab)}
-        special = np.array([w.startswith("[") and w.endswith("]") for w in vocab] + [True])
-        edges = np.flatnonzero(np.diff(np.concatenate(([True], special)).astype(np.int8)))
-        # edges alternate: start of a non-special run, then its end
-        ranges = tuple((int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]))
-        return cls(index["[MASK]"], index["[CLS]"], index["[SEP]"], ranges)
-
-    @classmethod
-    def excluding(cls, size: int, special: set[int], mask_id: int, cls_id: int, sep_id: int) -> "VocabIds":
-        """A vocabulary of ids 0..size-1 whose `special` ids are never a random replacement (a tokenizer.json's
-        added special tokens)."""
-        ranges, start = [], 0
-        for i in sorted(s for s in special if 0 <= s < size) + [size]:
-            if i > start:
-                ranges.append((start, i))
-            start = i + 1
-        return cls(mask_id, cls_id, sep_id, tuple(ranges))
-
-    def to_json(self) -> dict:
-        return {"mask_id": self.mask_id, "cls_id": self.cls_id, "sep_id": self.sep_id,
-                "replacement_ranges": [list(r) for r in self.replacement_ranges]}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "VocabIds":
-        return cls(d["mask_id"], d["cls_id"], d["sep_id"], tuple(tuple(r) for r in d["replacement_ranges"]))
 
 
 def instance_seeds(seed: int | str, keys: Sequence[str]) -> np.ndarray:

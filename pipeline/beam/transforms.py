@@ -40,7 +40,7 @@ from pipeline.beam import shuffle, tally
 from pipeline.beam.options import is_local_runner
 from pipeline.formats import documents, pair_records, schema, tfrecord
 from pipeline.formats.documents import Count, Document
-from pipeline.text import subwords
+from pipeline.text.vocabularies import Vocabulary
 
 
 class Progress:
@@ -228,14 +228,14 @@ def unk_share(values: dict[str, int]) -> tuple[int, int] | None:
 
 
 class _Tokenize(tally.DoFn):
-    def __init__(self, vocabulary: subwords.Vocabulary):
-        self.vocabulary = vocabulary
+    def __init__(self, vocabulary: Vocabulary, words: bool = True):
+        self.vocabulary, self.words = vocabulary, words
 
     def setup(self):   # once per worker: the tokenizer is never pickled with the pipeline
         self.progress = Progress("tokenize")
         # Beam runs one worker per core; HF's own thread pool on top would only oversubscribe the cores
         os.environ.setdefault("RAYON_NUM_THREADS", "1")
-        self.encode = self.vocabulary.encoder()
+        self.encode = self.vocabulary.encoder(self.words)
         unk = self.vocabulary.unknown_id()
         # a tokenizer.json's pools mark a word's continuation as ~id (pool.WordStarts): [UNK] either way
         self.unk = None if unk is None else np.array([unk, ~unk], np.int32)
@@ -257,21 +257,22 @@ class _Tokenize(tally.DoFn):
 
 class Tokenize(beam.PTransform):
     """Documents -> sentences (built-in splitter) -> ids (google's WordPiece, or a tokenizer.json's with word
-    starts marked: pool.WordStarts), with the tokenizer loaded once per worker."""
+    starts marked: pool.WordStarts, where `words`: something masks by words), with the tokenizer loaded once per
+    worker."""
 
-    def __init__(self, vocabulary: subwords.Vocabulary):
+    def __init__(self, vocabulary: Vocabulary, words: bool = True):
         super().__init__()
-        self.vocabulary = vocabulary
+        self.vocabulary, self.words = vocabulary, words
 
     def expand(self, docs):
-        return docs | "SplitAndTokenize" >> tally.ParDo(_Tokenize(self.vocabulary))
+        return docs | "SplitAndTokenize" >> tally.ParDo(_Tokenize(self.vocabulary, self.words))
 
 
 BATCH = 512   # instances per element after pairing: Beam's per-element cost is paid once per batch
 
 
 class _PairBucket(tally.DoFn):
-    def __init__(self, vocabulary: subwords.Vocabulary, params: pairs.PairParams, seed: int):
+    def __init__(self, vocabulary: Vocabulary, params: pairs.PairParams, seed: int):
         self.vocabulary, self.params, self.seed = vocabulary, params, seed
 
     def setup(self):
@@ -339,7 +340,7 @@ class MakePairs(beam.PTransform):
     documents as far as that expectation is right (the manifest's counters say how many it held).
     """
 
-    def __init__(self, config: shuffle.ShuffleConfig, vocabulary: subwords.Vocabulary, params: pairs.PairParams,
+    def __init__(self, config: shuffle.ShuffleConfig, vocabulary: Vocabulary, params: pairs.PairParams,
                  seed: int, bucket_docs: int, documents: float, tokens: float, parallelism: int = 1):
         super().__init__()
         self.config, self.vocabulary, self.params, self.seed = config, vocabulary, params, seed

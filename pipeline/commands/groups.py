@@ -17,7 +17,7 @@ from pipeline.commands.flags import (nonnegative_int, positive_float, positive_i
                                      vocab_file)
 from pipeline.formats import storage
 from pipeline.jobs import settings
-from pipeline.text import contamination, vocab_fit
+from pipeline.text import contamination, vocab_fit, vocabularies
 
 GOOGLE_DUPE_FACTOR = 10   # create_pretraining_data.py's default
 
@@ -311,20 +311,14 @@ class Pairs(Group):
                                 "distributed runner); the output does not depend on it")
 
     def check(self, p, args):
-        if (args.vocab is None) == (args.tokenizer is None):
-            p.error("give one of --vocab (google's vocab.txt) and --tokenizer (a tokenizer.json)" if args.vocab is None
-                    else "--vocab and --tokenizer together: give one (the vocabulary the shards are made with)")
-        if args.tokenizer is None and args.special_tokens is not None:
-            p.error("--special-tokens goes with --tokenizer (google's vocab.txt has [CLS] [SEP] [MASK] [PAD])")
-        if args.tokenizer is not None and args.casing is not None:
-            p.error(tokenizer_casing(p, args.casing, args.tokenizer))
-        # a local vocab or tokenizer is read now; one on an object store by the job, once the launcher has found
-        # the store reachable (reading it here would wait out Beam's minutes of retries first)
-        if args.tokenizer is not None:
-            args.special_tokens = check_tokenizer(p, args.tokenizer, args.special_tokens)
-            args.lowercase = True
-        else:
-            args.lowercase = None if not storage.is_local(args.vocab) else vocab_casing(p, args.vocab, args.casing)
+        # a local vocab or tokenizer is read now (once: the job reads the plan's value); one on an object store by the
+        # job, once the launcher has found the store reachable (reading it here would wait out Beam's retries first)
+        try:
+            args.vocabulary = vocabularies.given(args.vocab, args.tokenizer, args.special_tokens, args.casing)
+            if storage.is_local(args.vocabulary.path):
+                args.vocabulary.check()
+        except vocabularies.VocabularyError as e:
+            p.error(str(e))
         if args.bucket_docs < 2:
             p.error(f"--bucket-docs {args.bucket_docs}: a random-next pool needs at least 2 documents (a 1-document "
                     "pool would draw 'random' segments from the same document)")
@@ -347,48 +341,7 @@ class Pairs(Group):
         rule = pool.PairParams(max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
                                 objective=args.objective, cross_documents=args.cross_documents,
                                 split_sentences=args.split_sentences, **shape)
-        return settings.Pairing(args.vocab, args.lowercase, rule, args.bucket_docs, args.pair_parallelism,
-                                args.tokenizer, args.special_tokens or (), args.casing)
-
-
-def vocab_casing(p: flags.Parser, path: str, casing: str | None) -> bool:
-    """Whether text is lowercased for a local --vocab: as the vocab says (vocab_fit.Casing); --cased or --uncased
-    only where they agree with it (google's tool lowercases unless told, and an uncased vocab on cased text, or the
-    other way round, gives [UNK] or odd pieces without a word said)."""
-    from pipeline.text import tokenization   # deferred: HF tokenizers only for a command given a vocab
-    found = vocab_fit.Casing.of(tokenization.read_vocab(path))
-    refusal = vocab_fit.contradiction(casing, path, found)
-    if refusal:
-        p.error(refusal)
-    return found.lowercase
-
-
-def tokenizer_casing(p: flags.Parser, casing: str, path: str) -> str:
-    """The refusal of --cased/--uncased with --tokenizer, saying what a local tokenizer's normalizer does."""
-    from pipeline.text import subwords   # deferred: HF tokenizers only for a command given a tokenizer
-    does = ""
-    if storage.is_local(path):
-        try:
-            does = f" (it {'lowercases' if subwords.lowercases(subwords.load(path)) else 'keeps case'})"
-        except subwords.TokenizerError as e:
-            p.error(subwords.refusal(e))
-    return f"--{casing} with --tokenizer: {path}'s normalizer decides casing{does}"
-
-
-def check_tokenizer(p: flags.Parser, path: str, special_tokens: str | None) -> tuple:
-    """--special-tokens parsed and, for a local --tokenizer, the file read and its BERT roles found before the job,
-    each problem one line; the overrides as (role, token) pairs (one on an object store is read by the job)."""
-    from pipeline.text import subwords   # deferred: HF tokenizers only for a command given a tokenizer
-    try:
-        overrides = subwords.parse_overrides(special_tokens)
-    except ValueError as e:
-        p.error(f"--special-tokens {special_tokens}: {e}")
-    if storage.is_local(path):
-        try:
-            subwords.find_specials(subwords.load(path), path, overrides)
-        except subwords.TokenizerError as e:
-            p.error(subwords.refusal(e))
-    return tuple(overrides.items())
+        return settings.Pairing(args.vocabulary, rule, args.bucket_docs, args.pair_parallelism)
 
 
 def add_pair_parallelism(p: flags.Parser, help: str) -> None:

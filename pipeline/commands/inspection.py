@@ -16,7 +16,7 @@ from pipeline.algorithms import masking, packing
 from pipeline.commands import flags, verify
 from pipeline.formats import (columns, decontamination_report, dedup_report, documents, example_proto, manifest,
                               pair_records, schema, storage, tfrecord)
-from pipeline.text import tokenization, vocab_fit
+from pipeline.text import tokenization, vocab_fit, vocabularies
 
 
 # Skews `inspect` flags in NSP and SOP instances (google's rule followed, nothing broken, but worth knowing):
@@ -43,26 +43,12 @@ def _histogram(lengths: np.ndarray, top: int) -> str:
                      for lo, hi, c in zip(edges[:-1], edges[1:], counts))
 
 
-def _decode(vocab, ids) -> str:
-    """Ids as text: google's vocab.txt (a list) shows its WordPieces, a tokenizer.json (a function) decodes them
-    as its decoder does (GPT-2's bytes back to text), no vocab their numbers."""
-    if vocab is None:
+def _decode(decode, ids) -> str:
+    """Ids as text, as the vocabulary's decoder gives them (google's vocab.txt its WordPieces, a tokenizer.json the
+    text its decoder makes: GPT-2's bytes back to text); no vocab: their numbers."""
+    if decode is None:
         return " ".join(map(str, ids))
-    if callable(vocab):
-        return vocab([int(i) for i in ids])
-    return " ".join(vocab[i] if 0 <= i < len(vocab) else f"<{i}>" for i in ids)
-
-
-def _read_vocab(path: str, entry: dict):
-    """What _decode decodes with: the tokens of a vocab.txt, or a tokenizer.json's decode (the entry says which)."""
-    if not manifest.is_tokenizer(entry):
-        return tokenization.read_vocab(path)
-    from pipeline.text import subwords   # deferred: HF tokenizers only where a tokenizer decodes
-    try:
-        tok = subwords.load(path)
-    except subwords.TokenizerError as e:
-        raise OSError(str(e)) from None
-    return lambda ids: repr(tok.decode(ids, skip_special_tokens=False))
+    return decode([int(i) for i in ids])
 
 
 def inspect_documents(paths: list[str], m: dict, examples: int) -> None:
@@ -156,12 +142,12 @@ def inspect_corpora(m: dict) -> None:
               f"{100 * c['token_share']:>14.1f}%  {p.get('weight', '')!s:>6}  {p.get('dupe_factor', '')!s:>11}")
 
 
-def unknown_id(vocab, entry: dict) -> int | None:
-    """The id of [UNK] to count in the records: a vocab.txt's (read), a tokenizer.json's from its manifest entry
-    (None: it has none); None where the vocab could not be read."""
-    if manifest.is_tokenizer(entry):
-        return entry["tokenizer"]["unk_id"]
-    return vocab.index(tokenization.UNK) if isinstance(vocab, list) and tokenization.UNK in vocab else None
+def unknown_id(vocab: vocabularies.Vocabulary) -> int | None:
+    """The id of [UNK] to count in the records (None: it has none); None where the vocab could not be read."""
+    try:
+        return vocab.unknown_id()
+    except OSError:
+        return None
 
 
 def _unknown(unk_id: int | None, ids: np.ndarray, real: np.ndarray, rows, positions, labels) -> int:
@@ -254,7 +240,7 @@ def _print_packing(m: dict, stats: dict) -> None:
     print("  instances per row: " + "  ".join(f"{j}: {c:,}" for j, c in enumerate(counts, 1) if c))
 
 
-def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
+def _print_stats(m: dict, stats: dict, decode) -> None:
     total, listed = stats["instances"], m["counts"].get("instances")
     print(f"\n  instances {total:,}  (manifest: {listed})" + ("" if listed in (None, total) else "  <-- DIFFERS"))
     if not total:
@@ -280,9 +266,9 @@ def _print_stats(m: dict, stats: dict, vocab: list[str] | None) -> None:
     for ids, pos, labels, is_random in stats["examples"]:
         label = {"nsp": f"next_sentence_label={is_random}: ", "sop": f"sentence_order_label={is_random}: ",
                  "none": ""}[objective]
-        print(f"\n  {label}{_decode(vocab, ids)}")
+        print(f"\n  {label}{_decode(decode, ids)}")
         if len(pos):
-            print("    masked: " + ", ".join(f"{p}={_decode(vocab, [l])}" for p, l in zip(pos, labels)))
+            print("    masked: " + ", ".join(f"{p}={_decode(decode, [l])}" for p, l in zip(pos, labels)))
 
 
 def skews(objective: str, next_share: float, lengths: np.ndarray, max_seq_length: int) -> list[str]:
@@ -332,8 +318,7 @@ def _print_unknown(m: dict, stats: dict) -> None:
         print(f"  warning: {warning}")
 
 
-def inspect_records(paths: list[str], m: dict, examples: int, vocab: list[str] | None) -> None:
-    unk_id = unknown_id(vocab, m["vocab"])
+def inspect_records(paths: list[str], m: dict, examples: int, decode, unk_id: int | None) -> None:
     if m["format"] == manifest.SHARDS and manifest.packed(m):
         stats = packed_statistics(paths, manifest.shard_shape(m), m["max_predictions_per_seq"],
                                   m["vocab"]["ids"]["mask_id"], examples, unk_id)
@@ -356,10 +341,10 @@ def inspect_records(paths: list[str], m: dict, examples: int, vocab: list[str] |
                  "mean_length": float(np.mean(lengths)) if lengths else 0.0,
                  "random_next_fraction": float(np.mean(random_next)) if random_next else 0.0, "examples": shown,
                  "unk": unk if unk_id is not None else None}
-    _print_stats(m, stats, vocab)
+    _print_stats(m, stats, decode)
 
 
-def inspect_converted(paths: list[str], m: dict, examples: int, vocab: list[str] | None) -> None:
+def inspect_converted(paths: list[str], m: dict, examples: int, decode) -> None:
     """A `convert` output: its columns, and its rows read back through our readers of its format (every row, so
     the figures are measured): rows, real tokens, masked share, the second label's share, examples."""
     kind, objective = m["source"]["kind"], manifest.objective(m)
@@ -395,9 +380,9 @@ def inspect_converted(paths: list[str], m: dict, examples: int, vocab: list[str]
     if lengths:
         print("  real length histogram:\n" + _histogram(np.concatenate(lengths), int(m["max_seq_length"])))
     for row, labels in shown:
-        print(f"\n  {_decode(vocab, row.tolist())}")
+        print(f"\n  {_decode(decode, row.tolist())}")
         if labels:
-            print("    masked: " + ", ".join(f"{p}={_decode(vocab, [l])}" for p, l in labels))
+            print("    masked: " + ", ".join(f"{p}={_decode(decode, [l])}" for p, l in labels))
 
 
 def _stand_in_manifest(opened: manifest.Opened, vocab_path: str | None) -> dict:
@@ -426,17 +411,19 @@ def main(args) -> int:
     print(f"{args.directory}: {m['format']} written by `{m.get('stage')}` ({m.get('created_by')}), "
           f"{len(opened.files)} file(s)")
     print("  parameters " + json.dumps(m.get("parameters", {}), sort_keys=True))
-    vocab = None
     if m["format"] != manifest.DOCUMENTS:
-        path = args.vocab or m["vocab"]["path"]
+        # --vocab: a vocab.txt to decode with (vocab_file), else the vocabulary the manifest names
+        vocab = (vocabularies.VocabTxt(args.vocab, casing=vocabularies.UNKNOWN) if args.vocab
+                 else vocabularies.of_entry(m["vocab"]))
+        decode = None
         try:
-            vocab = _read_vocab(path, {} if args.vocab else m["vocab"]) if path else None
+            decode = vocab.decoder() if vocab.path else None
         except (OSError, IOError):
-            print(f"  (vocab {path} not readable: showing ids)")
+            print(f"  (vocab {vocab.path} not readable: showing ids)")
         if m["format"] in (manifest.PARQUET, manifest.MDS):
-            inspect_converted(opened.files, m, args.examples, vocab)
+            inspect_converted(opened.files, m, args.examples, decode)
         else:
-            inspect_records(opened.files, m, args.examples, vocab)
+            inspect_records(opened.files, m, args.examples, decode, unknown_id(vocab))
     else:
         inspect_documents(opened.files, m, args.examples)
     inspect_corpora(m)

@@ -252,9 +252,8 @@ def run_export_hf(args: argparse.Namespace) -> int:
         return 2
     casing = "uncased" if done.vocab.lowercase else "cased"
     casing += " (decided from the vocab: the manifest does not say)" if done.vocab.inferred else ""
-    kind = "tokenizer" if isinstance(done.vocab, export_hf.TokenizerFile) else "vocab"
     print(f"exported {path} -> {args.out_dir}: {', '.join(done.files)} ({done.architecture}; tokenizer {casing}, "
-          f"model_max_length {done.model_max_length}, {kind} {done.vocab.path})")
+          f"model_max_length {done.model_max_length}, {done.vocab.kind} {done.vocab.path})")
     print(f'load it with transformers.pipeline("fill-mask", model={args.out_dir!r}), '
           f"{done.architecture}.from_pretrained({args.out_dir!r}) or AutoTokenizer.from_pretrained({args.out_dir!r})")
     return 0

@@ -37,6 +37,7 @@ from pipeline.algorithms import packing
 from pipeline.formats import (columns, decontamination_report, dedup_report, documents, heldout, manifest, mds,
                               pair_records, parquet, schema, storage, tfrecord)
 from pipeline.jobs import inputs, settings
+from pipeline.text import vocabularies
 
 MAX_REPORTED = 20
 
@@ -54,8 +55,9 @@ class Problems:
 @dataclass(frozen=True)
 class Ids:
     """What the checks know of the vocabulary: its size, [CLS] and [SEP], and the `special` ids that are never text
-    nor a label (google's [PAD] 0; a tokenizer.json's added special tokens but its unknown token, so its 0 is a
-    word like any other): outside the layout's places and the masked positions, none may appear."""
+    nor a label (Vocabulary.special_ids: google's [PAD] 0; a tokenizer.json's added special tokens but its unknown
+    token, so its 0 is a word like any other): outside the layout's places and the masked positions, none may
+    appear."""
     size: int = 1 << 31
     cls_id: int = 101
     sep_id: int = 102
@@ -66,16 +68,8 @@ class Ids:
         """From a manifest's vocab entry (the given defaults where it says nothing)."""
         entry = entry or {}
         ids = entry.get("ids") or {}
-        special: tuple[int, ...] = (0,)
-        if manifest.is_tokenizer(entry):   # every id no random replacement draws, but the unknown token ([CLS]/[SEP] apart)
-            size = entry["size"]
-            draws = np.zeros(size, bool)
-            for start, end in ids["replacement_ranges"]:
-                draws[start:end] = True
-            keep = {entry["tokenizer"].get("unk_id"), ids["cls_id"], ids["sep_id"]}
-            special = tuple(int(i) for i in np.flatnonzero(~draws) if int(i) not in keep)
         return cls(int(entry.get("size", size)), int(ids.get("cls_id", cls_id)), int(ids.get("sep_id", sep_id)),
-                   special)
+                   vocabularies.of_entry(entry).special_ids())
 
     def labels(self) -> str:
         return f"(0, {self.size})" if self.special == (0,) else f"[0, {self.size}) and no special token"

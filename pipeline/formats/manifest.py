@@ -24,7 +24,7 @@ Its presence marks the directory complete (data files are published before it). 
                              vocab.txt's as it says, pipeline/text/vocab_fit.py), "ids"} (pairs, mask, prepare,
                              pack); a
                              tokenizer.json's also "tokenizer": {"model", "tokens" (of cls sep mask pad unk),
-                             "pad_id", "unk_id"} (is_tokenizer)
+                             "pad_id", "unk_id"} (made and read by pipeline/text/vocabularies.py)
     max_seq_length, max_predictions_per_seq   (shards; max_seq_length also for pairs; P is per instance)
     packing                  packed shards only: {"max_sequences_per_pack": k, "max_predictions_per_row": M,
                              "rows", "instances", "efficiency": real tokens / (rows x L), "rows_split"}; their
@@ -123,11 +123,6 @@ def shard_shape(manifest: dict[str, Any]) -> schema.Shape:
 
 
 OBJECTIVES = ("nsp", "sop", "none")
-
-
-def is_tokenizer(entry: dict | None) -> bool:
-    """Whether a manifest's vocab entry is a tokenizer.json's (it has "tokenizer"), not google's vocab.txt."""
-    return entry is not None and "tokenizer" in entry
 
 
 def objective(manifest: dict[str, Any] | None) -> str:

@@ -6,63 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.algorithms import masking
 from pipeline.formats import heldout, manifest, schema, storage
 from pipeline.jobs.errors import Refused
 from pipeline.jobs.settings import MadeWith
-from pipeline.text import subwords, tokenization, vocab_fit
+from pipeline.text import tokenization, vocabularies
 
 
-def vocab_entry(vocab_path: str, lowercase: bool) -> dict[str, Any]:
-    """A vocab.txt's manifest entry: its absolute path (or URI) and sha256, so a later step (export-hf) finds and
-    checks it from any directory."""
-    vocab = tokenization.read_vocab(vocab_path)
-    return {"path": storage.absolute(vocab_path), "sha256": tokenization.vocab_sha256(vocab_path), "size": len(vocab),
-            "lowercase": lowercase, "ids": masking.VocabIds.from_vocab(vocab).to_json()}
-
-
-def tokenizer_entry(path: str, overrides: dict[str, str] | None = None) -> dict[str, Any]:
-    """A tokenizer.json's manifest entry: vocab.txt's keys (size counts the added tokens; random replacements
-    from every id but the added special tokens) and "tokenizer": its model, the tokens of BERT's roles and the pad
-    and unknown ids. subwords.TokenizerError (one line) if it is none or lacks a role."""
-    tok = subwords.load(path)
-    specials = subwords.find_specials(tok, path, overrides)
-    size = tok.get_vocab_size(with_added_tokens=True)
-    special = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
-    special |= {specials.cls, specials.sep, specials.mask, specials.pad} | ({specials.unk} - {None})
-    ids = masking.VocabIds.excluding(size, special, specials.mask, specials.cls, specials.sep)
-    roles = {"cls": specials.cls, "sep": specials.sep, "mask": specials.mask, "pad": specials.pad,
-             "unk": specials.unk}
-    return {"path": storage.absolute(path), "sha256": subwords.sha256(path), "size": size, "lowercase": subwords.lowercases(tok),
-            "ids": ids.to_json(),
-            "tokenizer": {"model": subwords.model_type(tok),
-                          "tokens": {role: None if i is None else tok.id_to_token(i) for role, i in roles.items()},
-                          "pad_id": specials.pad, "unk_id": specials.unk}}
-
-
-def vocabulary(entry: dict[str, Any]) -> subwords.Vocabulary:
-    """What a job's workers tokenize with, from the manifest entry of it (pairing_vocab)."""
-    if manifest.is_tokenizer(entry):
-        return subwords.Vocabulary(entry["path"], bool(entry["lowercase"]), True, entry["tokenizer"]["unk_id"])
-    return subwords.Vocabulary(entry["path"], bool(entry["lowercase"]))
-
-
-def pairing_vocab(pairing: Any) -> dict[str, Any]:
-    """The manifest entry of what a `Pairing` tokenizes with. A vocabulary on an object store is read here, by the
-    job (the command line reads a local one): its casing decided, a tokenizer's roles found, or Refused."""
-    if pairing.tokenizer:
-        try:
-            return tokenizer_entry(pairing.tokenizer, dict(pairing.special_tokens))
-        except subwords.TokenizerError as e:
-            raise Refused(subwords.refusal(e)) from None
-    lowercase = pairing.lowercase
-    if lowercase is None:
-        found = vocab_fit.Casing.of(tokenization.read_vocab(pairing.vocab))
-        refusal = vocab_fit.contradiction(pairing.casing, pairing.vocab, found)
-        if refusal:
-            raise Refused(refusal)
-        lowercase = found.lowercase
-    return vocab_entry(pairing.vocab, lowercase)
+def pairing_vocab(pairing: Any) -> vocabularies.Vocabulary:
+    """What a `Pairing` tokenizes with, its manifest entry made (read once, by the command line for a local file). A
+    vocabulary on an object store is read here, by the job (the command line reads a local one): its casing decided,
+    a tokenizer's roles found, or Refused."""
+    try:
+        pairing.vocab.check()
+    except vocabularies.VocabularyError as e:
+        raise Refused(str(e)) from None
+    return pairing.vocab
 
 
 def held_out_input(opened: manifest.Opened, what: str) -> tuple[str, dict] | None:
@@ -118,7 +76,7 @@ def open_made(spec: str, formats: tuple[str, ...], given: MadeWith, needs: tuple
         if lacking:
             raise Refused(missing or f"{spec} has no {manifest.NAME} (shards made by google's tool?): pass "
                                      f"{', '.join(lacking)} to say what they were made with")
-        vocab = vocab_entry(given.vocab, lowercase=None) if given.vocab else None
+        vocab = vocabularies.VocabTxt(given.vocab, casing=vocabularies.UNKNOWN).entry() if given.vocab else None
         return Input(opened, vocab, schema.Shape(given.max_seq_length, given.max_predictions_per_seq or 0), "nsp")
     shape = (schema.Shape(int(m["max_seq_length"]), 0) if opened.format == manifest.PAIRS
              else manifest.shard_shape(m))

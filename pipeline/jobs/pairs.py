@@ -20,6 +20,7 @@ from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.formats import heldout, manifest, storage
 from pipeline.jobs import inputs, launch, outputs, settings, sources
 from pipeline.jobs.errors import Refused
+from pipeline.text.vocabularies import Vocabulary
 
 HELD_OUT_PAIRS = "validation_pairs"   # the validation set's pair shuffle
 
@@ -87,16 +88,17 @@ def run(plan: Plan, options) -> dict | None:
     return m
 
 
-def chain(side: Side, docs, plan: Plan, vocab: dict, shuffle, documents: float, tokens: float, parallelism: int):
+def chain(side: Side, docs, plan: Plan, vocab: Vocabulary, shuffle, documents: float, tokens: float,
+          parallelism: int):
     """One side's documents -> its pair records, written: the stats its Publish reads."""
     out = side.job.out
-    docs = docs | f"{side.prefix}Tokenize" >> transforms.Tokenize(inputs.vocabulary(vocab))
+    docs = docs | f"{side.prefix}Tokenize" >> transforms.Tokenize(vocab)
     if plan.split:   # each corpus's tokens on each side, for the split's token shares
         docs = docs | f"{side.prefix}CountSplitTokens" >> tally.FlatMap(
             splitting.count_side_tokens, side=splitting.VALIDATION if side.prefix else splitting.TRAINING)
     return (docs
             | f"{side.prefix}MakePairs" >> transforms.MakePairs(
-                shuffle, inputs.vocabulary(vocab), plan.pairing.params(vocab, side.dupe_factor), plan.seed,
+                shuffle, vocab, plan.pairing.params(vocab.entry(), side.dupe_factor), plan.seed,
                 plan.pairing.bucket_docs, documents * side.share, tokens * side.share, parallelism)
             | f"{side.prefix}ToRecords" >> beam.Map(transforms.encode_pairs)
             | f"{side.prefix}WritePairs" >> shards.WriteShards(out.directory, "pairs", out.num_shards, "tfrecord",
@@ -104,7 +106,8 @@ def chain(side: Side, docs, plan: Plan, vocab: dict, shuffle, documents: float, 
                                                                name=side.shuffle_name))
 
 
-def plan_sides(plan: Plan, opened: manifest.Opened, vocab: dict, tokens: float, documents: float) -> list[Side]:
+def plan_sides(plan: Plan, opened: manifest.Opened, vocab: Vocabulary, tokens: float,
+               documents: float) -> list[Side]:
     """The training pairs, and with a split the validation pairs (one dupe pass of the held-out documents): their
     outputs, manifests and the checks their Publish makes."""
     split_ = plan.split
@@ -114,7 +117,7 @@ def plan_sides(plan: Plan, opened: manifest.Opened, vocab: dict, tokens: float, 
                       "and training needs some of them: ask for fewer")
     L, dupe_factor = plan.pairing.max_seq_length, plan.pairing.rule.dupe_factor
     head = {"format": manifest.PAIRS, "stage": "pairs", "seed": plan.seed, "objective": plan.pairing.objective,
-            "vocab": vocab, "max_seq_length": L, "parameters": plan.pairing.parameters()}
+            "vocab": vocab.entry(), "max_seq_length": L, "parameters": plan.pairing.parameters()}
     counted = opened.manifest is not None and len(opened.records) == len(opened.files)
     sides = []
     for held in (False, True)[:2 if split_ else 1]:

@@ -28,6 +28,7 @@ from pipeline.beam import split as splitting
 from pipeline.beam.publish import Output, Publication, Publish
 from pipeline.formats import heldout, storage
 from pipeline.jobs import inputs, launch, outputs, settings, sources
+from pipeline.text.vocabularies import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Side:
     """One output of the job (the training set, or the validation set) and how its chain differs: its labels'
     prefix, its dupe passes, its share of the input, its masking and packing, its shuffle and counters' names."""
     job: Publication
-    vocab: dict                     # the vocab's manifest entry
+    vocab: Vocabulary               # what it tokenizes with
     prefix: str                     # "" | "Validation"
     dupes: dict[str, int]
     share: float                    # of the input's documents
@@ -189,14 +190,13 @@ def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tok
             docs = docs | f"{side.prefix}CountDocuments{name}" >> tally.FlatMap(transforms.count_documents,
                                                                                 namespace=side.corpus)
         # the words of a tokenizer.json are marked only for the masking that reads them (its pair records stay inside)
-        docs = docs | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(
-            dataclasses.replace(inputs.vocabulary(side.vocab), words=side.mask.needs_word_starts))
+        docs = docs | f"{side.prefix}Tokenize{name}" >> transforms.Tokenize(side.vocab, side.mask.needs_word_starts)
         if plan.split:   # each corpus's tokens on each side, for the split's token shares
             docs = docs | f"{side.prefix}CountSplitTokens{name}" >> tally.FlatMap(
                 splitting.count_side_tokens, side=splitting.VALIDATION if side.prefix else splitting.TRAINING)
         made.append(docs
                     | f"{side.prefix}MakePairs{name}" >> transforms.MakePairs(
-                        shuffle, inputs.vocabulary(side.vocab), plan.pairing.params(side.vocab, dupes), plan.seed,
+                        shuffle, side.vocab, plan.pairing.params(side.vocab.entry(), dupes), plan.seed,
                         plan.pairing.bucket_docs, side.share * sum(documents_of[k] for k in members),
                         side.share * sum(tokens_of[k] for k in members), parallelism))
     instances = made[0] if len(made) == 1 else tuple(made) | f"{side.prefix}JoinPairs" >> beam.Flatten()
@@ -204,9 +204,9 @@ def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tok
         instances = instances | f"{side.prefix}CountInstances" >> tally.FlatMap(transforms.count_instances,
                                                                                 namespace=side.corpus)
     label, write = launch.write_or_pack(plan.seed, side.job.out, shuffle, side.pack, name=side.shuffle_name)
-    ids = masking.VocabIds.from_json(side.vocab["ids"])
     return (instances
-            | f"{side.prefix}MaskPairs" >> transforms.MaskPairs(side.mask, ids, plan.seed, plan.pairing.max_seq_length)
+            | f"{side.prefix}MaskPairs" >> transforms.MaskPairs(side.mask, side.vocab.ids, plan.seed,
+                                                                 plan.pairing.max_seq_length)
             | f"{side.prefix}{label}" >> write)
 
 
@@ -234,7 +234,7 @@ def plan_sides(plan: Plan, found, tokens_of: dict, documents_of: dict) -> list[S
     return sides
 
 
-def publication(plan: Plan, found, out: Output, vocab: dict, params: masking.MaskRecipe, pack,
+def publication(plan: Plan, found, out: Output, vocab: Vocabulary, params: masking.MaskRecipe, pack,
                 held: bool) -> Publication:
     """What one side's manifest will say (decided now, filled with what it writes and counts), and the checks its
     Publish step makes (the training side's: of the whole job)."""
@@ -249,7 +249,7 @@ def publication(plan: Plan, found, out: Output, vocab: dict, params: masking.Mas
     elif several:
         parameters.update(corpora=corpora, mix_corpora=plan.mix_corpora)
     parameters.update(params.to_json())
-    head = outputs.shards_head("prepare", plan.seed, params, vocab, plan.pairing.max_seq_length,
+    head = outputs.shards_head("prepare", plan.seed, params, vocab.entry(), plan.pairing.max_seq_length,
                                plan.pairing.objective)
     files = [{"path": f} for _, fs, _ in found for f in fs]
     documents = outputs.HELD_OUT_DOCUMENTS if held else outputs.TRAINING_DOCUMENTS if plan.split else outputs.COUNTED

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipeline.algorithms import masking, packing, pool, split
+from pipeline.text.vocabularies import Vocabulary
 
 if TYPE_CHECKING:   # the type only: importing Beam's module would make every command's parsing wait for Beam
     from pipeline.beam.decontaminate import DecontaminateParams
@@ -33,18 +34,14 @@ class Running:
 
 @dataclass(frozen=True)
 class Pairing:
-    """How documents become pair instances: the vocab that tokenizes them (google's vocab.txt, or a tokenizer.json
-    with its special tokens named by `special_tokens` where it does not say), google's pairing parameters (their
-    vocab ids filled from the vocab by `params`), the random-next pools' size and the pairing workers."""
-    vocab: str | None
-    lowercase: bool | None = True   # None: as the vocab says, read by the job (a vocab on an object store)
+    """How documents become pair instances: the vocabulary that tokenizes them (google's vocab.txt, or a
+    tokenizer.json with its special tokens; read once: by the command line where it is local, else by the job),
+    google's pairing parameters (their vocab ids filled from its manifest entry by `params`), the random-next pools'
+    size and the pairing workers."""
+    vocab: Vocabulary | None
     rule: pool.PairParams = pool.PairParams()
     bucket_docs: int = 10_000
     parallelism: int = 0   # 0: the local worker count, or 32 on a distributed runner (launch.pair_parallelism)
-    tokenizer: str | None = None                         # a tokenizer.json instead of `vocab`
-    special_tokens: tuple[tuple[str, str], ...] = ()     # (role, token): --special-tokens
-    casing: str | None = None                            # --cased | --uncased as given; None: the vocab's
-
 
     @property
     def max_seq_length(self) -> int:
@@ -74,13 +71,13 @@ class Pairing:
                 "the instances will be random next (59% on books at 64); use --max-seq-length "
                 f"{NSP_DRIFT_BELOW} or more, or --objective sop, to keep it near half",)
 
-    def line(self, title: str, vocab: dict) -> str:
-        """The plan's line on tokenization: the vocab (its manifest entry) and the casing it is used with (a
-        vocab.txt's as it says: pipeline/text/vocab_fit.py; a tokenizer.json's its normalizer's)."""
-        whose = "its normalizer's" if self.tokenizer else "as the vocab says"
-        how = "lowercased, accents stripped" if vocab["lowercase"] else "case and accents kept"
-        return (f"{title}: tokenizing with {vocab['path']} ({vocab['size']:,} tokens): "
-                f"{'uncased' if vocab['lowercase'] else 'cased'} ({whose}), {how}")
+    def line(self, title: str, vocab: Vocabulary) -> str:
+        """The plan's line on tokenization: the vocab and the casing it is used with (a vocab.txt's as it says:
+        pipeline/text/vocab_fit.py; a tokenizer.json's its normalizer's)."""
+        entry = vocab.entry()
+        how = "lowercased, accents stripped" if entry["lowercase"] else "case and accents kept"
+        return (f"{title}: tokenizing with {entry['path']} ({entry['size']:,} tokens): "
+                f"{'uncased' if entry['lowercase'] else 'cased'} ({vocab.casing_from}), {how}")
 
     def parameters(self) -> dict:
         """The manifest's record of the pairing."""

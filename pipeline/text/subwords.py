@@ -12,8 +12,8 @@ tokens up to a multiple of 64, as ModernBERT extended OLMo's tokenizer to 50,368
 
 Text to ids (`document_texts`, `encode`, below): each sentence with the whitespace before it in the document, so
 that consecutive sentences' ids are the tokenizer's own ids for their span, and word starts from the pre-tokenizer's
-words (what whole-word masking masks together). `Vocabulary` (at the end) names either kind of vocabulary to a job's
-workers, which build its encoder once each.
+words (what whole-word masking masks together). pipeline/text/vocabularies.py makes a tokenizer.json one of the two
+kinds of vocabulary a job tokenizes with (google's vocab.txt the other).
 """
 from __future__ import annotations
 
@@ -21,14 +21,13 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, processors
 
 from pipeline.formats import storage
 from pipeline.formats.documents import Document
-from pipeline.text import sentences, tokenization
+from pipeline.text import sentences
 
 ROLES = ("cls", "sep", "mask", "pad")
 NAMES = {"mask": ("[MASK]", "<mask>"), "pad": ("[PAD]", "<pad>"), "unk": ("[UNK]", "<unk>")}
@@ -59,11 +58,15 @@ class Specials:
         return {"cls_id": self.cls, "sep_id": self.sep, "mask_id": self.mask, "pad_id": self.pad, "unk_id": self.unk}
 
 
-def load(path: str) -> Tokenizer:
-    """The tokenizer.json at `path` (local or any path Beam's FileSystems read); TokenizerError if it is none."""
+def read(path: str) -> bytes:
+    """The bytes of the file at `path` (local or any path Beam's FileSystems read); TokenizerError if it is none."""
     if not storage.exists(path):
         raise TokenizerError(f"{path}: no such file")
-    raw = storage.read_bytes(path)
+    return storage.read_bytes(path)
+
+
+def parse(raw: bytes, path: str) -> Tokenizer:
+    """The tokenizer.json `raw` (the bytes of `path`); TokenizerError if it is none."""
     try:
         tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
     except (UnicodeDecodeError, Exception) as e:   # tokenizers raises a bare Exception for a bad file
@@ -74,6 +77,11 @@ def load(path: str) -> Tokenizer:
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
+
+
+def load(path: str) -> Tokenizer:
+    """The tokenizer.json at `path` (local or any path Beam's FileSystems read); TokenizerError if it is none."""
+    return parse(read(path), path)
 
 
 def sha256(path: str) -> str:
@@ -280,37 +288,3 @@ def document_ids(tokenizer: Tokenizer, doc: Document, words: bool = True) -> lis
     if not words:   # every token a word of its own: nothing will mask by words
         return [np.asarray(e.ids, np.int32) for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
     return marked_ids(tokenizer, texts)
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """What turns text into ids, as a job names it to its workers (a few strings; each worker builds the encoder
-    once): google's vocab.txt (tokenization.py, `lowercase` as the vocab says: vocab_fit.Casing) or a tokenizer.json
-    (`tokenizer`, its casing its normalizer's; `unk_id` its unknown token's id from its manifest entry, None: it has
-    none, as byte-level BPE)."""
-    path: str
-    lowercase: bool = True
-    tokenizer: bool = False
-    unk_id: int | None = None   # a tokenizer.json's; a vocab.txt's is its [UNK] (unknown_id)
-    words: bool = True          # a tokenizer.json's word starts marked: False where nothing reads them (prepare
-                                # without whole-word or n-gram masking writes no pair record): 5% of the job's CPU
-
-    def encoder(self) -> Callable[[Document], list[np.ndarray]]:
-        """document -> its sentences' ids, (n_i,) int32 each (a tokenizer.json's marked: pool.WordStarts)."""
-        if self.tokenizer:
-            tok = for_documents(load(self.path))
-            return lambda doc: document_ids(tok, doc, self.words)
-        wordpieces = tokenization.build_tokenizer(tokenization.read_vocab(self.path), self.lowercase)
-
-        def encode(doc: Document) -> list[np.ndarray]:
-            sents = sentences.document_sentences(doc)
-            return tokenization.tokenize_sentences(wordpieces, sents) if sents else []
-        return encode
-
-    def unknown_id(self) -> int | None:
-        """The id of the unknown token, counted at tokenization: a vocab.txt's [UNK], a tokenizer.json's unk_id."""
-        return self.unk_id if self.tokenizer else tokenization.read_vocab(self.path).index(tokenization.UNK)
-
-    def word_starts(self):
-        """The table of word-starting ids (google's vocab.txt), or None: the ids are marked (a tokenizer.json)."""
-        return None if self.tokenizer else tokenization.word_starts(tokenization.read_vocab(self.path))

@@ -63,16 +63,21 @@ _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700,
 _FINAL_SIGMA = r"Σ(?<=\p{Cased}\p{Case_Ignorable}*Σ)(?!\p{Case_Ignorable}*\p{Cased})"
 
 
-def read_vocab(path: str) -> list[str]:
-    """google's vocab.txt as a list, index = id.
+def vocab_bytes(path: str) -> bytes:
+    """A vocab.txt's bytes, local or any path Beam's FileSystems read."""
+    from apache_beam.io.filesystems import FileSystems   # deferred: Beam (~1 s) for importers that read no vocab
+
+    with FileSystems.open(path) as f:
+        return f.read()
+
+
+def parse_vocab(raw: bytes) -> list[str]:
+    """google's vocab.txt (its bytes) as a list, index = id.
 
     Follows google's load_vocab: each line is stripped of surrounding whitespace, and a repeated token keeps
     its first id without using up a new one (so ids equal line numbers exactly when the file has no repeats).
     """
-    from apache_beam.io.filesystems import FileSystems   # deferred: Beam (~1 s) for importers that read no vocab
-
-    with FileSystems.open(path) as f:
-        lines = f.read().decode("utf-8").split("\n")
+    lines = raw.decode("utf-8").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     seen: set[str] = set()
@@ -85,11 +90,13 @@ def read_vocab(path: str) -> list[str]:
     return vocab
 
 
-def vocab_sha256(path: str) -> str:
-    from apache_beam.io.filesystems import FileSystems   # deferred: Beam (~1 s) for importers that read no vocab
+def read_vocab(path: str) -> list[str]:
+    """google's vocab.txt at `path` as a list, index = id (parse_vocab)."""
+    return parse_vocab(vocab_bytes(path))
 
-    with FileSystems.open(path) as f:
-        return hashlib.sha256(f.read()).hexdigest()
+
+def vocab_sha256(path: str) -> str:
+    return hashlib.sha256(vocab_bytes(path)).hexdigest()
 
 
 def _char_class(codepoints: list[int]) -> str:
