@@ -4,10 +4,17 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from pipeline.formats.documents import Count, Document
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# Every Hypothesis test draws the same examples on every run (a seed from the test itself, no example database
+# replayed from an earlier run): a failure reproduces, and the suite is seeded like the code it tests. A test's own
+# @settings(max_examples=...) inherits these, being made after this file is loaded.
+settings.register_profile("bertprep", derandomize=True, database=None, print_blob=True)
+settings.load_profile("bertprep")
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "corpora" / "samples"
