@@ -70,6 +70,21 @@ def same_tree(a, b, ignore: tuple[str, ...] = ()) -> int:
     return len(names)
 
 
+def tf_examples(directory) -> list[dict]:
+    """Every record of the *.tfrecord files in `directory` (in name order), read with TensorFlow's own reader and
+    parser, not ours: {feature: numpy array of its values}."""
+    import numpy as np
+    import tensorflow as tf
+
+    rows = []
+    for path in sorted(Path(directory).glob("*.tfrecord")):
+        for raw in tf.data.TFRecordDataset(str(path)):
+            example = tf.train.Example.FromString(raw.numpy())
+            rows.append({name: np.array(getattr(f, f.WhichOneof("kind")).value)
+                         for name, f in example.features.feature.items()})
+    return rows
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models run fastest on one thread, and a shared CI machine then does not stall OpenMP barriers."""
