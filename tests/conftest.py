@@ -4,10 +4,17 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from pipeline.formats.documents import Count, Document
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# Every Hypothesis test draws the same examples on every run (a seed from the test itself, no example database
+# replayed from an earlier run): a failure reproduces, and the suite is seeded like the code it tests. A test's own
+# @settings(max_examples=...) inherits these, being made after this file is loaded.
+settings.register_profile("bertprep", derandomize=True, database=None, print_blob=True)
+settings.load_profile("bertprep")
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "corpora" / "samples"
@@ -61,6 +68,21 @@ def same_tree(a, b, ignore: tuple[str, ...] = ()) -> int:
     for name in names:
         assert (Path(a) / name).read_bytes() == (Path(b) / name).read_bytes(), f"{name} differs"
     return len(names)
+
+
+def tf_examples(directory) -> list[dict]:
+    """Every record of the *.tfrecord files in `directory` (in name order), read with TensorFlow's own reader and
+    parser, not ours: {feature: numpy array of its values}."""
+    import numpy as np
+    import tensorflow as tf
+
+    rows = []
+    for path in sorted(Path(directory).glob("*.tfrecord")):
+        for raw in tf.data.TFRecordDataset(str(path)):
+            example = tf.train.Example.FromString(raw.numpy())
+            rows.append({name: np.array(getattr(f, f.WhichOneof("kind")).value)
+                         for name, f in example.features.feature.items()})
+    return rows
 
 
 @pytest.fixture

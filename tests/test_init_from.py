@@ -2,7 +2,12 @@
 (logits, and every tensor back through export-hf), the HF layouts it reads (safetensors, sharded, pytorch_model.bin
 with google's TF-era names; BertModel and BertForMaskedLM weights), every tensor accounted for, phase 2 from phase 1,
 the optimizer's moments carried, --resume refused on other data, and each bad source one line before any step with
-nothing written to --output."""
+nothing written to --output.
+
+Parity is against an independent reference (issue 44): every parameter of the source drawn at random (biases and
+LayerNorm included, none 0 or 1, so a tensor dropped or put in the wrong place moves the logits), transformers' own
+logits on the same inputs, and each loaded tensor compared with the source's files read by their own names, through
+a mapping written here by hand rather than model/hf.py's table."""
 import glob
 import json
 import math
@@ -13,7 +18,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from model import architectures, checkpoints, hf, init_from, optim, train
+from model import architectures, checkpoints, init_from, optim, train
 from model.bert import Bert
 from model.config import PRESETS, BertConfig
 from model.plan import RunError
@@ -34,11 +39,24 @@ def data(tmp_path_factory):
     return os.path.dirname(write_shards(tmp_path_factory.mktemp("data") / "shards", [12, 12]))
 
 
+def randomised(model, seed: int):
+    """`model` with every parameter drawn from a seeded generator: N(0, 0.5^2), LayerNorm weights 1 + N(0, 0.5^2).
+    A fresh transformers BERT has 28 of its 46 tensors exactly 0 or 1 (biases, LayerNorm), which a loader that drops
+    them would leave as they were; these have none (tied tensors are one parameter, drawn once)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = 0.5 * torch.randn(p.shape, generator=g)
+            p.copy_(1 + noise if name.endswith("LayerNorm.weight") else noise)
+    return model
+
+
 def hf_directory(path, data_dir, cls="BertForPreTraining", seed=0, vocab_from=None, lowercase=True, **shape):
-    """A transformers model of `cls` with random weights, saved with save_pretrained, beside the vocab.txt of
-    `vocab_from` (default: --data's) and a tokenizer_config.json saying `lowercase`. Returns the model, in eval mode."""
+    """A transformers model of `cls` with every parameter random (`randomised`), saved with save_pretrained, beside
+    the vocab.txt of `vocab_from` (default: --data's) and a tokenizer_config.json saying `lowercase`. Returns the
+    model, in eval mode."""
     torch.manual_seed(seed)
-    model = getattr(transformers, cls)(transformers.BertConfig(**{**SHAPE, **shape})).eval()
+    model = randomised(getattr(transformers, cls)(transformers.BertConfig(**{**SHAPE, **shape})), seed).eval()
     model.save_pretrained(str(path))
     shutil.copy(os.path.join(vocab_from or data_dir, "vocab.txt"), path / "vocab.txt")
     (path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": lowercase}))
@@ -87,41 +105,76 @@ def gathered(logits, positions):
 
 # ---- parity with transformers --------------------------------------------------------------------------------------
 
-def test_a_pretraining_directory_gives_transformers_logits(tmp_path, data):
-    theirs = hf_directory(tmp_path / "hf", data)
-    ours, lines = opened(tmp_path / "hf", data)
-    assert lines == [f"init: Hugging Face BertForPreTraining {tmp_path / 'hf'} (model.safetensors): loaded 38 tensors "
-                     "(embeddings, 2 encoder layers, MLM head transform, MLM output bias, pooler and NSP classifier)"]
-    ids, segments, mask, positions = batch()
-    with torch.no_grad():
-        a = ours(ids, segments, mask, positions)
-        b = theirs(input_ids=ids, attention_mask=mask, token_type_ids=segments)
-    torch.testing.assert_close(a["mlm_logits"], gathered(b.prediction_logits, positions), rtol=0, atol=1e-5)
-    torch.testing.assert_close(a["nsp_logits"], b.seq_relationship_logits, rtol=0, atol=1e-5)
+def by_hand(layers: int) -> dict[str, tuple[str, ...]]:
+    """Each tensor of our Bert and the names BertForPreTraining's files give what it holds (several: concatenated
+    along dim 0, our fused q, k, v in that order), written here apart from model/hf.py's table."""
+    names = {"embeddings.word.weight": ("bert.embeddings.word_embeddings.weight",),
+             "embeddings.position.weight": ("bert.embeddings.position_embeddings.weight",),
+             "embeddings.segment.weight": ("bert.embeddings.token_type_embeddings.weight",),
+             "embeddings.ln.weight": ("bert.embeddings.LayerNorm.weight",),
+             "embeddings.ln.bias": ("bert.embeddings.LayerNorm.bias",),
+             "mlm_bias": ("cls.predictions.bias",)}
+    for kind in ("weight", "bias"):
+        names[f"pooler.{kind}"] = (f"bert.pooler.dense.{kind}",)
+        names[f"mlm_dense.{kind}"] = (f"cls.predictions.transform.dense.{kind}",)
+        names[f"mlm_ln.{kind}"] = (f"cls.predictions.transform.LayerNorm.{kind}",)
+        names[f"nsp.{kind}"] = (f"cls.seq_relationship.{kind}",)
+        for i in range(layers):
+            layer = f"bert.encoder.layer.{i}"
+            names[f"blocks.{i}.attn.qkv.{kind}"] = tuple(f"{layer}.attention.self.{x}.{kind}"
+                                                         for x in ("query", "key", "value"))
+            names[f"blocks.{i}.attn.proj.{kind}"] = (f"{layer}.attention.output.dense.{kind}",)
+            names[f"blocks.{i}.ln_1.{kind}"] = (f"{layer}.attention.output.LayerNorm.{kind}",)
+            names[f"blocks.{i}.fc.{kind}"] = (f"{layer}.intermediate.dense.{kind}",)
+            names[f"blocks.{i}.fc_out.{kind}"] = (f"{layer}.output.dense.{kind}",)
+            names[f"blocks.{i}.ln_2.{kind}"] = (f"{layer}.output.LayerNorm.{kind}",)
+    return names
 
 
-def test_one_step_at_a_negligible_lr_exports_every_tensor_back(tmp_path, data, capsys):
-    theirs = hf_directory(tmp_path / "hf", data)
-    assert cli.main(train_argv(data, tmp_path / "run", "--init-from", str(tmp_path / "hf"), "--steps", "1",
-                               "--lr", "1e-12")) == 0
-    out = capsys.readouterr().out
-    assert "step 0/1" in out and "init: Hugging Face BertForPreTraining" in out
-    assert cli.main(["export-hf", str(tmp_path / "run"), str(tmp_path / "back")]) == 0
-    back = safetensors.torch.load_file(str(tmp_path / "back" / "model.safetensors"))
-    expected = {k: v for k, v in theirs.state_dict().items() if k not in hf.TIED}
-    assert sorted(back) == sorted(expected)   # no tensor missing, none extra
-    for name, tensor in expected.items():
-        torch.testing.assert_close(back[name], tensor, rtol=0, atol=1e-4, msg=name)
-    # the run is new: its own step counter, the source named in what it keeps
-    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
-    assert ckpt["step"] == 1 and ckpt["args"]["init_from"] == str(tmp_path / "hf")
+def source_files(directory) -> dict[str, torch.Tensor]:
+    """Every tensor of an HF directory's weight files, under the names the files give them."""
+    directory = str(directory)
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.exists(index):
+        shards = sorted(set(json.load(open(index))["weight_map"].values()))
+        return {k: v for shard in shards for k, v in safetensors.torch.load_file(os.path.join(directory, shard)).items()}
+    if os.path.exists(os.path.join(directory, "model.safetensors")):
+        return safetensors.torch.load_file(os.path.join(directory, "model.safetensors"))
+    return torch.load(os.path.join(directory, "pytorch_model.bin"), weights_only=True)
 
-    # an export is a source too, its vocab read from tokenizer.json where vocab.txt is gone (token by token)
-    os.remove(tmp_path / "back" / "vocab.txt")
-    source = init_from.open_source(str(tmp_path / "back"))
-    assert source.vocab.file == str(tmp_path / "back" / "tokenizer.json") and source.vocab.lowercase is True
-    data_vocab = vocabularies.of_entry(json.load(open(os.path.join(data, "manifest.json")))["vocab"])
-    assert data_vocab.same_as(source.vocab.sha256, source.vocab.tokens, source.vocab.file) is True
+
+def spelled(name: str, files: dict) -> str | None:
+    """The files' name for BertForPreTraining's `name`: itself, without "bert." (a bare BertModel's), or google's
+    TF-era LayerNorm gamma/beta; None where the files lack it."""
+    tf = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+    for candidate in (name, name.removeprefix("bert."), tf, tf.removeprefix("bert.")):
+        if candidate in files:
+            return candidate
+    return None
+
+
+def assert_loaded_by_the_files_names(state: dict, directory, atol: float = 0.0) -> set[str]:
+    """Each tensor of our state dict whose source tensors the files hold equals them (within `atol`), read by the
+    files' own names; every tensor of the files went somewhere (but the tied decoder and the position_ids buffer).
+    Returns the names of ours loaded."""
+    files = source_files(directory)
+    loaded, used = set(), set()
+    for name, hf_names in by_hand(SHAPE["num_hidden_layers"]).items():
+        found = [spelled(n, files) for n in hf_names]
+        if None in found or name not in state:
+            continue
+        torch.testing.assert_close(state[name], torch.cat([files[n] for n in found]), rtol=0, atol=atol,
+                                   msg=f"{name} is not {found}")
+        loaded.add(name)
+        used.update(found)
+    ignored = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "bert.embeddings.position_ids"}
+    assert set(files) - used <= ignored, sorted(set(files) - used - ignored)
+    return loaded
+
+
+def assert_logits_match(ours_logits, their_logits):
+    """Within 1e-5 of the reference's scale (its largest logit)."""
+    torch.testing.assert_close(ours_logits, their_logits, rtol=0, atol=1e-5 * float(their_logits.abs().max()))
 
 
 def google_names(state: dict) -> dict:
@@ -136,27 +189,63 @@ def google_names(state: dict) -> dict:
     return out
 
 
-@pytest.mark.parametrize("layout", ["sharded safetensors", "pytorch_model.bin, google's names"])
-def test_other_weight_files_load_the_same_tensors(tmp_path, data, layout):
+@pytest.mark.parametrize("layout", ["model.safetensors", "sharded safetensors", "pytorch_model.bin, google's names"])
+def test_a_pretraining_directory_gives_transformers_logits(tmp_path, data, layout):
     theirs = hf_directory(tmp_path / "hf", data)
     if layout == "sharded safetensors":
         os.remove(tmp_path / "hf" / "model.safetensors")
         theirs.save_pretrained(str(tmp_path / "hf"), max_shard_size="20KB")
         assert os.path.exists(tmp_path / "hf" / "model.safetensors.index.json")
-    else:
+    elif layout != "model.safetensors":
         os.remove(tmp_path / "hf" / "model.safetensors")
         state = theirs.state_dict()
         state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
         torch.save(google_names(state), tmp_path / "hf" / "pytorch_model.bin")
+        assert "bert.encoder.layer.0.output.LayerNorm.gamma" in source_files(tmp_path / "hf")
     ours, lines = opened(tmp_path / "hf", data)
-    assert "loaded 38 tensors" in lines[0]
-    if layout == "sharded safetensors":
-        assert "model.safetensors.index.json: " in lines[0] and len(lines) == 1
+    if layout == "model.safetensors":
+        assert lines == [f"init: Hugging Face BertForPreTraining {tmp_path / 'hf'} (model.safetensors): loaded 38 "
+                         "tensors (embeddings, 2 encoder layers, MLM head transform, MLM output bias, pooler and NSP "
+                         "classifier)"]
+    elif layout == "sharded safetensors":
+        assert "model.safetensors.index.json: " in lines[0] and "loaded 38 tensors" in lines[0] and len(lines) == 1
     else:
+        assert "loaded 38 tensors" in lines[0]
         assert lines[1:] == ["init: unused: bert.embeddings.position_ids (buffers, not weights)"]
-    mine = hf.to_hf_state_dict(ours.state_dict(), ours.config)
-    for name, tensor in theirs.state_dict().items():
-        assert torch.equal(mine[name], tensor), name
+    assert assert_loaded_by_the_files_names(ours.state_dict(), tmp_path / "hf") == set(ours.state_dict())
+    ids, segments, mask, positions = batch()
+    with torch.no_grad():
+        a = ours(ids, segments, mask, positions)
+        b = theirs(input_ids=ids, attention_mask=mask, token_type_ids=segments)
+    assert_logits_match(a["mlm_logits"], gathered(b.prediction_logits, positions))
+    assert_logits_match(a["nsp_logits"], b.seq_relationship_logits)
+
+
+def test_one_step_at_a_negligible_lr_exports_every_tensor_back(tmp_path, data, capsys):
+    theirs = hf_directory(tmp_path / "hf", data)
+    assert cli.main(train_argv(data, tmp_path / "run", "--init-from", str(tmp_path / "hf"), "--steps", "1",
+                               "--lr", "1e-12")) == 0
+    out = capsys.readouterr().out
+    assert "step 0/1" in out and "init: Hugging Face BertForPreTraining" in out
+    assert cli.main(["export-hf", str(tmp_path / "run"), str(tmp_path / "back")]) == 0
+    back = safetensors.torch.load_file(str(tmp_path / "back" / "model.safetensors"))
+    tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}   # save_pretrained leaves them out
+    expected = {k: v for k, v in theirs.state_dict().items() if k not in tied}
+    assert sorted(back) == sorted(expected)   # no tensor missing, none extra
+    for name, tensor in expected.items():
+        torch.testing.assert_close(back[name], tensor, rtol=0, atol=1e-4, msg=name)
+    # the run is new: its own step counter, the source named in what it keeps
+    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
+    assert ckpt["step"] == 1 and ckpt["args"]["init_from"] == str(tmp_path / "hf")
+    # what the run trained from, by the source's own names (an export's table, which loaded it too, cannot tell)
+    assert assert_loaded_by_the_files_names(ckpt["model"], tmp_path / "hf", atol=1e-6) == set(ckpt["model"])
+
+    # an export is a source too, its vocab read from tokenizer.json where vocab.txt is gone (token by token)
+    os.remove(tmp_path / "back" / "vocab.txt")
+    source = init_from.open_source(str(tmp_path / "back"))
+    assert source.vocab.file == str(tmp_path / "back" / "tokenizer.json") and source.vocab.lowercase is True
+    data_vocab = vocabularies.of_entry(json.load(open(os.path.join(data, "manifest.json")))["vocab"])
+    assert data_vocab.same_as(source.vocab.sha256, source.vocab.tokens, source.vocab.file) is True
 
 
 @pytest.mark.parametrize("cls, fresh", [
@@ -165,22 +254,33 @@ def test_other_weight_files_load_the_same_tensors(tmp_path, data, layout):
     ("BertForMaskedLM", "pooler and NSP classifier (%s holds BertForMaskedLM weights, which have no sentence "
                         "head)")])
 def test_weights_without_heads_load_the_encoder_and_say_what_is_fresh(tmp_path, data, cls, fresh):
+    """The logits of transformers' BertForPreTraining made of the source's tensors and our fresh heads (a
+    BertModel's), or of the BertForMaskedLM itself."""
     theirs = hf_directory(tmp_path / "hf", data, cls=cls)
     ours, lines = opened(tmp_path / "hf", data)
     assert lines[1] == "init: fresh: " + fresh % (tmp_path / "hf")
     loaded = int(lines[0].split("loaded ")[1].split()[0])
-    fresh_tensors = [n for n in ours.state_dict() if n not in init_from.open_source(str(tmp_path / "hf")).tensors]
-    assert loaded + len(fresh_tensors) == len(ours.state_dict())   # every tensor of ours accounted for
-    prefix = "bert." if cls == "BertModel" else ""
-    mine = hf.to_hf_state_dict(ours.state_dict(), ours.config)
-    for name, tensor in theirs.state_dict().items():
-        assert torch.equal(mine[prefix + name], tensor), name
-    if cls == "BertForMaskedLM":   # its MLM head loaded too: the same masked-LM logits
-        ids, segments, mask, positions = batch()
+    mine = assert_loaded_by_the_files_names(ours.state_dict(), tmp_path / "hf")
+    heads = ("mlm_", "nsp.") if cls == "BertModel" else ("pooler.", "nsp.")
+    assert mine == {n for n in ours.state_dict() if not n.startswith(heads)} and len(mine) == loaded
+    ids, segments, mask, positions = batch()
+    if cls == "BertModel":
+        whole = transformers.BertForPreTraining(theirs.config).eval()
+        state = {"bert." + k: v for k, v in theirs.state_dict().items()}
+        state.update({hf_names[0]: ours.state_dict()[name] for name, hf_names in by_hand(2).items()
+                      if name.startswith(heads)})
+        missing, unexpected = whole.load_state_dict(state, strict=False)
+        assert set(missing) <= {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"} and not unexpected
+        with torch.no_grad():
+            a = ours(ids, segments, mask, positions)
+            b = whole(input_ids=ids, attention_mask=mask, token_type_ids=segments)
+        assert_logits_match(a["mlm_logits"], gathered(b.prediction_logits, positions))
+        assert_logits_match(a["nsp_logits"], b.seq_relationship_logits)
+    else:   # its MLM head loaded too: the same masked-LM logits
         with torch.no_grad():
             a = ours(ids, segments, mask, positions)["mlm_logits"]
             b = theirs(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits
-        torch.testing.assert_close(a, gathered(b, positions), rtol=0, atol=1e-5)
+        assert_logits_match(a, gathered(b, positions))
 
 
 def test_objective_none_leaves_the_sentence_head_unused_and_sop_takes_nsp(tmp_path, data):
@@ -385,32 +485,57 @@ def test_flags_that_do_not_fit_are_one_line(tmp_path, data, capsys):
         init_from.open_source(str(tmp_path / "run" / "checkpoints" / "step-00000001.pt"))
 
 
+def _run_rank_keeping_weights(rank, world, port, argv, keep):
+    """tests/test_train.py's _run_rank, each rank's weights saved to KEEP/rank-R.pt as DDP's constructor receives
+    them, before it broadcasts rank 0's over every rank's (which would hide a rank's own draw). Injected from
+    outside the trainer: DDP's constructor wrapped in this child process."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    construct = DistributedDataParallel.__init__
+
+    def keeping(self, module, *args, **kwargs):
+        torch.save({n: t.detach().clone() for n, t in module.state_dict().items()},
+                   os.path.join(keep, f"rank-{rank}.pt"))
+        construct(self, module, *args, **kwargs)
+
+    DistributedDataParallel.__init__ = keeping
+    _run_rank(rank, world, port, argv)
+
+
 def test_two_ranks_start_from_the_source(tmp_path, data):
-    """torchrun's two ranks (gloo, spawned as tests/test_train.py does): each opens the source, rank 0 alone says what
-    it loaded, and the run's weights after a step at a negligible lr are the source's, with fresh heads made alike."""
+    """torchrun's two ranks (gloo, spawned as tests/test_train.py does): each opens the source and loads it, with
+    fresh heads drawn from --seed alike on both (seen before DDP broadcasts rank 0's); rank 0 alone says what it
+    loaded; the run's weights after a step at a negligible lr are the source's."""
     import multiprocessing
     import socket
 
-    theirs = hf_directory(tmp_path / "hf", data, cls="BertModel")
+    hf_directory(tmp_path / "hf", data, cls="BertModel")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     argv = train_argv(data, tmp_path / "run", "--init-from", tmp_path / "hf", "--steps", "1", "--lr", "1e-12",
                       "--batch-size", "4")[1:]
     ctx = multiprocessing.get_context("spawn")   # not fork: see tests/test_train.py
-    ranks = [ctx.Process(target=_run_rank, args=(r, 2, port, argv)) for r in range(2)]
+    ranks = [ctx.Process(target=_run_rank_keeping_weights, args=(r, 2, port, argv, str(tmp_path))) for r in range(2)]
     for p in ranks:
         p.start()
     assert join_ranks(ranks, 300) == [0, 0]
-    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
-    assert ckpt["step"] == 1 and len(ckpt["ranks"]) == 2
-    mine = hf.to_hf_state_dict(ckpt["model"], architectures.config_from_json(ckpt["config"]))
-    for name, tensor in theirs.state_dict().items():
-        torch.testing.assert_close(mine["bert." + name], tensor, rtol=0, atol=1e-6, msg=name)
-    alone = architectures.build(architectures.config_from_json(ckpt["config"]), True, "cpu", empty=True)
+    before = [torch.load(tmp_path / f"rank-{r}.pt") for r in range(2)]
+    assert sorted(before[0]) == sorted(before[1])
+    for name, tensor in before[0].items():   # the fresh heads (mlm_dense, mlm_ln, nsp) most of all
+        assert torch.equal(tensor, before[1][name]), f"{name}: rank 1 drew its own"
+    alone = architectures.build(architectures.config_from_json((tmp_path / "run" / "config.json").read_text()), True,
+                                "cpu", empty=True)
     torch.manual_seed(3)   # the run's --seed: the fresh heads' init
     init_from.load(init_from.open_source(str(tmp_path / "hf")), alone, "nsp", 24)
-    torch.testing.assert_close(ckpt["model"]["nsp.weight"], alone.state_dict()["nsp.weight"], rtol=0, atol=1e-6)
+    for name in ("mlm_dense.weight", "nsp.weight"):
+        assert torch.equal(before[0][name], alone.state_dict()[name]), name
+    loaded = assert_loaded_by_the_files_names(before[1], tmp_path / "hf")
+    assert loaded == {n for n in before[1] if not n.startswith(("mlm_", "nsp."))}
+
+    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
+    assert ckpt["step"] == 1 and len(ckpt["ranks"]) == 2
+    assert assert_loaded_by_the_files_names(ckpt["model"], tmp_path / "hf", atol=1e-6) == loaded
 
 
 def test_the_data_fingerprint_moves_with_the_data_and_lists_a_store_once(tmp_path):

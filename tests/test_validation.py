@@ -1,6 +1,7 @@
 """A held-out set by document (#29): documents split by a seeded draw of their id before pairing, paired apart into
 OUTPUT/validation/ (its shards, manifest and list of documents), carried through mask and pack, verified, and read
 by the trainer. No instance, and no random-next segment, crosses the split, in every objective."""
+import collections
 import json
 import re
 
@@ -12,7 +13,7 @@ from pipeline.beam import transforms
 from pipeline.commands import cli
 from pipeline.formats import documents, heldout, pair_records, tfrecord
 from pipeline.text import vocabularies
-from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding, same_tree
+from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding, same_tree, tf_examples
 
 ONE = ["--preset", "local-1"]
 BOTH = ["--input", f"wikipedia:{SAMPLES / 'enwiki-sample.xml.bz2'}", "--input", f"books:{SAMPLES / 'books'}"]
@@ -58,10 +59,17 @@ def test_bad_requests_are_refused():
 # ---------------------------------------------------------------------------------------------- pairs: nothing crosses
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """The sample's documents (Wikipedia and books, extracted) and each one's tokens, as the jobs tokenize them."""
+def extracted(tmp_path_factory):
+    """The sample's documents (Wikipedia and books), extracted: DIR/docs/."""
     root = tmp_path_factory.mktemp("split")
     assert cli.main(["extract", *BOTH, "--output", str(root / "docs"), *ONE]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus(extracted):
+    """The sample's documents (Wikipedia and books, extracted) and each one's tokens, as the jobs tokenize them."""
+    root = extracted
     tokenize = transforms._Tokenize(vocabularies.VocabTxt(str(UNCASED_VOCAB)))
     tokenize.setup()
     tokens = {t.id: t.tokens.astype("<i4").tobytes() for f in sorted((root / "docs").glob("documents-*.jsonl.gz"))
@@ -169,11 +177,52 @@ def test_a_count_holds_out_exactly_that_many_the_same_on_any_runner(tmp_path):
     assert cli.main(["verify", str(one)]) == 0
 
 
+GRAM = 8   # tokens: a run this long is in one corpus of the sample only
+
+
+def corpus_of_runs(docs_dir) -> dict[tuple, str]:
+    """Every run of GRAM ids of each extracted document -> its corpus (the kind its id starts with). The ids are HF
+    `tokenizers`' BertWordPieceTokenizer's on the sample's vocab, not the pipeline's tokenizer (the same ids where
+    both are right)."""
+    from tokenizers import BertWordPieceTokenizer
+
+    tok = BertWordPieceTokenizer(str(UNCASED_VOCAB), lowercase=True)
+    runs = {}
+    for f in sorted(docs_dir.glob("documents-*.jsonl.gz")):
+        docs = list(documents.read_file(str(f)))
+        for doc, e in zip(docs, tok.encode_batch(["\n".join(d.paragraphs) for d in docs], add_special_tokens=False)):
+            for i in range(len(e.ids) - GRAM + 1):
+                runs.setdefault(tuple(e.ids[i:i + GRAM]), doc.id.split(":")[0])
+    return runs
+
+
+def written_shares(directory, runs: dict) -> tuple[dict[str, float], int]:
+    """({corpus: its validation share of the real tokens written}, rows of no known corpus), recomputed from the
+    shards of DIR and DIR/validation as TF reads them: a row's real tokens are its input_mask less [CLS] and two
+    [SEP]; its corpus, that of the first run of GRAM of its text (the masked ids put back) found in `runs`."""
+    tokens, unknown = collections.Counter(), 0
+    for side, shards in (("training", directory), ("validation", directory / "validation")):
+        for r in tf_examples(shards):
+            n = int(r["input_mask"].sum())
+            live = r["masked_lm_weights"] != 0
+            ids = r["input_ids"][:n].copy()
+            ids[r["masked_lm_positions"][live]] = r["masked_lm_ids"][live]
+            ids = ids.tolist()
+            corpus = next((runs[g] for g in (tuple(ids[i:i + GRAM]) for i in range(1, n - GRAM)) if g in runs), None)
+            if corpus is None:
+                unknown += 1
+            else:
+                tokens[corpus, side] += n - 3
+    corpora = {corpus for corpus, _ in tokens}
+    return {c: tokens[c, "validation"] / (tokens[c, "training"] + tokens[c, "validation"]) for c in corpora}, unknown
+
+
 @pytest.mark.slow
-def test_a_fraction_is_a_share_of_each_corpus_tokens(tmp_path, capsys):
+def test_a_fraction_is_a_share_of_each_corpus_tokens(tmp_path, capsys, extracted):
     """Issue 38: 0.1 held out 60% of the instances when a one-document book was drawn. Books cut at 20 kB: each
-    corpus holds out 0.05-0.2 of its tokens (counted after tokenization), the same documents on 1 and 2 workers;
-    whole books at 0.05 cannot be split (each is over 0.1 of the books): none held out, said in one line."""
+    corpus holds out 0.05-0.2 of its tokens, recomputed from the shards written (issue 44: not the job's own count,
+    which must agree with it), the same documents on 1 and 2 workers; whole books at 0.05 cannot be split (each is
+    over 0.1 of the books): none held out, said in one line."""
     ask = ["--validation-fraction", "0.1", "--max-document-bytes", "20000"]
     one = prepare(tmp_path, "one", *ask)
     two = prepare(tmp_path, "two", *ask, workers=["--preset", "local", "--direct_num_workers=2"])
@@ -181,8 +230,12 @@ def test_a_fraction_is_a_share_of_each_corpus_tokens(tmp_path, capsys):
     m = json.loads((one / "manifest.json").read_text())
     corpora = m["split"]["corpora"]
     assert set(corpora) == {"books", "wikipedia"}
+    runs = corpus_of_runs(extracted / "docs")
+    written, unknown = written_shares(one, runs)
+    assert unknown == 0 and set(written) == set(corpora)
     for kind, c in corpora.items():
-        assert 0.05 <= c["validation_token_share"] <= 0.2, (kind, c)
+        assert 0.05 <= written[kind] <= 0.2, (kind, written[kind])
+        assert abs(c["validation_token_share"] - written[kind]) <= 0.02, (kind, c, written[kind])
         assert c["validation_documents"] >= 1
     listed = [line["id"] for line in heldout.read(str(one / "validation" / heldout.NAME))]
     assert sum(c["validation_documents"] for c in corpora.values()) == len(listed) == \
@@ -196,7 +249,9 @@ def test_a_fraction_is_a_share_of_each_corpus_tokens(tmp_path, capsys):
     assert len(said) == 1 and said[0].startswith("warning: books holds out") and "--max-document-bytes" in said[0]
     corpora = json.loads((whole / "manifest.json").read_text())["split"]["corpora"]
     assert corpora["books"]["validation_documents"] == 0 and corpora["books"]["training_documents"] == 3
-    assert 0.025 <= corpora["wikipedia"]["validation_token_share"] <= 0.1
+    written, unknown = written_shares(whole, runs)
+    assert unknown == 0 and written["books"] == 0 and 0.025 <= written["wikipedia"] <= 0.1, written
+    assert abs(corpora["wikipedia"]["validation_token_share"] - written["wikipedia"]) <= 0.02, (corpora, written)
     assert cli.main(["inspect", str(whole), "--examples", "0"]) == 0
     assert "<-- holds out none" in capsys.readouterr().out
 
