@@ -137,11 +137,14 @@ def _train_run_flags(g) -> None:
 
 def train_plan(args: argparse.Namespace) -> TrainPlan:
     """The run's plan from `bertprep train`'s flags; RunError where they cannot make a run: a --batch-size that the
-    ranks (torchrun's WORLD_SIZE) times --grad-accum do not divide."""
+    ranks (torchrun's WORLD_SIZE) times --grad-accum do not divide, a new run's warmup longer than its steps."""
     from model.ranks import world_size   # torch, as the run
 
     plan = TrainPlan(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainPlan)})
     check_init_from(plan)
+    if not plan.resume and plan.warmup_steps is not None and plan.warmup_steps > plan.steps:
+        raise RunError(f"--warmup-steps {plan.warmup_steps} is more than --steps {plan.steps}: the schedule would end "
+                       f"before the learning rate reached --lr (give at most {plan.steps})")
     world = world_size()
     if plan.batch_size % (world * plan.grad_accum):
         raise RunError(f"--batch-size {plan.batch_size} is not divisible by world size {world} x "
