@@ -229,8 +229,8 @@ def _not_readable(directory: str, formats: tuple[str, ...]) -> ManifestError | N
     names = identify.entries(directory)
     made = {f: [n for n in names if _format_of_name(n) == f] for f in PATTERNS}
     found = identify.identify(names, [KIND[f] for f, files in made.items() if files])
-    if (SHARDS in formats and found.kind == "tfrecord" or any(made[f] for f in formats)
-            or found.kind == "unfinished" and not any(made.values())):
+    if ((SHARDS in formats and found.kind == "tfrecord") or any(made[f] for f in formats)
+            or (found.kind == "unfinished" and not any(made.values()))):
         return None
     return ManifestError(identify.refusal(directory, found, _stages(formats), _needs(formats)))
 
