@@ -135,8 +135,10 @@ def _is_heading(text: str, single_line: bool) -> bool:
 
 
 def _ends_in_comma(text: str) -> bool:
-    """"MY DEAR HARRIET,", "DEAR MARY,--", "GENTLEMEN:", "Yours,": a salutation or a closing, perhaps."""
-    return text.rstrip("-\u2013\u2014")[-1:] in (",", ":")
+    """"MY DEAR HARRIET,", "DEAR MARY,--", "GENTLEMEN:", "Yours,": a salutation or a closing, perhaps (`text` is
+    not empty)."""
+    last = text[-1]
+    return last in ",:" or (last in "-\u2013\u2014" and text.rstrip("-\u2013\u2014")[-1:] in (",", ":"))
 
 
 def _is_letter_line(raw: str, text: str, after_closing: bool) -> bool:
