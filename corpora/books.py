@@ -1,9 +1,12 @@
 """BooksCorpus-style books: plain-text book files, directories of them and tar archives -> `Document`s.
 
-Inputs (`plan_reads`): a file is kept whatever its name; a directory becomes the files directly inside it
-whose names end in .txt or an archive suffix, sorted (book dumps ship a README or licence next to the books,
-as ../shared/corpora/books does; name a file explicitly to read it anyway; hidden files and subdirectories
-are left out); a path with `*` or `?` is matched (sorted). An archive (.tar, .tar.gz, .tgz, .tar.bz2, .tbz2,
+Inputs (`plan`): a file is kept whatever its name; a directory becomes the files directly inside it
+whose names end in .txt, .txt.gz or an archive suffix, sorted (book dumps ship a README or licence next to the
+books, as ../shared/corpora/books does; name a file explicitly to read it anyway); what else it holds (other
+files, hidden ones, subdirectories as "name/") is not read, and named: `Planned.unread`, which the job counts
+under `unread_files` with the first few paths; a path with `*` or `?` is matched (sorted). A book file whose
+name ends in .gz (not .tar.gz or .tgz) is gunzipped as it is read (Project Gutenberg's mirrors ship books so); a
+stream cut short or damaged raises ValueError naming the file. An archive (.tar, .tar.gz, .tgz, .tar.bz2, .tbz2,
 .tar.xz, .txz) is read as a stream (tarfile mode "r|*"); each regular member is one book; other members
 (directories, links, devices) are counted under `skipped_members`: a hard link's bytes are another member's.
 
@@ -37,7 +40,12 @@ blocks gives exactly what `book_paragraphs` gives on its whole text):
      with CHAPTER/BOOK/PART/VOLUME/CANTO/STAVE/SECTION + a numeral (roman, arabic, spelled, "the First"), any
      case, or that is a single line all in capitals ("THE LITTLE YELLOW TULIP", "I") or a single line
      "<ROMAN>. <title>" ("I. The Absence of Mr Glass"). A short all-capitals line of dialogue goes too;
-     a heading's worth of prose is a small price for keeping headings out of sentence pairs.
+     a heading's worth of prose is a small price for keeping headings out of sentence pairs. A letter's
+     all-capitals lines stay as text (`letter_lines`): a line that ends in a comma or colon (a salutation, "MY
+     DEAR HARRIET,"), one after a paragraph that ends so (a signature under "Your affectionate friend,"), or
+     one set `SIGNATURE_INDENT` columns or more to the right (a signature, '"M.D."'). Titles end in a full stop
+     as often as not ("THE ORPHANS.", "CHARADE."), so a rule on the last character alone would keep headings;
+     on the 17 shared books this keeps 8 lines the capitals rule dropped and no heading.
 
 Reading (`read_books`): decoding as in `corpora.text` (UTF-8, else cp1252, else latin-1; NULs in the first
 8 KB: binary, skipped). The book is decoded and cleaned in 1 MiB blocks; paragraphs are gathered into
@@ -56,38 +64,43 @@ A file that fails in the second read of a two-pass decode (it vanished or change
 some of its documents may be out by then, and a retry of the whole step is the right answer.
 
 Counters: `files` (paths read: book files and archives), `books` (books decoded or sniffed: files and
-regular members), `documents`, `bytes` (raw bytes of books decoded as text), and per book exactly one of
-`books_kept`, `binary_file`, `empty` (no prose left: empty, whitespace-only, headings only), so
-books == books_kept + binary_file + empty; plus `bad_file` and `bad_archive` (read errors, with
+regular members), `documents`, `bytes` (raw bytes of books decoded as text, a .gz book's once gunzipped), and
+per book exactly one of `books_kept`, `binary_file`, `empty` (no prose left: empty, whitespace-only, headings
+only), so books == books_kept + binary_file + empty; plus `bad_file` and `bad_archive` (read errors, with
 skip_bad_files), `skipped_members`, `decoded_with_fallback`, `decoded_as_latin1`, and the cleaning counts
 above: `gutenberg_header`, `gutenberg_footer`, `decoration_lines`, `page_numbers`, `headings`,
-`split_paragraphs`.
+`split_paragraphs`, `letter_lines`; and the job's `unread_files` (a directory's entries not read).
 """
 from __future__ import annotations
 
 import collections
+import contextlib
+import gzip
 import os
 import re
 import shutil
 import tarfile
 import tempfile
 import zlib
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
 from corpora.kinds import DOCUMENTS
-from corpora.text import READ_BLOCK_BYTES, Decoded, basename, open_decoded, open_path, rewound
+from corpora.text import READ_BLOCK_BYTES, Decoded, OpenStream, basename, open_decoded, open_path, rewound
 from pipeline.formats import storage
 from pipeline.formats.documents import Count, Document
 
 DEFAULT_MAX_DOCUMENT_BYTES = 1_000_000   # ~150k words: a novel is a few documents, each a modest element
 HEADER_WINDOW_CHARS = 100_000            # Gutenberg headers, the 1990s "small print" included, are < 20k
 HEADING_MAX_CHARS = 80                   # "CHAPTER XI. Who Stole the Tarts?" is 32
+SIGNATURE_INDENT = 40                    # columns before a right-set signature ("M.D."); centred headings sit < 35
 SPOOL_MEMORY_BYTES = 16 << 20            # archive members above this are spooled to a temporary file on disk
 
-BOOK_SUFFIXES = (".txt",)
+BOOK_SUFFIXES = (".txt", ".txt.gz")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+UNREAD = "unread_files"   # the count of a directory's entries not read (named: the job's `where`)
 
 # Licence markers, matched at a line start. A header ends at "START OF"/"END*THE SMALL PRINT"; a footer
 # starts at "END OF" or "End of (the) Project Gutenberg('s) ...".
@@ -121,6 +134,24 @@ def _is_heading(text: str, single_line: bool) -> bool:
     return _KEYWORD_HEADING_RE.match(text) is not None
 
 
+def _ends_in_comma(text: str) -> bool:
+    """"MY DEAR HARRIET,", "DEAR MARY,--", "GENTLEMEN:", "Yours,": a salutation or a closing, perhaps (`text` is
+    not empty)."""
+    last = text[-1]
+    return last in ",:" or (last in "-\u2013\u2014" and text.rstrip("-\u2013\u2014")[-1:] in (",", ":"))
+
+
+def _is_letter_line(raw: str, text: str, after_closing: bool) -> bool:
+    """Whether a line the capitals rule takes for a heading is a letter's salutation or signature (kept as text):
+    it ends in a comma or colon ("MY DEAR HARRIET,"), or it follows a closing that ends in one ("Your
+    affectionate friend," / "WILLIAM COLLINS"), or it is set far to the right, as signatures are and centred
+    headings are not. A numbered or CHAPTER-style heading is never one."""
+    if not text.isupper() or _KEYWORD_HEADING_RE.match(text) or _ROMAN_TITLE_RE.match(text):
+        return False
+    line = raw.strip("\n")
+    return _ends_in_comma(text) or after_closing or len(line) - len(line.lstrip()) >= SIGNATURE_INDENT
+
+
 class _BookParser:
     """Streaming book cleaner: `feed` decoded text in blocks of any size, then `close`; each returns the prose
     paragraphs completed so far. `title` is set once the first paragraph is seen; `stats` holds the counts."""
@@ -136,6 +167,7 @@ class _BookParser:
         self._line_carry = ""       # a last line that may go on in the next block
         self._para_carry = ""       # complete lines of a paragraph that may go on
         self._first = True          # the next non-empty paragraph is the book's first (the title candidate)
+        self._after_closing = False  # the last paragraph ended in a comma or colon: a letter's closing, perhaps
 
     def feed(self, text: str) -> list[str]:
         text = self._newlines(text)
@@ -205,6 +237,7 @@ class _BookParser:
                     out.append(text)               # the common case, kept cheap: long prose
                 else:
                     self._short_or_first(part, text, out)
+                self._after_closing = _ends_in_comma(text)
         while self._limit is not None and len(carry) > self._limit:
             cut = carry.rfind("\n", 0, self._limit) + 1
             if cut == 0:
@@ -214,6 +247,7 @@ class _BookParser:
             text = " ".join(piece.split())
             if text:
                 self._short_or_first(piece, text, out)
+                self._after_closing = _ends_in_comma(text)
         self._para_carry = carry
         return out
 
@@ -225,8 +259,10 @@ class _BookParser:
                 self.title = text[1:-1].strip() or None
                 return
         if len(text) <= HEADING_MAX_CHARS and _is_heading(text, "\n" not in raw.strip()):
-            self.stats["headings"] += 1
-            return
+            if not _is_letter_line(raw, text, self._after_closing):
+                self.stats["headings"] += 1
+                return
+            self.stats["letter_lines"] += 1
         out.append(text)
 
 
@@ -339,6 +375,25 @@ def _read_archive(path: str, name: str, max_document_bytes: int,
         yield Count("bad_archive", where=(path,))
 
 
+def _opener(path: str) -> OpenStream:
+    """How a book file's bytes are read: as stored, or gunzipped where its name ends in .gz."""
+    stored = open_path(path)
+    if not path.lower().endswith(".gz"):
+        return stored
+
+    @contextlib.contextmanager
+    def gunzipped():
+        with stored() as f, gzip.GzipFile(fileobj=f, mode="rb") as g:
+            yield g
+    return gunzipped
+
+
+def _bad_gzip(path: str, e: Exception) -> ValueError:
+    if isinstance(e, EOFError):
+        return ValueError(f"{path}: the gzip stream ends before its end marker (a file cut short?)")
+    return ValueError(f"{path}: not a valid gzip stream ({e})")
+
+
 def read_books(path: str, max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
                skip_bad_files: bool = False, name: str | None = None) -> Iterator[Document | Count]:
     """One book file or archive -> Documents of at most `max_document_bytes`, with Count events (module doc).
@@ -353,9 +408,11 @@ def read_books(path: str, max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
         return
     name = basename(path)
     try:
-        decoded = open_decoded(open_path(path))   # pass 1: any error here comes before a document is emitted
-    except OSError:
+        decoded = open_decoded(_opener(path))   # pass 1: any error here comes before a document is emitted
+    except (OSError, EOFError, zlib.error) as e:
         if not skip_bad_files:
+            if isinstance(e, (gzip.BadGzipFile, EOFError, zlib.error)):
+                raise _bad_gzip(path, e) from None
             raise
         yield Count("bad_file", where=(path,))
         return
@@ -366,27 +423,49 @@ def _is_book_name(name: str) -> bool:
     return not name.startswith(".") and name.lower().endswith(BOOK_SUFFIXES + ARCHIVE_SUFFIXES)
 
 
-def _list_dir(path: str) -> list[str]:
+def _list_dir(path: str) -> tuple[list[str], list[str]]:
+    """(the files directly inside a directory, its subdirectories as "path/name/")."""
     if FileSystems.get_scheme(path) is None:
-        return [os.path.join(path, n) for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))]
+        entries = [os.path.join(path, n) for n in os.listdir(path)]
+        return [e for e in entries if os.path.isfile(e)], [e + "/" for e in entries if os.path.isdir(e)]
     prefix = path.rstrip("/") + "/"
-    return [p for p in storage.match(prefix + "*") if "/" not in p[len(prefix):]]
+    found = storage.match(prefix + "*")
+    nested = {prefix + p[len(prefix):].split("/", 1)[0] + "/" for p in found if "/" in p[len(prefix):]}
+    return [p for p in found if "/" not in p[len(prefix):]], sorted(nested)
 
 
-def plan_reads(paths: list[str]) -> list[str]:
-    """Input paths -> the files and archives to read, one `read_books` call each (see the module doc)."""
+@dataclass(frozen=True)
+class Planned:
+    """What a books input reads: `reads` (files and archives, a `read_books` call each, in order) and `unread` (the
+    entries of its directories that are not read: other files, hidden ones, "path/name/" for a subdirectory)."""
+    reads: list[str]
+    unread: list[str]
+
+
+def plan(paths: list[str]) -> Planned:
+    """Input paths -> the files and archives to read and the directory entries left unread (module doc)."""
     out: list[str] = []
+    unread: list[str] = []
     for path in paths:
         if "*" in path or "?" in path:
             found = storage.match(path)   # one listing, which also gives the sizes (storage.size)
             if not found:
                 raise ValueError(f"{path}: matches no files")
         elif (path.endswith("/") and FileSystems.get_scheme(path) is not None) or os.path.isdir(path):
-            found = sorted(p for p in _list_dir(path) if _is_book_name(basename(p)))
+            files, subdirectories = _list_dir(path)
+            found = sorted(p for p in files if _is_book_name(basename(p)))
             if not found:
                 raise ValueError(f"{path}: a directory with no {'/'.join(BOOK_SUFFIXES + ARCHIVE_SUFFIXES)} "
                                  "files in it")
+            unread += [p for p in files if p not in found] + subdirectories
         else:
             found = [path]
         out.extend(found)
-    return list(dict.fromkeys(out))   # a file named twice is read once, so its ids stay unique
+    reads = list(dict.fromkeys(out))   # a file named twice is read once, so its ids stay unique
+    named = set(reads)
+    return Planned(reads, sorted({p for p in unread if p not in named}))
+
+
+def plan_reads(paths: list[str]) -> list[str]:
+    """Input paths -> the files and archives to read, one `read_books` call each (see the module doc)."""
+    return plan(paths).reads

@@ -10,6 +10,7 @@ DIR's manifest.json says what its rows are (pipeline/formats/columns.py):
 Nothing is downloaded: the config is built here and the tokenizer (pair records only) from the export's vocab.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -31,7 +32,7 @@ parser.add_argument("--heads", type=int, default=2)
 parser.add_argument("--mlm-probability", type=float, default=0.15, help="pair records only: the share masked")
 parser.add_argument("--nsp", action="store_true", help="BertForPreTraining: masked LM + next_sentence_label")
 parser.add_argument("--vocab", help="pair records only: vocab.txt, if the manifest's path does not resolve here")
-parser.add_argument("--output", help="Trainer's output_dir (default: a temporary directory)")
+parser.add_argument("--output", help="Trainer's output_dir (default: a temporary directory, removed at the end)")
 parser.add_argument("--seed", type=int, default=0)
 args = parser.parse_args()
 
@@ -80,17 +81,20 @@ config = BertConfig(vocab_size=vocab_size, hidden_size=args.hidden_size, num_hid
 torch.manual_seed(args.seed)
 model = (BertForPreTraining if args.nsp else BertForMaskedLM)(config)
 
-output = args.output or tempfile.mkdtemp(prefix="hf_trainer_")
-training = TrainingArguments(
-    output_dir=output, max_steps=args.steps, per_device_train_batch_size=args.batch_size, learning_rate=args.lr,
-    warmup_steps=max(1, args.steps // 10), logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
-    seed=args.seed, disable_tqdm=True, remove_unused_columns=False,   # the columns are chosen above
-    dataloader_num_workers=0)
-trainer = Trainer(model=model, args=training, train_dataset=train, data_collator=collator)
-trainer.train()
+# Trainer needs an output_dir even with save_strategy="no": without --output, a temporary one, removed at the end
+scratch = contextlib.nullcontext(args.output) if args.output else tempfile.TemporaryDirectory(prefix="hf_trainer_")
+with scratch as output:
+    training = TrainingArguments(
+        output_dir=output, max_steps=args.steps, per_device_train_batch_size=args.batch_size, learning_rate=args.lr,
+        warmup_steps=max(1, args.steps // 10), logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
+        seed=args.seed, disable_tqdm=True, remove_unused_columns=False,   # the columns are chosen above
+        dataloader_num_workers=0)
+    trainer = Trainer(model=model, args=training, train_dataset=train, data_collator=collator)
+    trainer.train()
 
 losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
 for step, loss in losses:
     print(f"step {step} loss {loss:.4f}")
 assert all(math.isfinite(loss) for _, loss in losses), "a loss is not finite"
-print(f"{type(model).__name__}: loss {losses[0][1]:.4f} -> {losses[-1][1]:.4f} in {args.steps} steps; run in {output}")
+where = f"run in {args.output}" if args.output else "run in a temporary directory, now removed (--output keeps one)"
+print(f"{type(model).__name__}: loss {losses[0][1]:.4f} -> {losses[-1][1]:.4f} in {args.steps} steps; {where}")

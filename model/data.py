@@ -79,9 +79,9 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
                                              "--max-predictions-per-seq, or --allow-incomplete to read an unfinished "
                                              "output's files anyway")
     except manifest.ManifestError as e:
-        if f"holds {manifest.KIND[manifest.PAIRS]}," in str(e):   # `bertprep pairs` output: the trainer masks it itself
-            raise ShardSpecError(f"{e}: train on it with --dynamic-masking (masked afresh each epoch), or mask it "
-                                 "first with `bertprep mask`") from None
+        if isinstance(e, manifest.WrongStage) and e.have == manifest.PAIRS:   # the trainer masks pairs itself
+            raise ShardSpecError(f"{e.clause}: train on it with --dynamic-masking (masked afresh each epoch), or mask "
+                                 "it first with `bertprep mask`") from None
         raise ShardSpecError(str(e)) from None
     m = opened.manifest
     if m is None:

@@ -53,10 +53,26 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def check_device(device: str | None) -> None:
+    """--device cuda or cuda:N on a machine without that device is refused in one line (torch's own text is a
+    traceback's: "Torch not compiled with CUDA enabled")."""
+    if device is None or not device.startswith("cuda"):
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        found = (f"this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}" if count else
+                 f"no CUDA device here (torch {torch.__version__}"
+                 + (", built without CUDA)" if torch.version.cuda is None else ")"))
+        raise RunError(f"--device {device}: {found}: use --device cpu, or leave --device out to use a GPU where "
+                       "there is one")
+
+
 def setup_ranks(device: str | None, timeout_min: float) -> Ranks:
     """Joins torchrun's process group when WORLD_SIZE > 1 (NCCL on GPUs, gloo on CPUs); else one process. A
     collective that waits `timeout_min` minutes fails the rank (NCCL's watchdog, gloo's own timeout), and a rank
     that dies breaks its peers' connections: no rank waits forever for another."""
+    check_device(device)
     if world_size() > 1:
         local_rank = int(os.environ["LOCAL_RANK"])
         use_cuda = torch.cuda.is_available() and device != "cpu"

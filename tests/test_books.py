@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import io
+import json
 import random
 import re
 import string
@@ -155,12 +156,51 @@ def test_prose_that_looks_a_little_like_a_heading_is_kept(paragraph):
     assert book_paragraphs(f"{paragraph}\n") == (None, [" ".join(paragraph.split())])
 
 
+@pytest.mark.parametrize("letter,kept", [
+    ("MY DEAR HARRIET,\n\nYou will laugh when you know where I am gone.", "MY DEAR HARRIET,"),
+    ("I remain, dear sir, with respectful compliments to your lady and daughters, your well-wisher and\nfriend,"
+     "\n\nWILLIAM COLLINS", "WILLIAM COLLINS"),   # a closing longer than a heading: the quick path
+    ("Your affectionate friend,\n\nLYDIA BENNET.", "LYDIA BENNET."),
+    ("GENTLEMEN:\n\nWe write to you today.", "GENTLEMEN:"),
+    ("DEAR MARY, NANCY, AND LITTLE PEG,--\n\nJoy! joy!", "DEAR MARY, NANCY, AND LITTLE PEG,--"),
+    ("For the present, adieu.\n\n" + " " * 45 + "M.D.", "M.D."),
+])
+def test_a_letters_salutation_and_signature_stay_as_text(tmp_path, letter, kept):
+    text = f"Before it came prose.\n\n{letter}\n\nAfter it came prose.\n"
+    paragraphs = book_paragraphs(text)[1]
+    assert kept in paragraphs and paragraphs[0] == "Before it came prose."
+    (tmp_path / "l.txt").write_text(text)
+    counts = collect(read_books(str(tmp_path / "l.txt")))[1]
+    assert counts["letter_lines"] == 1 and "headings" not in counts
+
+
+@pytest.mark.parametrize("paragraph", [
+    "THE LITTLE YELLOW TULIP", "THE BRAHMIN, THE TIGER, AND THE JACKAL", "WHO KILLED THE OTTER'S BABIES?",
+    " " * 20 + "END OF THE FIRST ACT.",   # centred, not set to the right
+])
+def test_a_heading_with_commas_or_centred_is_still_a_heading(paragraph):
+    text = f"Before it came prose.\n\n{paragraph}\n\nAfter it came prose.\n"
+    assert book_paragraphs(text) == (None, ["Before it came prose.", "After it came prose."])
+
+
+def test_letters_in_real_books_keep_their_salutations_and_signatures():
+    """Excerpts of Austen and Chesterton (tests/data/books/NOTICE): the chapter heading goes, every line of the
+    letters stays, the signatures and the salutation included."""
+    path = Path(__file__).resolve().parent / "data" / "books" / "letters.txt"
+    paragraphs = book_paragraphs(path.read_text())[1]
+    assert "CHAPTER 30" not in paragraphs
+    for line in ('"M.D."', '"DEAR SIR,', "Yours,", "E. NUTT."):
+        assert line in paragraphs, line
+    counts = collect(read_books(str(path)))[1]
+    assert counts["headings"] == 1 and counts["letter_lines"] == 3
+
+
 LINE_POOL = [
     "Alice went on, very much pleased.", "  indented verse, short", "", "", "   ", "\t", "* * *", "~~~~",
     "12", "[Page 3]", "[Pg 4]", "CHAPTER IV", "THE END", "[Title in brackets]", "Ünïcödé “quoted” wörds…",
     "*** START OF THE PROJECT GUTENBERG EBOOK X ***", "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*END*",
     "*** END OF THE PROJECT GUTENBERG EBOOK X ***", "End of Project Gutenberg's X", "word " * 25,
-    "I. A numbered title", "caf\u00e9\u00a0au\u2003lait",
+    "I. A numbered title", "caf\u00e9\u00a0au\u2003lait", "Yours,", "MY DEAR SIR,", " " * 45 + "M.D.",
 ]
 
 
@@ -444,6 +484,60 @@ def test_plan_reads_expands_directories_keeps_files_and_matches_globs(tmp_path):
         plan_reads([f"{d}/*.epub"])
     with pytest.raises(ValueError, match="no .txt"):
         plan_reads([_empty_dir(tmp_path)])
+
+
+def test_plan_names_what_a_directory_holds_and_does_not_read(tmp_path):
+    for name in ["b.txt", "a.txt.gz", "c.tgz", "README", ".DS_Store", "notes.md", "x.gz"]:
+        (tmp_path / name).write_text("Some text.\n")
+    (tmp_path / "sub").mkdir()
+    d = str(tmp_path)
+    planned = books.plan([d])
+    assert planned.reads == [f"{d}/a.txt.gz", f"{d}/b.txt", f"{d}/c.tgz"]
+    assert planned.unread == [f"{d}/.DS_Store", f"{d}/README", f"{d}/notes.md", f"{d}/sub/", f"{d}/x.gz"]
+    assert books.plan([f"{d}/README", d]).unread == [f"{d}/.DS_Store", f"{d}/notes.md", f"{d}/sub/", f"{d}/x.gz"]
+    assert books.plan([f"{d}/b.txt"]).unread == []   # a file named is all that is asked: nothing is left unread
+
+
+def test_a_gzipped_book_reads_as_the_book_itself(tmp_path):
+    import gzip
+
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "gz").mkdir()
+    (tmp_path / "plain" / "a.txt").write_text(BOOK_A)
+    (tmp_path / "gz" / "a.txt.gz").write_bytes(gzip.compress(BOOK_A.encode()))
+    plain, plain_counts = read_all([tmp_path / "plain"])
+    gz, gz_counts = read_all([tmp_path / "gz"])
+    assert [d.paragraphs for d in gz] == [d.paragraphs for d in plain] and gz[0].id == "books:a.txt.gz#0"
+    assert gz_counts == plain_counts   # bytes: the book's, once gunzipped
+
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(gzip.compress(BOOK_A.encode())[:-12])
+    with pytest.raises(ValueError, match=r"cut.txt.gz: the gzip stream ends before its end marker"):
+        collect(read_books(str(cut)))
+    bad = tmp_path / "bad.txt.gz"
+    bad.write_bytes(b"not gzip at all")
+    with pytest.raises(ValueError, match=r"bad.txt.gz: not a valid gzip stream"):
+        collect(read_books(str(bad)))
+    for path in (cut, bad):
+        assert collect(read_books(str(path), skip_bad_files=True)) == ([], {"files": 1, "bad_file": 1})
+
+
+def test_a_job_counts_and_names_the_files_a_books_directory_leaves_unread(tmp_path, capsys):
+    from pipeline.commands import cli
+
+    books_dir = tmp_path / "books"
+    books_dir.mkdir()
+    (books_dir / "a.txt").write_text(BOOK_A)
+    for name in (".DS_Store", "notes.md"):
+        (books_dir / name).write_text("not a book\n")
+    out = tmp_path / "out"
+    assert cli.main(["extract", "books", "--input", str(books_dir), "--output", str(out), "--preset",
+                     "local-1"]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["counters"]["books/unread_files"] == 2
+    unread = [str(books_dir / ".DS_Store"), str(books_dir / "notes.md")]
+    assert m["counts"]["where"]["books/unread_files"] == unread
+    assert f"extract books: books/unread_files 2: {', '.join(unread)}" in capsys.readouterr().err.splitlines()
 
 
 def _empty_dir(tmp_path: Path) -> str:

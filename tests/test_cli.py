@@ -249,6 +249,9 @@ TABLE = [
     (["train", "--data", "{m}/pairs", "--output", "{m}/r1", "--model", "tiny"], 2,
      ["{m}/pairs holds pair records, not masked-LM shards"]),
     (["train", "--data", "{m}/shards", "--output", "{m}/r1", "--device", "gpu"], 2, ["--device", "'gpu'"]),
+    (["train", "--data", "{m}/shards", "--output", "{m}/r1", "--warmup-steps", "10", "--steps", "3"], 2,
+     ["bertprep train: error: --warmup-steps 10 is more than --steps 3: the schedule would end before the learning "
+      "rate reached --lr (give at most 3)"]),
     # export-hf, plot, demo, and no command
     (["export-hf", "{m}/nope", "{m}/hf"], 2, ["{m}/nope"]),
     (["plot", "{m}/run"], 2, ["{m}/run/log.jsonl is empty"]),
@@ -273,6 +276,25 @@ def test_every_mistake_ends_in_one_line_naming_it(made, argv, status, texts, cap
 def test_table_covers_every_command():
     assert len(TABLE) >= 40
     assert {row[0][0] for row in TABLE if row[0]} >= set(cli.COMMANDS) - {"demo"} | {"demo"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device,count,found", [
+    ("cuda", 0, "no CUDA device here"), ("cuda:2", 2, "this machine has 2 CUDA device(s), cuda:0 to cuda:1")])
+def test_a_cuda_device_the_machine_lacks_is_one_line(made, device, count, found, monkeypatch, capsys):
+    """--device cuda without CUDA printed torch's own text, exit 1; now one line of ours, exit 2, nothing written.
+    CUDA's absence (or its device count) is set here, so the test reads the same on a machine with a GPU."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    status, err = console(["train", "--data", str(made / "shards"), "--output", str(made / "r-cuda"), "--model",
+                           "tiny", "--steps", "1", "--device", device], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"bertprep train: error: --device {device}: {found}")
+    assert lines[0].endswith(": use --device cpu, or leave --device out to use a GPU where there is one")
+    assert not (made / "r-cuda").exists()
 
 
 @pytest.mark.slow

@@ -214,7 +214,9 @@ def extracted(tmp_path_factory):
 def test_decontaminate_reports_every_document_it_touches_and_leaves_the_rest(extracted, tmp_path, capsys):
     root, docs = extracted
     argv = ["decontaminate", "--input", str(root / "docs"), "--against", str(root / "dev.json")]
+    capsys.readouterr()
     assert cli.main([*argv, "--output", str(tmp_path / "one"), *ONE]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "decontamination dropped" in line]
     assert cli.main([*argv, "--output", str(tmp_path / "two"), "--preset", "local", "--direct_num_workers=2"]) == 0
     for name in ("documents-00000-of-00001.jsonl.gz", decontamination_report.NAME):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
@@ -224,6 +226,12 @@ def test_decontaminate_reports_every_document_it_touches_and_leaves_the_rest(ext
     assert d["dropped"] == 2 and d["cut"] == 3 and d["untouched"] == 23 - d["cut"] - d["dropped"]
     report = list(decontamination_report.read(str(tmp_path / "one" / decontamination_report.NAME)))
     assert len(report) == d["cut"] + d["dropped"] and all(e["examples"][0]["file"] == "dev.json" for e in report)
+    # one line says what went, from the report's own entries; the two dropped are whole eval contexts, which no
+    # --max-matches would cut to anything, so the line names none (the next test has one it names)
+    assert [e["cut_with_max_matches"] for e in report if e["action"] == "dropped"] == [None, None]
+    removed = sum(e["characters_removed"] for e in report)
+    assert said == [f"decontaminate: decontamination dropped 2 and cut 3 of 23 documents, removing {removed:,} "
+                    f"characters (each document and why: {tmp_path / 'one' / decontamination_report.NAME})"]
     assert report[0]["examples"][0]["example"].startswith("data/0/paragraphs/")
     left = {doc.id: doc for doc in documents.read_file(str(tmp_path / "one" / "documents-00000-of-00001.jsonl.gz"))}
     touched = {e["id"] for e in report}
@@ -244,7 +252,34 @@ def test_decontaminate_reports_every_document_it_touches_and_leaves_the_rest(ext
 
 
 @pytest.mark.slow
-def test_prepare_decontaminates_after_dedup_and_before_the_split(extracted, tmp_path):
+def test_three_lines_that_drop_a_book_say_so_and_the_max_matches_named_cuts_it_instead(tmp_path, capsys):
+    """Three lines of Alice (issue 45): the book goes whole, and the job's last line says so with the remedy,
+    which, taken, cuts the book instead of dropping it."""
+    docs = tmp_path / "docs"
+    assert cli.main(["extract", "books", "--input", str(SAMPLES / "books"), "--output", str(docs), *ONE]) == 0
+    lines = (SAMPLES / "books" / "carroll-alice.txt").read_text().splitlines()
+    (tmp_path / "three.txt").write_text("\n".join(" ".join(lines[a:b]) for a, b in ((299, 303), (303, 306),
+                                                                                   (309, 312))) + "\n")
+    argv = ["decontaminate", "--input", str(docs), "--against", str(tmp_path / "three.txt"), *ONE]
+    capsys.readouterr()
+    assert cli.main([*argv, "--output", str(tmp_path / "one")]) == 0
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "decontamination dropped" in line]
+    assert line.startswith("decontaminate: decontamination dropped 1 and cut 0 of 3 documents, removing ")
+    m = json.loads((tmp_path / "one" / "manifest.json").read_text())
+    assert f"removing {m['decontamination']['characters_removed']:,} characters; 1 dropped for more than 10 " \
+           "matches: --max-matches " in line
+    named = int(line.split("--max-matches ")[1].split()[0])
+    assert cli.main([*argv, "--output", str(tmp_path / "two"), "--max-matches", str(named)]) == 0
+    two = json.loads((tmp_path / "two" / "manifest.json").read_text())["decontamination"]
+    assert (two["dropped"], two["cut"]) == (0, 1)
+    assert "decontamination dropped 0 and cut 1 of 3 documents" in capsys.readouterr().err
+    if named > 11:   # one below it still drops the book: the line names the smallest that cuts
+        assert cli.main([*argv, "--output", str(tmp_path / "three"), "--max-matches", str(named - 1)]) == 0
+        assert json.loads((tmp_path / "three" / "manifest.json").read_text())["decontamination"]["dropped"] == 1
+
+
+@pytest.mark.slow
+def test_prepare_decontaminates_after_dedup_and_before_the_split(extracted, tmp_path, capsys):
     root, _ = extracted
     out = tmp_path / "shards"
     assert cli.main(["prepare", "--input", f"wikipedia:{SAMPLES / 'enwiki-sample.xml.bz2'}", "--input",
@@ -255,6 +290,8 @@ def test_prepare_decontaminates_after_dedup_and_before_the_split(extracted, tmp_
     d = m["decontamination"]
     assert d["documents_in"] == m["dedup"]["kept"] == 23
     assert m["split"]["training_documents"] + m["split"]["validation_documents"] == 23 - d["dropped"]
+    assert (f"prepare wikipedia+books: decontamination dropped {d['dropped']} and cut {d['cut']} of 23 documents, "
+            f"removing {d['characters_removed']:,} characters") in capsys.readouterr().err
     assert (out / decontamination_report.NAME).exists() and cli.main(["verify", str(out)]) == 0
 
 

@@ -36,11 +36,13 @@ def exports(tmp_path_factory):
     return out
 
 
-def train(script: str, data, tmp_path, *flags: str) -> list[float]:
-    """Runs an example as a user would, offline; returns the losses it printed, one a step."""
+def train(script: str, data, tmp_path, *flags: str, **env: str) -> list[float]:
+    """Runs an example as a user would, offline (`env`: more of its environment); returns the losses it printed,
+    one a step."""
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets"),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1"}   # a tiny model runs fastest on one thread, and does not stall a shared machine
+           "OMP_NUM_THREADS": "1",   # a tiny model runs fastest on one thread, and does not stall a shared machine
+           **env}
     done = subprocess.run([sys.executable, str(REPO / "examples" / script), str(data), "--steps", str(STEPS), *flags],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -61,6 +63,15 @@ def assert_learns(losses: list[float]) -> None:
 def test_hf_trainer_on_parquet(exports, tmp_path, source, flags):
     assert_learns(train("train_hf_trainer.py", exports / f"{source}-parquet", tmp_path, *flags,
                         "--output", str(tmp_path / "run")))
+
+
+@pytest.mark.slow
+def test_hf_trainer_without_output_leaves_no_directory_behind(exports, tmp_path):
+    """Without --output, Trainer's output_dir is a temporary directory the example removes when it ends."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    assert_learns(train("train_hf_trainer.py", exports / "masked-parquet", tmp_path, TMPDIR=str(temporary)))
+    assert not [p.name for p in temporary.iterdir() if p.name.startswith("hf_trainer_")]
 
 
 @pytest.mark.slow

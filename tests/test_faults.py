@@ -245,6 +245,31 @@ def test_trainer_reader_stops_at_a_damaged_shard_naming_file_and_record(clean, t
         _read_all(out)
 
 
+def test_verify_counts_the_records_it_read_up_to_the_damage(clean, tmp_path, monkeypatch, capsys):
+    """verify checks records in batches; a damaged record past the first batch used to be followed by the count of
+    whole batches only ("record 140: CRC mismatch", then "100 records read"): the counts agree, and say why."""
+    from pipeline.commands import verify
+    from pipeline.formats import tfrecord
+
+    monkeypatch.setattr(verify, "BATCH", 100)   # so the bundled sample's shard holds several batches
+    out = tmp_path / "flipped"
+    shutil.copytree(clean, out)
+    shard = out / "shard-00001-of-00004.tfrecord"
+    raw = bytearray(shard.read_bytes())
+    at = sum(len(tfrecord.frame(r)) for r in list(tfrecord.read_file(str(shard)))[:140]) + 20
+    raw[at] ^= 0x01   # inside record 140's data
+    shard.write_bytes(bytes(raw))
+    listed = {e["file"]: e["records"] for e in json.loads((out / "manifest.json").read_text())["files"]}
+    assert listed[shard.name] > 200
+    capsys.readouterr()
+    assert cli.main(["verify", str(out)]) == 1
+    problems = [line.strip() for line in capsys.readouterr().err.splitlines() if "PROBLEM" in line]
+    assert problems[:2] == [
+        f"PROBLEM {shard.name}: record 140: data CRC mismatch (corrupt record); reading stopped there, 140 records "
+        "read",
+        f"PROBLEM {shard.name}: 140 records read, manifest says {listed[shard.name]}"]
+
+
 def test_trainer_reader_notices_a_shard_cut_at_a_record_boundary(clean, tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "cut"

@@ -132,3 +132,23 @@ def summary(params: DecontaminateParams, values: dict[str, int], against: list[d
             "short_examples": c("short_examples"), "ngrams": c("example_ngrams"), "documents_in": c("documents"),
             "untouched": c("untouched"), "cut": c("cut"), "dropped": c("dropped"), "matches": c("matches"),
             "characters_removed": c("characters_removed"), "report": REPORT}
+
+
+def result_line(title: str, params: DecontaminateParams, m: dict, directory: str) -> str:
+    """The job's line on what decontamination did, from the manifest `m` it published in `directory`: documents
+    dropped and cut, characters removed; where a document went whole for its matches, the --max-matches that cuts
+    it instead (read from the report beside it, which names each document's reason)."""
+    values, report = m["counts"]["counters"], storage.join(directory, REPORT)
+    c = lambda name: values.get(f"decontaminate/{name}", 0)   # noqa: E731
+    dropped, cut = c("dropped"), c("cut")
+    line = (f"{title}: decontamination dropped {dropped:,} and cut {cut:,} of {c('documents'):,} documents, "
+            f"removing {c('characters_removed'):,} characters")
+    if not dropped + cut:
+        return line
+    would_cut = [e["cut_with_max_matches"] for e in decontamination_report.read(report)
+                 if e["action"] == "dropped" and e.get("cut_with_max_matches")]
+    if would_cut:
+        n = len(would_cut)
+        line += (f"; {n:,} dropped for more than {params.janitor.max_matches} matches: --max-matches "
+                 f"{max(would_cut)} cuts {'it' if n == 1 else 'them'} instead")
+    return f"{line} (each document and why: {report})"

@@ -129,19 +129,30 @@ class ExtractBooks(beam.PTransform):
     def __init__(self, files: list[str], read: ReadParams = ReadParams(), kind: Kind = kinds.BOOKS):
         super().__init__()
         self.kind, self.max_document_bytes, self.skip_bad_files = kind, read.max_document_bytes, read.skip_bad_files
-        paths = books.plan_reads(files)
-        names = text.relative_names(paths)   # ids unique whatever the layout
-        self.reads = [(p, names[p]) for p in paths]   # read units, planned once
+        planned = books.plan(files)
+        names = text.relative_names(planned.reads)   # ids unique whatever the layout
+        self.reads = [(p, names[p]) for p in planned.reads]   # read units, planned once
+        self.unread = planned.unread   # a directory's other entries: counted and named in the job
 
     def expand(self, pipeline):
         kwargs = {"skip_bad_files": self.skip_bad_files}
         if self.max_document_bytes:
             kwargs["max_document_bytes"] = self.max_document_bytes
+        if self.unread:
+            _ = (pipeline
+                 | "ListUnread" >> beam.Create([tuple(self.unread)])
+                 | "CountUnread" >> tally.FlatMap(_count_unread, self.kind.name))
         return (pipeline
                 | "ListBooks" >> beam.Create(self.reads)
                 | "SpreadFiles" >> beam.Reshuffle()
                 | "ReadBooks" >> tally.ParDo(_Counted(self.kind.name, _read_named, reader=books.read_books,
                                                       **kwargs)))
+
+
+def _count_unread(unread: tuple[str, ...], namespace: str, count) -> Iterator:
+    """The entries of a books directory that are not read -> their count, the first few named (nothing out)."""
+    count(namespace, books.UNREAD, len(unread), where=unread)
+    return iter(())
 
 
 class ExtractFiles(beam.PTransform):

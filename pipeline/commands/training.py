@@ -138,12 +138,15 @@ def _train_run_flags(g) -> None:
 
 def train_plan(args: argparse.Namespace) -> TrainPlan:
     """The run's plan from `bertprep train`'s flags; RunError where they cannot make a run: a --batch-size that the
-    ranks (torchrun's WORLD_SIZE) times --grad-accum do not divide."""
+    ranks (torchrun's WORLD_SIZE) times --grad-accum do not divide, a new run's warmup longer than its steps."""
     from model.ranks import world_size   # torch, as the run
 
     plan = TrainPlan.from_flat(vars(args))   # its masking: MaskRecipe.from_json, as groups.mask_recipe reads mask's
     check_init_from(plan)
     world, schedule = world_size(), plan.schedule
+    if not plan.run.resume and schedule.warmup_steps is not None and schedule.warmup_steps > schedule.steps:
+        raise RunError(f"--warmup-steps {schedule.warmup_steps} is more than --steps {schedule.steps}: the schedule "
+                       f"would end before the learning rate reached --lr (give at most {schedule.steps})")
     if schedule.batch_size % (world * schedule.grad_accum):
         raise RunError(f"--batch-size {schedule.batch_size} is not divisible by world size {world} x "
                        f"--grad-accum {schedule.grad_accum}")

@@ -24,12 +24,11 @@ Exits 1 on any problem, naming the file and record index.
 from __future__ import annotations
 
 import fnmatch
-import itertools
 import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -384,8 +383,7 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
                 for n, _ in enumerate(documents.read_file(path), 1):
                     pass
             elif kind == "shards":   # BATCH records at a time: 10x faster than one by one
-                records = tfrecord.read_file(path)
-                while batch := list(itertools.islice(records, BATCH)):
+                for batch in _batches(tfrecord.read_file(path)):
                     found = (_check_packed_records(batch, shape, max_predictions_per_seq, vocab,
                                                    tally) if shape.packed
                              else _check_shard_batch(batch, shape, vocab, objective))
@@ -402,10 +400,28 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
                         bad = f"does not parse: {e}"
                     if bad:
                         problems.add(f"{name}: record {i}", bad)
-        except (tfrecord.CorruptRecordError, OSError, ValueError, EOFError) as e:
-            problems.add(name, str(e).replace(path + ": ", ""))
+        except (tfrecord.CorruptRecordError, OSError, ValueError, EOFError) as e:   # n: the records before it
+            problems.add(name, f"{str(e).replace(path + ': ', '')}; reading stopped there, {n:,} records read")
         counts.append(n)
     return counts
+
+
+def _batches(records: Iterator[bytes]) -> Iterator[list[bytes]]:
+    """Lists of BATCH records; those read before a damaged one come out as a last list, then its error, so every
+    record before the damage is checked and counted."""
+    batch: list[bytes] = []
+    try:
+        for record in records:
+            batch.append(record)
+            if len(batch) == BATCH:
+                yield batch
+                batch = []
+    except (tfrecord.CorruptRecordError, OSError, EOFError):
+        if batch:
+            yield batch
+        raise
+    if batch:
+        yield batch
 
 
 def _check_report(directory: str, entry: dict, totals, problems: Problems) -> None:

@@ -158,7 +158,8 @@ IDLE = {
 
 def input_files(spec: str) -> list[str]:
     """Document files of an `extract` directory (from its manifest) or of globs, in a stable order."""
-    return manifest.open_output(spec, (manifest.DOCUMENTS,), foreign=True).files
+    return manifest.open_output(spec, (manifest.DOCUMENTS,), foreign=True,
+                                advice="name its documents-*.jsonl.gz files with a glob to read them anyway").files
 
 
 def read_documents(files: list[str]) -> Iterator[Document]:

@@ -16,6 +16,8 @@ decontamination_report  `decontamination_report.jsonl.gz`: one line per document
 evalsets                eval-set files (SQuAD, JSON Lines, text) -> the examples to decontaminate against
 gzip_lines              gzip JSON Lines side files (the reports, the held-out list), the same bytes on any machine
 manifest                `manifest.json`, and the one way every reader opens a stage's output
+identify                what a path given to a reader holds when it is not what it reads (raw books, a dump, a training
+                        run, ...), and the command that makes what it reads: the words of every such refusal
 storage                 paths on any file system (local or an object store, which has no directories)
 
 The bottom layer: imports nothing else of bertprep. Beam appears only as its FileSystems, imported where a path

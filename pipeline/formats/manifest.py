@@ -51,7 +51,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.formats import schema, storage
+from pipeline.formats import identify, schema, storage
 
 NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
@@ -62,6 +62,15 @@ GENERATOR = 4   # see `generator` above: bump it whenever the same input, flags 
 
 class ManifestError(ValueError):
     """A directory's manifest is missing, unreadable, or disagrees with what the caller needs."""
+
+
+class WrongStage(ManifestError):
+    """A stage's output given to a reader of another's: `clause` ("DIR holds pair records, not masked-LM shards"),
+    `have` (its format); the message goes on with what makes what the reader needs (identify.wrong_stage)."""
+
+    def __init__(self, clause: str, have: str | None, step: str):
+        super().__init__(f"{clause}: {step}")
+        self.clause, self.have = clause, have
 
 
 def path_in(directory: str) -> str:
@@ -148,6 +157,7 @@ PATTERNS = {DOCUMENTS: "documents-*.jsonl.gz", PAIRS: "pairs-*.tfrecord", SHARDS
             PARQUET: "*-?????-of-?????.parquet", MDS: "shard.*.mds"}
 KIND = {DOCUMENTS: "documents", PAIRS: "pair records", SHARDS: "masked-LM shards", PARQUET: "Parquet rows",
         MDS: "MDS shards"}
+STAGE = {DOCUMENTS: identify.DOCUMENTS, PAIRS: identify.PAIRS, SHARDS: identify.SHARDS}   # where each is made
 EXTENSION = {DOCUMENTS: ".jsonl.gz", PAIRS: ".tfrecord", SHARDS: ".tfrecord", PARQUET: ".parquet", MDS: ".mds"}
 # What must agree for files of several directories to be read as one input
 _SAME = (("objective", objective),
@@ -194,12 +204,48 @@ def _format_of_name(name: str) -> str | None:
 
 
 def no_manifest(directory: str, formats: tuple[str, ...], advice: str = "") -> ManifestError:
-    """The one refusal of a directory without manifest.json."""
+    """The one refusal of a directory without manifest.json. An unfinished output of what the reader reads (partial
+    files under .incomplete/, or its data files), or for a reader of shards TFRecord files another tool made, is
+    told how to read it anyway (`advice`: a flag the reader has; by default --allow-incomplete); anything else is
+    named, with the command that makes what the reader needs (identify.py)."""
+    named = _not_readable(directory, formats)
+    if named:
+        return named
     patterns = " or ".join(PATTERNS[f] for f in formats)
     advice = advice or f"pass --allow-incomplete to read its {patterns} files anyway"
     return ManifestError(f"{directory} has no {NAME}: it is not a complete bertprep output (the stage writing it did "
                          f"not finish, or this is not a bertprep directory). Re-run that stage with --overwrite, or "
                          f"{advice}.")
+
+
+def _not_readable(directory: str, formats: tuple[str, ...]) -> ManifestError | None:
+    """The refusal that names what a directory without manifest.json holds (identify.py), unless it is an unfinished
+    output of what the reader reads or another tool's shards for a reader of shards: None."""
+    names = identify.entries(directory)
+    made = {f: [n for n in names if _format_of_name(n) == f] for f in PATTERNS}
+    found = identify.identify(names, [KIND[f] for f, files in made.items() if files])
+    if ((SHARDS in formats and found.kind == "tfrecord") or any(made[f] for f in formats)
+            or (found.kind == "unfinished" and not any(made.values()))):
+        return None
+    return ManifestError(identify.refusal(directory, found, _stages(formats), _needs(formats)))
+
+
+def _stages(formats: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(STAGE.get(f, identify.OTHER) for f in formats)
+
+
+def _needs(formats: tuple[str, ...]) -> str:
+    return "a bertprep output" if identify.needed(_stages(formats)) == identify.ANY else \
+        " or ".join(KIND[f] for f in formats)
+
+
+def _made_from(m: dict) -> str | None:
+    """The input a manifest says its output was made from (the first of several, and how many more)."""
+    paths = [i["path"] for i in m.get("inputs", []) if "path" in i] or \
+        ([m["source"]["path"]] if isinstance(m.get("source"), dict) and "path" in m["source"] else [])
+    if not paths:
+        return None
+    return paths[0] + (f" and {len(paths) - 1:,} more" if len(paths) > 1 else "")
 
 
 def open_output(spec: str, formats: tuple[str, ...], allow_incomplete: bool = False, what: str = "--input",
@@ -221,7 +267,7 @@ def open_output(spec: str, formats: tuple[str, ...], allow_incomplete: bool = Fa
         if storage.exists(storage.join(part, NAME)):
             m = read(part)
             fmt = m.get("format")
-            _check_format(fmt, formats, part)
+            _check_format(m, formats, part)
             opened.files += data_files(part, m)
             opened.records.update({storage.join(part, e["file"]): int(e["records"]) for e in m["files"]})
             _add_manifest(opened, part, m)
@@ -233,9 +279,10 @@ def open_output(spec: str, formats: tuple[str, ...], allow_incomplete: bool = Fa
             found = [f for f in storage.match(storage.join(part, "*")) if _format_of_name(os.path.basename(f))
                      in formats]
             if not found:
-                raise ManifestError(f"{part} has no {NAME} and no {' or '.join(PATTERNS[f] for f in formats)} "
-                                    "files to read (an interrupted run's partial files under .incomplete/ are never "
-                                    "read): re-run the stage that writes it")
+                raise _not_readable(part, formats) or ManifestError(
+                    f"{part} has no {NAME} and no {' or '.join(PATTERNS[f] for f in formats)} files to read (an "
+                    "interrupted run's partial files under .incomplete/ are never read): re-run the stage that writes "
+                    "it")
             opened.files += found
             opened.inputs.append({"path": part, "incomplete": True})
             for f in found:
@@ -246,6 +293,9 @@ def open_output(spec: str, formats: tuple[str, ...], allow_incomplete: bool = Fa
         (fa, a), (fb, b) = list(seen_format.items())[:2]
         raise ManifestError(f"{a} holds {KIND[fa]} and {b} holds {KIND[fb]}: give one stage's output at a time")
     if not opened.files:
+        if opened.skipped:   # a dump, books, ... named as files: what they are, and what makes what is read
+            raise ManifestError(identify.refusal(spec, identify.of_files(opened.skipped), _stages(formats),
+                                                 _needs(formats)))
         raise ManifestError(f"{what} {spec!r} names no data files")
     opened.format = next(iter(seen_format))
     if opened.skipped:
@@ -254,10 +304,12 @@ def open_output(spec: str, formats: tuple[str, ...], allow_incomplete: bool = Fa
     return opened
 
 
-def _check_format(fmt: str | None, formats: tuple[str, ...], where: str) -> None:
+def _check_format(m: dict, formats: tuple[str, ...], where: str) -> None:
+    fmt = m.get("format")
     if fmt not in formats:
-        have = KIND.get(fmt, repr(fmt))
-        raise ManifestError(f"{where} holds {have}, not {' or '.join(KIND[f] for f in formats)}")
+        step = identify.wrong_stage(where, STAGE.get(fmt, identify.OTHER), _stages(formats), _made_from(m))
+        raise WrongStage(f"{where} holds {KIND.get(fmt, repr(fmt))}, not {' or '.join(KIND[f] for f in formats)}",
+                         fmt, step)
 
 
 def _add_manifest(opened: Opened, directory: str, m: dict) -> None:
@@ -290,7 +342,7 @@ def _open_glob(opened: Opened, part: str, formats, allow_incomplete: bool, forei
         if storage.exists(storage.join(directory, NAME)):
             m = opened.manifests.get(directory) or read(directory)
             if directory not in opened.manifests:
-                _check_format(m.get("format"), formats, directory)
+                _check_format(m, formats, directory)
                 _add_manifest(opened, directory, m)
                 opened.inputs.append({"path": directory, "manifest_sha256": sha256_of(directory)})
             listed = {e["file"]: int(e["records"]) for e in m["files"]}

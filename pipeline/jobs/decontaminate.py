@@ -6,6 +6,7 @@ document's matching 13-grams cut out with 200 characters either side, too dirty 
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -48,5 +49,8 @@ def run(plan: Plan, options) -> dict | None:
      | "WriteDocuments" >> shards.WriteShards(plan.run.output, "documents", start.out.num_shards, "jsonl.gz",
                                               plan.seed, shuffle, stat_names=outputs.DOCUMENT_STATS)
      | "Publish" >> Publish(job))
-    return launch.run_job("decontaminate", p, job, shuffle, start.basis, plan.run,
-                          (plan.decontamination.line("decontaminate"),))
+    m = launch.run_job("decontaminate", p, job, shuffle, start.basis, plan.run,
+                       (plan.decontamination.line("decontaminate"),))
+    if m is not None:
+        print(decontamination.result_line("decontaminate", params, m, plan.run.output), file=sys.stderr)
+    return m

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -107,6 +108,9 @@ def run(plan: Plan, options) -> dict | None:
                        plan.pairing.warnings() + plan.masking.warnings(plan.pairing.max_seq_length)
                        + ((warning,) if warning else ()))
     sources.warn_hard_wrapped_after(m, bool(warning))
+    if m is not None and plan.decontaminate:
+        print(decontamination.result_line(f"prepare {kinds}", plan.decontaminate.params, m, plan.run.output),
+              file=sys.stderr)
     if plan.split:
         shares, warnings = outputs.split_lines(f"prepare {kinds}", plan.split, m)
         for line in shares:
