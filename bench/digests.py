@@ -99,8 +99,8 @@ def main() -> None:
         for rel, digest in files_of(tmp / "parquet"):
             print(f"{'parquet':24s} {rel:40s} {digest}")
         for name in ("books-nsp-128", "bpe-128", "pairs", "wiki-books-packed-512"):
-            for command in ("inspect", "verify"):   # their text, less the temporary directory's name
-                text = run([command, str(tmp / name)]).replace(str(tmp), "TMP")
+            for command in ("inspect", "verify"):   # their text, less the directories' names
+                text = run([command, str(tmp / name)]).replace(str(tmp), "TMP").replace(str(REPO), "REPO")
                 print(f"{command:24s} {name:40s} {hashlib.sha256(text.encode()).hexdigest()[:16]} {len(text)}")
         if not args.no_train:
             common = ["--model", "tiny", "--steps", "6", "--batch-size", "8", "--log-every", "1", "--num-workers",
