@@ -33,30 +33,20 @@ from bench.common import REPO, SHARED, cli_module, table  # noqa: E402
 DUMP = SHARED / "wikipedia" / "enwiki-sample-pages-articles.xml.bz2"
 BOOKS = ("austen-emma.txt", "bryant-stories.txt", "burgess-busterbrown.txt")
 VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
-RUN = 8   # tokens of a segment looked up by hash; shorter ones by a search of the text
+RUN = 8   # tokens of a segment looked up (its first ones)
 
 
 class Attribution:
-    """Which corpora's documents hold a run of tokens: each corpus's documents as token ids end to end (-1 between
-    documents), and the hashes of their runs of RUN tokens, sorted."""
+    """Which corpora's documents hold a run of tokens: the hashes of every run of 1 to RUN tokens of each corpus's
+    documents (end to end, -1 between documents), sorted; a longer run is looked up by its first RUN tokens."""
 
     def __init__(self, tokens: dict[str, np.ndarray]):
-        self.text = {kind: ids.astype("<i4").tobytes() for kind, ids in tokens.items()}
-        self.runs = {kind: np.unique(windows(ids, RUN)) for kind, ids in tokens.items()}
+        self.runs = {n: {kind: np.unique(windows(ids, n)) for kind, ids in tokens.items()} for n in range(1, RUN + 1)}
 
     def holders(self, segment: np.ndarray) -> set[str]:
-        if len(segment) >= RUN:
-            h = windows(segment[:RUN], RUN)[0]
-            return {kind for kind, runs in self.runs.items()
-                    if runs[min(np.searchsorted(runs, h), len(runs) - 1)] == h}
-        needle, found = segment.astype("<i4").tobytes(), set()
-        for kind, hay in self.text.items():
-            at = hay.find(needle)
-            while at >= 0 and at % 4:
-                at = hay.find(needle, at + 1)
-            if at >= 0:
-                found.add(kind)
-        return found
+        n = min(len(segment), RUN)
+        h = windows(segment[:n], n)[0]
+        return {kind for kind, runs in self.runs[n].items() if runs[min(np.searchsorted(runs, h), len(runs) - 1)] == h}
 
 
 def corpus_tokens(docs: Path, vocab: Path) -> dict[str, np.ndarray]:

@@ -169,9 +169,9 @@ def mix_lines(title: str, planned: dict[str, float], weights: dict[str, float], 
     off = [kind for kind, share in planned.items() if got[kind] and abs(got[kind] - share) > SHARE_OFF]
     if weights and off and all(got.values()):
         better = closer_weights(planned, got, weights)
-        warnings += [f"{kind} got {got[kind]:.3f} of the training tokens, planned {planned[kind]:.3f} (the plan "
-                     "estimates each corpus's tokens from its bytes): --corpus-weights "
-                     + ",".join(f"{k}={w:g}" for k, w in better.items()) + " would come closer" for kind in off]
+        warnings.append(", ".join(f"{kind} got {got[kind]:.3f} of the training tokens, planned {planned[kind]:.3f}"
+                                  for kind in off) + " (the plan estimates each corpus's tokens from its bytes): "
+                        "--corpus-weights " + ",".join(f"{k}={w:g}" for k, w in better.items()) + " would come closer")
     return lines, warnings
 
 
@@ -279,16 +279,16 @@ def split_lines(title: str, params: split.SplitParams, m: dict | None) -> tuple[
 
 def split_warning(kind: str, c: dict, params: split.SplitParams) -> str | None:
     """A corpus's held-out share where it is not what was asked (a fraction), or most of the corpus (a count)."""
-    share, n = c["validation_token_share"], c["training_documents"] + c["validation_documents"]
-    cut = "--max-document-bytes cuts books into smaller documents"
+    share, cut = c["validation_token_share"], "--max-document-bytes cuts books into smaller documents"
     if params.fraction is not None:
         if c["validation_documents"] and abs(share - params.fraction) <= SHARE_OFF:
             return None
-        return (f"{kind} holds out {share:.3f} of its tokens, not {params.fraction:g}: of its {n:,} documents, whole "
-                "ones fit under the share or do not, and one is cut only between paragraphs (characters stand for "
-                f"tokens); {cut}, or --validation-documents N holds out whole documents by count")
+        return (f"{kind} holds out {share:.3f} of its tokens, not {params.fraction:g}: whole documents fit under the "
+                "share or do not, and one is cut only between paragraphs (characters stand for tokens); "
+                f"{cut}, or --validation-documents N holds out whole documents by count")
     if share <= HELD_OUT_ABOVE:
         return None
+    n = c["training_documents"] + c["validation_documents"]   # a count cuts none
     return (f"{kind} holds out {share:.3f} of its tokens, over {HELD_OUT_ABOVE:g}: --validation-documents "
             f"{params.documents:,} holds out whole documents, {c['validation_documents']:,} of its {n:,} here; "
             f"--validation-fraction F holds out F of each corpus's tokens, or {cut}")
