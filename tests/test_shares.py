@@ -71,6 +71,16 @@ def test_a_split_share_off_its_plan_or_over_a_fifth_of_a_corpus_is_warned_of():
                         "or --max-document-bytes cuts books into smaller documents"]
 
 
+def test_the_corpora_instances_must_add_up_to_those_written():
+    """The shares are of the corpus/* counts: a job publishes nothing unless they count every instance written."""
+    values = {"corpus/books_instances": 3, "corpus/wikipedia_instances": 5, "shuffle/shard_out": 8,
+              "validation_corpus/books_instances": 2, "shuffle/validation_shard_out": 2}
+    assert outputs.corpora_lost(values) == []
+    assert outputs.corpora_lost({**values, "shuffle/shard_out": 9, "shuffle/validation_shard_out": 1}) == [
+        "corpus: the corpora's instances add up to 8, of 9 written",
+        "validation_corpus: the corpora's instances add up to 2, of 1 written"]
+
+
 # ---------------------------------------------------------------------------------------------- from the shards
 
 @pytest.fixture(scope="module")
@@ -102,7 +112,7 @@ def test_a_fractional_weight_and_a_validation_fraction_meet_their_shares(seed, c
     # held out: a share of each corpus's tokens, its training side's seen at its passes (1, and 0.1 for books)
     passes = {"wikipedia": 1, "books": 0.1}
     for kind in ("wikipedia", "books"):
-        share = held[kind] / (held[kind] + training[kind] / passes[kind])
+        share = held.get(kind, 0) / (held.get(kind, 0) + training[kind] / passes[kind])
         assert 0.05 <= share <= 0.15, (kind, share)
     assert "warning" not in printed.err
     m = json.loads((out / "manifest.json").read_text())
