@@ -148,7 +148,8 @@ def documents(checkout: Path, out: Path, corpora: Attribution) -> None:
     _, stderr = bertprep(checkout, "prepare", "--input", f"books:{out / 'books'}", "--vocab", str(VOCAB),
                          "--validation-documents", "1", "--dupe-factor", "1", "--output", str(out / "documents-1"),
                          "--overwrite", "--preset", "local-1")
-    training, held = (written_tokens(d, corpora)["books"] for d in (out / "documents-1", out / "documents-1/validation"))
+    sides = ("documents-1", "documents-1/validation")
+    training, held = (written_tokens(out / name, corpora)["books"] for name in sides)
     print(f"  held out {held / (held + training):.3f} of the books' tokens (shards)")
     warned = [line for line in stderr.splitlines() if line.startswith("warning:") and "validation" in line]
     print("  " + ("\n  ".join(warned) if warned else "no warning") + "\n")

@@ -225,7 +225,7 @@ class PartialWindow:
     two passes over every document, a third over a seeded fifth of each): a contiguous `share` of its tokens from
     a seeded `phase` (both fractions of the document), wrapping past its end to its start. The pass keeps the
     instances of a whole pass whose first token lies in it, so the share holds for a corpus of a few large
-    documents (a draw of whole documents took the big one or none), to one instance a document, and every
+    documents (a draw of whole documents took the big one or none), to an instance or two a document, and every
     instance is one a whole pass makes: nothing is cut that google's tool would not cut."""
     phase: float
     share: float

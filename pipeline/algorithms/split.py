@@ -10,11 +10,11 @@ rest of it stays a training document (`divide`). So each corpus holds out about 
 documents' sizes, and no text is on both sides: a cut is a document boundary on either side, which no pair
 crosses. A document's size is its text's length in characters, the token proxy known before tokenization
 (`size`); every corpus's total, its documents that draw under min(1, 4F) and the one to cut should they all fit
-are one accumulator (`Sizes`): the walk needs about F of them, and more only past documents too large to take. With a count N the held-out documents
-are the N smallest draws, whole, shared out over the corpora in proportion to their documents (largest remainders,
-so the shares sum to N exactly): each corpus's threshold is the draw of its N_k-th smallest, which needs every
-document's draw first (`Smallest`, one small accumulator per corpus); N documents may be most of a corpus's tokens
-(the job then warns: pipeline/jobs/outputs.py, split_lines).
+are one accumulator (`Sizes`): the walk needs about F of them, and more only past documents too large to take.
+With a count N the held-out documents are the N smallest draws, whole, shared out over the corpora in proportion to
+their documents (largest remainders, so the shares sum to N exactly): each corpus's threshold is the draw of its
+N_k-th smallest, which needs every document's draw first (`Smallest`, one small accumulator per corpus); N
+documents may be most of a corpus's tokens (the job then warns: pipeline/jobs/outputs.py, split_lines).
 
 The draw depends on the seed and the id only, never on the order documents arrive in, so any runner and worker
 count holds out the same documents; ids are unique across a job's inputs (`wikipedia:<dump>:<page id>`).

@@ -1,9 +1,9 @@
 """`bertprep demo`: the whole product on the bundled sample, on a laptop, in a few minutes.
 
 extract (Wikipedia sample + 3 books) -> vocab (a small one, to show the command; pairs use google's) ->
-pairs (0.1 of each corpus's tokens held out as a validation set) -> mask -> inspect -> train a tiny BERT on CPU, printing masked-LM
-and NSP accuracy on the held-out documents at the first step and the last (every instance of them: one 32-row
-training batch's NSP accuracy has a standard deviation near 0.09).
+pairs (0.1 of each corpus's tokens held out as a validation set) -> mask -> inspect -> train a tiny BERT on CPU,
+printing masked-LM and NSP accuracy on the held-out documents at the first step and the last (every instance of
+them: one 32-row training batch's NSP accuracy has a standard deviation near 0.09).
 """
 from __future__ import annotations
 
