@@ -79,10 +79,10 @@ def plan_rows(ends: Sequence[np.ndarray], max_tokens: int, cross_documents: bool
 def full_sentence_rows(pool: Sequence[TokenizedDocument | SpilledDocument], params: PairParams,
                        word_starts: WordStarts | np.ndarray, only: set[str] | None = None,
                        stats: collections.Counter | None = None,
-                       passes=None) -> Iterator[PairInstance]:
+                       window=None) -> Iterator[PairInstance]:
     """Every row of every dupe pass over a pool sorted by id (pairs_for_pool), as PairInstances; with `only`,
-    the rows that start in those documents; `passes(id)`: a document's own passes (a partial pass: pairs.passes),
-    the rows that start in it kept in passes below it."""
+    the rows that start in those documents; `window(id)`: a document's part in a partial pass
+    (pairs.PartialWindow), the rows of a whole pass that start in it."""
     stats = stats if stats is not None else collections.Counter()
     word_starts = WordStarts.of(word_starts)
     cls, sep = np.array([params.cls_id], np.int32), np.array([params.sep_id], np.int32)
@@ -94,7 +94,9 @@ def full_sentence_rows(pool: Sequence[TokenizedDocument | SpilledDocument], para
             first = pool[row[0][0]].id
             k = counts[first]
             counts[first] += 1
-            if (only is not None and first not in only) or (dupe >= params.dupe_factor and dupe >= passes(first)):
+            if only is not None and first not in only:
+                continue
+            if dupe == params.dupe_factor and not window(first).holds(row[0][1], int(ends[row[0][0]][-1])):
                 continue
             if cut and dupe == 0:   # counted once, not per dupe pass
                 stats["none_sentences_cut"] += 1

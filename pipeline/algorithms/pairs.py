@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import collections
 import hashlib
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -74,18 +75,23 @@ def truncation_counts(la: int, lb: int, max_num_tokens: int) -> tuple[int, int]:
 
 def truncate_seq_pair(tokens_a: np.ndarray, tokens_b: np.ndarray, max_num_tokens: int,
                       draws: "Uniforms") -> tuple[np.ndarray, np.ndarray]:
-    """google's truncate_seq_pair: trim the longer side one token at a time, front or back at random.
+    """google's truncate_seq_pair: trim the longer side one token at a time, front or back at random."""
+    (a0, a1), (b0, b1) = truncated_spans(len(tokens_a), len(tokens_b), max_num_tokens, draws)
+    return tokens_a[a0:a1], tokens_b[b0:b1]
+
+
+def truncated_spans(la: int, lb: int, max_num_tokens: int, draws: "Uniforms") -> tuple[tuple[int, int], ...]:
+    """What truncate_seq_pair keeps of segments of la and lb tokens: ((start, stop) in A, (start, stop) in B).
 
     Which side loses each token depends on lengths only (`truncation_counts`); each removal is from the front
     or the back by a fair coin, so the number taken from the front is binomial(cut, 1/2).
     """
-    cut_a, cut_b = truncation_counts(len(tokens_a), len(tokens_b), max_num_tokens)
+    cut_a, cut_b = truncation_counts(la, lb, max_num_tokens)
     if not (cut_a or cut_b):
-        return tokens_a, tokens_b
+        return (0, la), (0, lb)
     front_a = draws.fair_coins(cut_a) if cut_a else 0
     front_b = draws.fair_coins(cut_b) if cut_b else 0
-    return (tokens_a[front_a:len(tokens_a) - (cut_a - front_a)],
-            tokens_b[front_b:len(tokens_b) - (cut_b - front_b)])
+    return (front_a, la - (cut_a - front_a)), (front_b, lb - (cut_b - front_b))
 
 
 class Uniforms:
@@ -119,11 +125,12 @@ def create_instances_from_document(
         pool: Sequence[TokenizedDocument | SpilledDocument], document_index: int, dupe: int, params: PairParams,
         word_starts: WordStarts | np.ndarray, rng: np.random.Generator,
         document: TokenizedDocument | None = None,
-        stats: collections.Counter | None = None) -> list[PairInstance]:
+        stats: collections.Counter | None = None, window: "PartialWindow | None" = None) -> list[PairInstance]:
     """All NSP (or SOP) instances of one pass (`dupe`) over pool[document_index]; random segments come from
     `pool`. `document` is pool[document_index] with its tokens in memory, if the caller has it already; `stats`
     counts what SOP leaves out: sentences with no next one, in every pass (sop_unpaired_sentences), and
-    one-sentence documents, in pass 0 (sop_single_sentence_documents)."""
+    one-sentence documents, in pass 0 (sop_single_sentence_documents). `window`: a partial pass, the instances of
+    the whole pass whose chunk starts in it (the same draws, keys and bytes; the others' tokens never read)."""
     document = document if document is not None else pool[document_index].loaded()
     doc_ends = document.ends.tolist()   # a list for fast bisection; other documents stay compact arrays
     num_sentences = len(doc_ends)
@@ -137,8 +144,9 @@ def create_instances_from_document(
     if u.next() < params.short_seq_prob:
         target_seq_length = u.randint(2, max_num_tokens)
 
-    pieces, lengths, a_lengths, random_next = [], [], [], []   # per kept instance
+    pieces, lengths, a_lengths, random_next, numbers = [], [], [], [], []   # per kept instance
     cls, sep = np.array([params.cls_id], np.int32), np.array([params.sep_id], np.int32)
+    made = 0                        # instances of the whole pass so far (a kept one's number in its key)
     chunk_start = 0                 # the chunk is sentences chunk_start..i
     while chunk_start < num_sentences:
         # the first sentence at which the chunk reaches the target, or the document's last one
@@ -152,16 +160,16 @@ def create_instances_from_document(
         chunk_len = i + 1 - chunk_start
         a_end = u.randint(1, chunk_len - 1) if chunk_len >= 2 else 1
         a_stop = doc_ends[chunk_start + a_end - 1]
-        tokens_a = document.tokens[start_token:a_stop]
+        # segments as (tokens, start, stop): read only if the instance is kept
+        a, b = (document.tokens, start_token, a_stop), (document.tokens, a_stop, doc_ends[i])
         if sop:   # B follows A; swapped half of the time (label 1), as ALBERT swaps before truncating
             is_random_next = u.next() < 0.5
-            tokens_b = document.tokens[a_stop:doc_ends[i]]
             if is_random_next:
-                tokens_a, tokens_b = tokens_b, tokens_a
+                a, b = b, a
             next_start = i + 1
         elif chunk_len == 1 or u.next() < 0.5:
             is_random_next = True
-            target_b_length = target_seq_length - len(tokens_a)
+            target_b_length = target_seq_length - (a_stop - start_token)
             for _ in range(10):  # google tries 10 times to find another document
                 random_index = u.randint(0, len(pool) - 1)
                 if random_index != document_index:
@@ -172,18 +180,20 @@ def create_instances_from_document(
             # sentences from random_start until B reaches its target, or the document ends
             j = min(random_start + int(np.searchsorted(other_ends[random_start:], b_start + target_b_length)),
                     len(other_ends) - 1)
-            tokens_b = pool[random_index].tokens[b_start:int(other_ends[j])]
+            b = (pool[random_index].tokens, b_start, int(other_ends[j]))
             next_start = chunk_start + a_end          # put the unused segments back
         else:
             is_random_next = False
-            tokens_b = document.tokens[a_stop:doc_ends[i]]
             next_start = i + 1
-        tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, u)
-        if len(tokens_a) >= 1 and len(tokens_b) >= 1:   # google asserts this; a 1-document pool can break it
-            pieces += (cls, tokens_a, sep, tokens_b, sep)
-            a_lengths.append(len(tokens_a))
-            lengths.append(len(tokens_a) + len(tokens_b) + 3)
-            random_next.append(is_random_next)
+        (a0, a1), (b0, b1) = truncated_spans(a[2] - a[1], b[2] - b[1], max_num_tokens, u)
+        if a1 > a0 and b1 > b0:   # google asserts this; a 1-document pool can break it
+            if window is None or window.holds(start_token, doc_ends[-1]):
+                pieces += (cls, a[0][a[1] + a0:a[1] + a1], sep, b[0][b[1] + b0:b[1] + b1], sep)
+                a_lengths.append(a1 - a0)
+                lengths.append(a1 - a0 + b1 - b0 + 3)
+                random_next.append(is_random_next)
+                numbers.append(made)
+            made += 1
         chunk_start = next_start
     if not lengths:
         return []
@@ -195,7 +205,7 @@ def create_instances_from_document(
     first_piece[starts] = first_piece[starts + np.array(a_lengths) + 1] = first_piece[ends - 1] = True
     return [PairInstance(key=f"{document.id}|{dupe}|{k}", token_ids=flat[lo:hi], num_tokens_a=la,
                          is_random_next=r, word_starts=first_piece[lo:hi])
-            for k, (lo, hi, la, r) in enumerate(zip(starts.tolist(), ends.tolist(), a_lengths, random_next))]
+            for k, lo, hi, la, r in zip(numbers, starts.tolist(), ends.tolist(), a_lengths, random_next)]
 
 
 def split_pool(pool: Sequence[TokenizedDocument | SpilledDocument], parts: int) -> list[set[str]]:
@@ -209,15 +219,30 @@ def split_pool(pool: Sequence[TokenizedDocument | SpilledDocument], parts: int) 
     return shares
 
 
-def in_partial_pass(seed: int, doc_id: str, share: float) -> bool:
-    """Whether a document is in a corpus's last, partial pass (a weight x dupe factor with a fractional part, e.g.
-    2.5: two passes over every document, a third over a seeded half): a draw of its id under `share`."""
-    return stable_hash(seed, "partial_pass", doc_id) / float(1 << 64) < share
+@dataclass(frozen=True)
+class PartialWindow:
+    """A document's part in a corpus's last, partial pass (a weight x dupe factor with a fractional part, e.g. 2.2:
+    two passes over every document, a third over a seeded fifth of each): a contiguous `share` of its tokens from
+    a seeded `phase` (both fractions of the document), wrapping past its end to its start. The pass keeps the
+    instances of a whole pass whose first token lies in it, so the share holds for a corpus of a few large
+    documents (a draw of whole documents took the big one or none), to an instance or two a document, and every
+    instance is one a whole pass makes: nothing is cut that google's tool would not cut."""
+    phase: float
+    share: float
+
+    def holds(self, position: int, total: int) -> bool:
+        """Whether token `position` of a document of `total` tokens is in the window."""
+        return (position / total - self.phase) % 1.0 < self.share
 
 
-def passes(params: PairParams, seed: int, doc_id: str) -> int:
-    """A document's dupe passes: every whole one, and the partial one if it is drawn into it."""
-    return params.dupe_factor + (params.partial > 0 and in_partial_pass(seed, doc_id, params.partial))
+def partial_window(seed: int, doc_id: str, share: float) -> PartialWindow:
+    """The window of a document's partial pass: its phase a draw of its id, the same on every machine."""
+    return PartialWindow(stable_hash(seed, "partial_pass", doc_id) / float(1 << 64), share)
+
+
+def passes(params: PairParams) -> int:
+    """The dupe passes over each document: every whole one, and the partial one (PartialWindow) if there is one."""
+    return params.dupe_factor + (params.partial > 0)
 
 
 def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: PairParams, word_starts: WordStarts | np.ndarray,
@@ -237,12 +262,13 @@ def pairs_for_pool(pool: Sequence[TokenizedDocument | SpilledDocument], params: 
         raise ValueError(f"duplicate document ids in one bucket, e.g. {duplicate!r}")
     if params.objective == "none":
         yield from objectives.full_sentence_rows(pool, params, word_starts, only, stats,
-                                                 lambda doc_id: passes(params, seed, doc_id))
+                                                 lambda doc_id: partial_window(seed, doc_id, params.partial))
         return
     for index, doc in enumerate(pool):
         if only is not None and doc.id not in only:
             continue
         loaded = doc.loaded()   # the document's own tokens, read once for all its dupe passes
-        for dupe in range(passes(params, seed, doc.id)):
+        for dupe in range(passes(params)):
+            window = partial_window(seed, doc.id, params.partial) if dupe == params.dupe_factor else None
             yield from create_instances_from_document(
-                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), loaded, stats)
+                pool, index, dupe, params, word_starts, document_rng(seed, doc.id, dupe), loaded, stats, window)

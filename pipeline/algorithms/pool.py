@@ -171,7 +171,7 @@ class PairParams:
     objective: str = "nsp"               # nsp | sop | none (OBJECTIVES)
     cross_documents: bool = False        # none: a row may go on into the bucket's next document (FULL-SENTENCES)
     split_sentences: bool = False        # none: rows filled to the last position, the cut sentence goes on
-    partial: float = 0.0                 # after dupe_factor passes, one more over this seeded share of the documents
+    partial: float = 0.0                 # after dupe_factor passes, one more over this seeded share of each document
                                          # (a fractional --corpus-weights pass); last, so positional uses keep theirs
 
     def __post_init__(self):

@@ -1,35 +1,42 @@
 """The validation split, by document: which documents are held out, decided before any pairing.
 
 Each document draws u = a seeded hash of its id, uniform in [0, 1) (MLPerf's BERT holds out 10,000 Wikipedia
-articles by a seeded draw). With a fraction F, F is a share of each corpus's tokens, held out in whole documents:
-a corpus's documents are taken in the order of their draws, each one held out when that brings the held-out size
-closer to F x the corpus's size than it was (2 x held + size <= 2 x F x total), so the held-out share ends as
-close to F as whole documents allow and never above 2F. A document's size is its text's length in characters,
-the token proxy known before tokenization (`size`). A corpus whose documents are each over 2F of it (one book
-that is one document) holds out none (`Sizes`, one accumulator of every corpus's total and of its documents that
-draw under min(1, 4F): the walk needs about F of them, and more only past documents too large to take). With a
-count N the held-out documents are the N smallest draws, shared out over the corpora in
-proportion to their documents (largest remainders, so the shares sum to N exactly): each corpus's threshold is the
-draw of its N_k-th smallest, which needs every document's draw first (`Smallest`, one small accumulator per corpus).
+articles by a seeded draw). With a fraction F, F is a share of each corpus's tokens: a corpus's documents are taken
+whole in the order of their draws while each fits under F x the corpus's size; if that leaves more than a tenth of
+F x size unfilled (a corpus of a few large documents: three books, one of them most of the bytes), the rest is cut
+from the first document in draw order that did not fit (`chosen`): its head or its tail, a seeded coin, the
+paragraphs whose length comes closest to what is missing, go to the validation set as a document of their own, the
+rest of it stays a training document (`divide`). So each corpus holds out about F of its tokens whatever its
+documents' sizes, and no text is on both sides: a cut is a document boundary on either side, which no pair
+crosses. A document's size is its text's length in characters, the token proxy known before tokenization
+(`size`); every corpus's total, its documents that draw under min(1, 4F) and the one to cut should they all fit
+are one accumulator (`Sizes`): the walk needs about F of them, and more only past documents too large to take.
+With a count N the held-out documents are the N smallest draws, whole, shared out over the corpora in proportion to
+their documents (largest remainders, so the shares sum to N exactly): each corpus's threshold is the draw of its
+N_k-th smallest, which needs every document's draw first (`Smallest`, one small accumulator per corpus); N
+documents may be most of a corpus's tokens (the job then warns: pipeline/jobs/outputs.py, split_lines).
 
 The draw depends on the seed and the id only, never on the order documents arrive in, so any runner and worker
 count holds out the same documents; ids are unique across a job's inputs (`wikipedia:<dump>:<page id>`).
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass
 
 from pipeline.algorithms.pairs import stable_hash
+from pipeline.formats.documents import Document
 
 SALT = "validation"
 _SCALE = 1.0 / (1 << 64)
+SLACK = 0.1   # of F x a corpus's size: what whole documents may leave unfilled before one is cut to fill it
 
 
 @dataclass(frozen=True)
 class SplitParams:
     """How much goes to the validation set: `documents` (a count, over all corpora) or `fraction` (of each
-    corpus's tokens, under 0.5: the held-out side may reach 2F)."""
+    corpus's tokens, under 0.5: the training side stays the larger)."""
     seed: int
     documents: int | None = None
     fraction: float | None = None
@@ -74,21 +81,27 @@ class Smallest:
 
 
 class Sizes:
-    """Per corpus: its total size and (draw, id, size) of each document that draws under `reach`, mergeable in any
-    order (the walk sorts them)."""
+    """Per corpus: its total size, (draw, id, size, paragraphs) of each document that draws under `reach`, and of
+    the one that draws least above it with paragraphs to cut (`spare`: the one to cut when those under it fit
+    whole, as the few documents of three books may), mergeable in any order (the walk sorts them)."""
 
     def __init__(self, reach: float):
-        self.reach, self.total, self.drawn = reach, {}, {}   # corpus -> characters; corpus -> [(u, id, size)]
+        self.reach, self.total, self.drawn, self.spare = reach, {}, {}, {}   # corpus -> characters, [(u, id, ...)]
 
-    def add(self, corpus: str, u: float, doc_id: str, size: int) -> None:
+    def add(self, corpus: str, u: float, doc_id: str, size: int, paragraphs: int) -> None:
         self.total[corpus] = self.total.get(corpus, 0) + size
         if u < self.reach:
-            self.drawn.setdefault(corpus, []).append((u, doc_id, size))
+            self.drawn.setdefault(corpus, []).append((u, doc_id, size, paragraphs))
+        elif paragraphs > 1 and (u, doc_id) < self.spare.get(corpus, (2.0,))[:2]:
+            self.spare[corpus] = (u, doc_id, size, paragraphs)
 
     def merge(self, other: "Sizes") -> None:
         for corpus, n in other.total.items():
             self.total[corpus] = self.total.get(corpus, 0) + n
             self.drawn.setdefault(corpus, []).extend(other.drawn.get(corpus, []))
+        for corpus, spare in other.spare.items():
+            if spare[:2] < self.spare.get(corpus, (2.0,))[:2]:
+                self.spare[corpus] = spare
 
 
 def reach(fraction: float) -> float:
@@ -101,18 +114,43 @@ def size(paragraphs) -> int:
     return sum(map(len, paragraphs))
 
 
-def chosen(sizes: Sizes, fraction: float) -> dict[str, frozenset[str]]:
-    """Per corpus, the ids it holds out for a token share `fraction` (an empty set: none of its documents fits
-    under 2F of it)."""
+def chosen(sizes: Sizes, fraction: float) -> dict[str, dict[str, float]]:
+    """Per corpus, {id: the share of its characters held out} for a token share `fraction`: 1.0 for each document
+    held out whole, less for the one cut to fill the rest (module doc); an empty dict: nothing to hold out."""
     out = {}
     for corpus, total in sizes.total.items():
-        held, ids, target = 0, [], fraction * total
-        for _, doc_id, n in sorted(sizes.drawn.get(corpus, [])):
-            if 2 * held + n <= 2 * target:   # closer to F x total than before (so never past 2F)
+        held, ids, target, first = 0, {}, fraction * total, None
+        for _, doc_id, n, paragraphs in sorted(sizes.drawn.get(corpus, [])):
+            if held + n <= target:
                 held += n
-                ids.append(doc_id)
-        out[corpus] = frozenset(ids)
+                ids[doc_id] = 1.0
+            elif first is None and paragraphs > 1:   # the one to cut, if whole ones leave too much unfilled
+                first = (doc_id, n)
+        if first is None and corpus in sizes.spare:   # every document under the reach fit: the next one
+            first = sizes.spare[corpus][1:3]
+        if first and target - held > SLACK * target:
+            ids[first[0]] = (target - held) / first[1]
+        out[corpus] = ids
     return out
+
+
+def divide(doc: Document, share: float, seed: int) -> tuple[Document, Document]:
+    """A document cut in two between paragraphs: (its training part, its held-out part). The held-out part is its
+    head or its tail (a seeded coin of its id), the paragraphs whose characters come closest to `share` of its,
+    at least one and never all; it is named `<id>@p<first>-<stop>` (its paragraphs' indices), the training part
+    keeps the id."""
+    n, sizes = len(doc.paragraphs), [len(p) for p in doc.paragraphs]
+    want, tail = share * sum(sizes), stable_hash(seed, SALT, "end", doc.id) & 1
+    ordered = sizes[::-1] if tail else sizes
+    got, best, taken = 0, None, 1
+    for k in range(1, n):   # k paragraphs held out
+        got += ordered[k - 1]
+        if best is None or abs(got - want) < best:
+            best, taken = abs(got - want), k
+    lo, hi = (n - taken, n) if tail else (0, taken)
+    held = dataclasses.replace(doc, id=f"{doc.id}@p{lo}-{hi}", paragraphs=doc.paragraphs[lo:hi])
+    kept = dataclasses.replace(doc, paragraphs=doc.paragraphs[:lo] if tail else doc.paragraphs[hi:])
+    return kept, held
 
 
 class TooFewDocuments(ValueError):
@@ -144,9 +182,10 @@ def thresholds(smallest: Smallest, documents: int) -> dict[str, float]:
     return out
 
 
-def held_out(params: SplitParams, corpus: str, doc_id: str, limits: dict) -> bool:
-    """Whether a document goes to the validation set: one of its corpus's ids (`limits`, from `chosen`) for a
-    fraction, its draw at most its corpus's threshold (`limits`, from `thresholds`) for a count."""
+def held_out(params: SplitParams, corpus: str, doc_id: str, limits: dict) -> float:
+    """The share of a document that goes to the validation set: 1.0 whole, 0.0 none, in between its part to cut
+    off (`divide`). For a fraction, its share in its corpus's `limits` (from `chosen`); for a count, 1.0 when its
+    draw is at most its corpus's threshold (`limits`, from `thresholds`)."""
     if params.fraction is not None:
-        return doc_id in limits.get(corpus, ())
-    return draw(params.seed, doc_id) <= limits.get(corpus, -1.0)
+        return limits.get(corpus, {}).get(doc_id, 0.0)
+    return float(draw(params.seed, doc_id) <= limits.get(corpus, -1.0))

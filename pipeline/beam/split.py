@@ -3,7 +3,8 @@ of the held-out documents that ships with the validation set (pipeline/algorithm
 
     documents | SplitValidation(params, limits) -> .training, .validation
     all documents | Thresholds(params)           -> limits: {corpus: largest held-out draw} (a count),
-                                                    {corpus: frozenset of held-out ids} (a fraction of tokens)
+                                                    {corpus: {held-out id: its share}} (a fraction of tokens: a
+                                                    share under 1 cuts that document in two, split.divide)
     validation documents | ListHeldOut(directory) -> <directory>/.incomplete/documents.jsonl.gz
 
 Either way the split needs every document's draw first (the N smallest; or each corpus's size and its documents in
@@ -28,6 +29,7 @@ TRAINING, VALIDATION = "training", "validation"
 # What SplitValidation counts of each side, and ListHeldOut of its list (pipeline/jobs/outputs.py reconciles them)
 SIDE_DOCUMENTS = {TRAINING: "split/training_documents", VALIDATION: "split/validation_documents"}
 TRAINING_DOCUMENTS, HELD_OUT_DOCUMENTS = SIDE_DOCUMENTS[TRAINING], SIDE_DOCUMENTS[VALIDATION]
+CUT_DOCUMENTS = "split/cut_documents"   # documents cut in two, a part on each side (counted on both)
 LISTED_DOCUMENTS = "split/listed_documents"
 
 
@@ -67,8 +69,8 @@ class _Draws(_Merged):
 
 
 class _Sizes(_Merged):
-    """(corpus, draw, id, size) -> per corpus its size and its documents that draw under the reach -> the ids each
-    corpus holds out for a token share."""
+    """(corpus, draw, id, size, paragraphs) -> per corpus its size and its documents that draw under the reach ->
+    the ids each corpus holds out for a token share, and the share of each (split.chosen)."""
 
     def __init__(self, fraction: float):
         self.fraction = fraction
@@ -76,13 +78,13 @@ class _Sizes(_Merged):
     def create_accumulator(self) -> split.Sizes:
         return split.Sizes(split.reach(self.fraction))
 
-    def extract_output(self, acc: split.Sizes) -> dict[str, frozenset]:
+    def extract_output(self, acc: split.Sizes) -> dict[str, dict[str, float]]:
         return split.chosen(acc, self.fraction)
 
 
 class Thresholds(beam.PTransform):
     """Every document (all corpora) -> one dict: {corpus: the largest draw it holds out} for a count,
-    {corpus: the ids it holds out} for a fraction of tokens."""
+    {corpus: {id: the share of it held out}} for a fraction of tokens."""
 
     def __init__(self, params: split.SplitParams):
         super().__init__()
@@ -93,7 +95,7 @@ class Thresholds(beam.PTransform):
         if self.params.fraction is not None:
             return (docs
                     | "Draw" >> beam.Map(lambda d: (d.source or corpus_of(d.id), split.draw(seed, d.id), d.id,
-                                                    split.size(d.paragraphs)))
+                                                    split.size(d.paragraphs), len(d.paragraphs)))
                     | "Walk" >> beam.CombineGlobally(_Sizes(self.params.fraction)))
         return (docs
                 | "Draw" >> beam.Map(lambda d: (d.source or corpus_of(d.id), split.draw(seed, d.id)))
@@ -106,7 +108,16 @@ class _Split(tally.DoFn):
 
     def process(self, doc: Document, limits):
         corpus = doc.source or corpus_of(doc.id)
-        side = VALIDATION if split.held_out(self.params, corpus, doc.id, limits) else TRAINING
+        share = split.held_out(self.params, corpus, doc.id, limits)
+        if 0 < share < 1:   # a part on each side
+            self.count(*tally.parts(CUT_DOCUMENTS))
+            training, held = split.divide(doc, share, self.params.seed)
+            yield from self.side(TRAINING, corpus, training)
+            yield from self.side(VALIDATION, corpus, held)
+        else:
+            yield from self.side(VALIDATION if share else TRAINING, corpus, doc)
+
+    def side(self, side: str, corpus: str, doc: Document):
         self.count(*tally.parts(SIDE_DOCUMENTS[side]))
         self.count(*tally.parts(side_counter(corpus, side, "documents")))
         yield beam.pvalue.TaggedOutput(side, doc)

@@ -1,9 +1,9 @@
 """`bertprep demo`: the whole product on the bundled sample, on a laptop, in a few minutes.
 
 extract (Wikipedia sample + 3 books) -> vocab (a small one, to show the command; pairs use google's) ->
-pairs (4 documents held out as a validation set) -> mask -> inspect -> train a tiny BERT on CPU, printing masked-LM
-and NSP accuracy on the held-out documents at the first step and the last (every instance of them: one 32-row
-training batch's NSP accuracy has a standard deviation near 0.09).
+pairs (0.1 of each corpus's tokens held out as a validation set) -> mask -> inspect -> train a tiny BERT on CPU,
+printing masked-LM and NSP accuracy on the held-out documents at the first step and the last (every instance of
+them: one 32-row training batch's NSP accuracy has a standard deviation near 0.09).
 """
 from __future__ import annotations
 
@@ -43,10 +43,10 @@ def main(args) -> int:
     _step("vocab: a 5,000-piece WordPiece vocab trained on those documents (pairs below use google's vocab)")
     _run("vocab", "--input", str(out / "documents/*/documents-*.jsonl.gz"), "--vocab-size", "5000",
          "--output", str(out / "vocab-demo.txt"))
-    _step("pairs: sentences -> WordPieces -> NSP pairs (max_seq_length 128, dupe_factor 5); 4 documents held out as "
-          "a validation set, paired apart")
+    _step("pairs: sentences -> WordPieces -> NSP pairs (max_seq_length 128, dupe_factor 5); 0.1 of each corpus's "
+          "tokens held out as a validation set, paired apart")
     _run("pairs", "--input", f"{out / 'documents/wikipedia'},{out / 'documents/books'}", "--vocab", vocab,
-         "--max-seq-length", "128", "--dupe-factor", "5", "--validation-documents", "4", "--output",
+         "--max-seq-length", "128", "--dupe-factor", "5", "--validation-fraction", "0.1", "--output",
          str(out / "pairs"), *beam)
     _step("mask: 15% of WordPieces, 80/10/10, into 4 TFRecord shards in google's schema (and the validation set)")
     _run("mask", "--input", str(out / "pairs"), "--max-predictions-per-seq", "20", "--num-shards", "4",

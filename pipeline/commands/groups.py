@@ -234,11 +234,13 @@ class Mix(Group):
     def add(self, p):
         p.add_argument("--corpus-weights", type=corpus_weights, default=None, metavar="KIND=W,...",
                        help="sampling weights of the corpora: a corpus of weight W is paired in --dupe-factor x W "
-                            "dupe passes, a fractional part as one more pass over that seeded share of its "
-                            "documents (by id): 2.5 is two passes over every document and a third over half of "
-                            "them, 0.2 one pass over a fifth; e.g. books=2 to see books twice as often. The plan "
-                            "prints each corpus's expected share of the tokens; recorded in the manifest (default: "
-                            "1 for every corpus)")
+                            "dupe passes, a fractional part as one more pass over that share of each document (the "
+                            "instances of a whole pass that start in a seeded contiguous share of its tokens): 2.5 "
+                            "is two passes over every document and a third over half of each, 0.2 one pass over a "
+                            "fifth; e.g. books=2 to see books twice as often. The plan prints each corpus's expected "
+                            "share of the tokens, the job's last lines the share it wrote, with a warning and better "
+                            "weights when they differ by over 5 points; recorded in the manifest (default: 1 for "
+                            "every corpus)")
         p.add_argument("--mix-corpora", action="store_true",
                        help="several corpora: one random-next pool over all of them (by default each corpus pairs "
                             "in its own buckets: a B segment never comes from another corpus)")
@@ -547,15 +549,17 @@ class Split(Group):
         p.add_argument("--validation-documents", type=positive_int, default=None, metavar="N",
                        help="hold out N documents (a seeded draw by id, after --dedup; per corpus in proportion to "
                             "its documents) as a validation set in OUTPUT/validation/, never seen by training: "
-                            "neither their instances nor their text as a random next segment. Exactly N: the draws "
-                            "of every document are counted first (the documents pass one more shuffle)")
+                            "neither their instances nor their text as a random next segment. Exactly N whole "
+                            "documents: the draws of every document are counted first (the documents pass one more "
+                            "shuffle); where they are over 0.2 of a corpus's tokens (one of a few books) the job "
+                            "warns and names --validation-fraction")
         p.add_argument("--validation-fraction", type=fraction, default=None, metavar="F",
-                       help="hold out F of each corpus's tokens (under 0.5) in whole documents: taken in the order "
-                            "of a seeded draw by id while the held-out text comes closer to F of the corpus's "
-                            "(characters as the token proxy), never over 2F; a corpus whose documents are each "
-                            "over 2F of it holds out none and the job says so (--max-document-bytes cuts books "
-                            "smaller). The job prints each side's share of every corpus's tokens (the other way to "
-                            "make OUTPUT/validation/)")
+                       help="hold out F of each corpus's tokens (under 0.5): whole documents in the order of a "
+                            "seeded draw by id while they fit under F of the corpus's text (characters as the token "
+                            "proxy), the rest cut from the next one between paragraphs (its head or tail held out "
+                            "as a document of its own, the rest trained on: no text on both sides), so a corpus of "
+                            "a few books holds out F too. The job prints each corpus's share on each side beside F, "
+                            "and warns when one is over 5 points off (the other way to make OUTPUT/validation/)")
 
     def check(self, p, args):
         if args.validation_documents is not None and args.validation_fraction is not None:

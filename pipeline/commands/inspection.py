@@ -16,6 +16,7 @@ from pipeline.algorithms import masking, packing
 from pipeline.commands import flags, verify
 from pipeline.formats import (columns, decontamination_report, dedup_report, documents, example_proto, manifest,
                               pair_records, schema, storage, tfrecord)
+from pipeline.jobs import settings
 from pipeline.text import tokenization, vocab_fit, vocabularies
 
 
@@ -107,14 +108,14 @@ def inspect_split(directory: str, m: dict) -> None:
     if not split:
         return
     how = (f"{split['documents']:,} documents" if split.get("documents") else f"fraction {split.get('fraction')}")
+    cut = f" ({split['cut_documents']:,} cut in two, a part each side)" if split.get("cut_documents") else ""
     print(f"\n  split by document ({how}, seed {split['seed']}): {split['training_documents']:,} training, "
-          f"{split['validation_documents']:,} validation documents; this is the {split['role']} side")
+          f"{split['validation_documents']:,} validation documents{cut}; this is the {split['role']} side")
     for kind, c in (split.get("corpora") or {}).items():   # tokens before dupe passes; absent before 2026-11-27
         print(f"    {kind:<16} {c['training_documents']:>8,} + {c['validation_documents']:>6,} documents, "
               f"{c['training_tokens']:>12,} + {c['validation_tokens']:>10,} tokens: "
               f"{1 - c['validation_token_share']:.3f} training / {c['validation_token_share']:.3f} validation"
-              + ("  <-- holds out none: its documents are each over twice the fraction (--max-document-bytes)"
-                 if split.get("fraction") and not c["validation_documents"] else ""))
+              + split_mark(split, c))
     other = storage.join(directory, split.get("validation") or split.get("training"))
     try:
         om = manifest.read(other)
@@ -127,6 +128,17 @@ def inspect_split(directory: str, m: dict) -> None:
              else f"{om['counts'].get('instances', 0):,} instances of {om['counts'].get('documents')} documents")
           + (f", masked at {recipe.masked_lm_prob:g}" if recipe else "")
           + f"; documents listed in {split['held_out_list']}")
+
+
+def split_mark(split: dict, c: dict) -> str:
+    """A corpus's held-out share where the job warned of it (outputs.split_warning): off a fraction, or most of
+    the corpus for a count."""
+    share, fraction = c["validation_token_share"], split.get("fraction")
+    if fraction and (not c["validation_documents"] or abs(share - fraction) > settings.SHARE_OFF):
+        return f"  <-- not {fraction:g}: documents too large to cut between paragraphs (--max-document-bytes)"
+    if split.get("documents") and share > settings.HELD_OUT_ABOVE:
+        return f"  <-- over {settings.HELD_OUT_ABOVE:g} of its tokens (--validation-fraction holds out a share)"
+    return ""
 
 
 def inspect_corpora(m: dict) -> None:

@@ -8,8 +8,11 @@ Its presence marks the directory complete (data files are published before it). 
     stage                    the command that wrote it: extract | pairs | mask | prepare | pack | dedup |
                              decontaminate | convert
     created_by               "bertprep <version>"
-    generator                what made the bytes: 3 = as 2, with Wikipedia documents' ids naming their dump
-                             (`wikipedia:<dump>:<page id>`, unique across dumps; ids seed every draw, so a
+    generator                what made the bytes: 5 = as 4, with a fractional --corpus-weights pass over a seeded
+                             share of each document and --validation-fraction cutting one document of a corpus
+                             between paragraphs (outputs made with neither kept their bytes); 4 = a list's lead-in
+                             line kept with the list (Wikipedia); 3 = as 2, with Wikipedia documents' ids naming
+                             their dump (`wikipedia:<dump>:<page id>`, unique across dumps; ids seed every draw, so a
                              Wikipedia input's bytes moved, books' and text's did not); 2 = records placed in files
                              and random-next buckets by even shares of the seeded hash planned before the job (one
                              pass through a runner's shuffle); 1 (or absent) = cuts balanced by a count of every
@@ -39,7 +42,10 @@ Its presence marks the directory complete (data files are published before it). 
     split                    an output of a validation split (pipeline/formats/heldout.py): {"role": "training" |
                              "validation", "validation": "validation" | "training": "..", "seed", "documents" |
                              "fraction" (the request), "training_documents", "validation_documents",
-                             "held_out_list": the list of held-out documents}
+                             "cut_documents" (cut in two between paragraphs, a part on each side: training +
+                             validation - cut = the documents in), "corpora" (each one's documents and tokens on
+                             each side, its validation_token_share), "held_out_list": the list of held-out
+                             documents}
 """
 from __future__ import annotations
 
@@ -57,7 +63,7 @@ NAME = "manifest.json"
 DOCUMENTS, PAIRS, SHARDS = "bertprep.documents/1", "bertprep.pairs/1", "bertprep.shards/1"
 PARQUET, MDS = "bertprep.parquet/1", "bertprep.mds/1"   # `bertprep convert`'s exports for other trainers
 VERSION = "0.1.0"
-GENERATOR = 4   # see `generator` above: bump it whenever the same input, flags and seed give other bytes
+GENERATOR = 5   # see `generator` above: bump it whenever the same input, flags and seed give other bytes
 
 
 class ManifestError(ValueError):

@@ -11,6 +11,7 @@ from pipeline.beam import dedup as deduplication
 from pipeline.beam import shards, shuffle, transforms
 from pipeline.beam import split as splitting
 from pipeline.formats import heldout, manifest
+from pipeline.jobs import settings
 
 
 def why_empty(values: dict[str, int]) -> str:
@@ -28,12 +29,12 @@ def why_empty(values: dict[str, int]) -> str:
 def why_held_out_empty(values: dict[str, int]) -> str:
     """Why a validation set holds no record."""
     held = values.get(HELD_OUT_DOCUMENTS, 0)
-    if not held:   # a count holds out at least 1: a fraction of tokens found no document small enough
+    if not held:   # a count holds out at least 1: a fraction found no document to take whole or to cut
         corpora = split_corpora(values)
         return ("the split held out no document: each document of " + ", ".join(
-            f"{kind} ({c['training_documents']:,})" for kind, c in corpora.items()) + " is over twice the "
-            "--validation-fraction of its corpus's tokens (a validation set is whole documents); "
-            "--max-document-bytes cuts documents smaller")
+            f"{kind} ({c['training_documents']:,})" for kind, c in corpora.items()) + " is over the "
+            "--validation-fraction of its corpus's tokens and one paragraph (a document is cut only between "
+            "paragraphs); --max-document-bytes cuts documents smaller")
     return (f"none of its {held:,} documents is long enough for one instance ([CLS] A [SEP] B [SEP] needs two "
             "non-empty segments)")
 
@@ -133,6 +134,55 @@ def shards_manifest(head: dict, parameters: dict, documents, inputs: list[dict],
     return m
 
 
+# ---------------------------------------------------------------------------------------------- several corpora
+
+SHARE_OFF, HELD_OUT_ABOVE = settings.SHARE_OFF, settings.HELD_OUT_ABOVE
+
+
+def corpora_lost(values: dict[str, int]) -> list[str]:
+    """A job of several corpora must count every instance its shard shuffles were given under one corpus (the
+    shares it prints and records are of these counts), on each side of a split."""
+    wrong = []
+    for namespace, name in ((transforms.CORPUS, "shard"), (transforms.HELD_OUT_CORPUS, HELD_OUT_SHARDS)):
+        counted = transforms.corpus_counts(values, namespace)
+        given = values.get(shuffle.delivered_counter(name), 0)
+        if counted and sum(c["instances"] for c in counted.values()) != given:
+            wrong.append(f"{namespace}: the corpora's instances add up to "
+                         f"{sum(c['instances'] for c in counted.values()):,}, of {given:,} written")
+    return wrong
+
+
+def mix_lines(title: str, planned: dict[str, float], weights: dict[str, float], dupes: dict,
+              m: dict | None) -> tuple[list[str], list[str]]:
+    """After a job of several corpora: (a line of each corpus's share of the training tokens as written, beside
+    the plan's; the warnings: a corpus that got none, and with --corpus-weights one more than SHARE_OFF from its
+    plan, with the weights that would come closer: the plan's tokens are estimated from the input's bytes)."""
+    corpora = ((m or {}).get("counts") or {}).get("corpora")
+    if not corpora:
+        return [], []
+    got = {kind: corpora.get(kind, {}).get("token_share", 0.0) for kind in planned}
+    lines = [f"{title}: share of the training tokens written: " + ", ".join(
+        f"{kind} {got[kind]:.3f} (planned {share:.3f})" for kind, share in planned.items())]
+    warnings = [f"{kind} got none of the training tokens (planned {share:.3f}, {dupes[kind]:g} passes): its "
+                f"documents gave no instance; a larger --corpus-weights {kind}=W gives it more passes"
+                for kind, share in planned.items() if not got[kind]]
+    off = [kind for kind, share in planned.items() if got[kind] and abs(got[kind] - share) > SHARE_OFF]
+    if weights and off and all(got.values()):
+        better = closer_weights(planned, got, weights)
+        warnings.append(", ".join(f"{kind} got {got[kind]:.3f} of the training tokens, planned {planned[kind]:.3f}"
+                                  for kind in off) + " (the plan estimates each corpus's tokens from its bytes): "
+                        "--corpus-weights " + ",".join(f"{k}={w:g}" for k, w in better.items()) + " would come closer")
+    return lines, warnings
+
+
+def closer_weights(planned: dict[str, float], got: dict[str, float], weights: dict[str, float]) -> dict[str, float]:
+    """The weights that would have given the planned shares, had each corpus's tokens a pass been what this job
+    found (a share is weight x tokens, normalised): each weight scaled by planned / got, the largest corpus's kept."""
+    scaled = {kind: weights.get(kind, 1.0) * planned[kind] / got[kind] for kind in planned}
+    largest = max(got, key=got.get)
+    return {kind: float(f"{w * weights.get(largest, 1.0) / scaled[largest]:.3g}") for kind, w in scaled.items()}
+
+
 def packing_entry(pack: packing.PackParams, written: list[dict], counts: dict, values: dict) -> dict:
     """The manifest's `packing`: k, M, rows and instances, and the share of real tokens packed and unpacked."""
     rows, L = sum(w["records"] for w in written), pack.max_seq_length
@@ -191,10 +241,11 @@ def split_entry(params: split.SplitParams | dict, role: str, values: dict[str, i
     each corpus's documents and tokens on each side (before dupe passes) and its validation share of tokens."""
     if isinstance(params, dict):
         request = {k: params[k] for k in ("seed", "documents", "fraction", "training_documents",
-                                          "validation_documents", "corpora") if k in params}
+                                          "validation_documents", "cut_documents", "corpora") if k in params}
     else:
         request = {**params.describe(), "training_documents": values.get(TRAINING_DOCUMENTS, 0),
-                   "validation_documents": values.get(HELD_OUT_DOCUMENTS, 0), "corpora": split_corpora(values)}
+                   "validation_documents": values.get(HELD_OUT_DOCUMENTS, 0),
+                   "cut_documents": values.get(splitting.CUT_DOCUMENTS, 0), "corpora": split_corpora(values)}
     where = {"validation": heldout.SUBDIRECTORY} if role == "training" else {"training": ".."}
     listed = heldout.NAME if role == "validation" else f"{heldout.SUBDIRECTORY}/{heldout.NAME}"
     return {"role": role, **where, **request, "held_out_list": listed}
@@ -215,19 +266,32 @@ def split_corpora(values: dict[str, int]) -> dict[str, dict]:
 
 
 def split_lines(title: str, params: split.SplitParams, m: dict | None) -> tuple[list[str], list[str]]:
-    """After a split job: (a line of each corpus's share of tokens on each side, the warnings: for a fraction, one
-    line per corpus that held out none, its documents each over 2F of it)."""
+    """After a split job: (a line of each corpus's share of tokens on each side, beside a fraction's plan; the
+    warnings: for a fraction, a corpus more than SHARE_OFF from it or holding out none; for a count, a corpus whose
+    held-out documents are over HELD_OUT_ABOVE of its tokens)."""
     corpora = ((m or {}).get("split") or {}).get("corpora") or {}
+    planned = f" (planned {params.fraction:g})" if params.fraction is not None else ""
     lines = [f"{title}: validation split of the tokens: " + ", ".join(
         f"{kind} {1 - c['validation_token_share']:.3f} training / {c['validation_token_share']:.3f} validation"
-        for kind, c in corpora.items())] if corpora else []
-    warnings = []
+        f"{planned}" for kind, c in corpora.items())] if corpora else []
+    return lines, [line for kind, c in corpora.items() for line in [split_warning(kind, c, params)] if line]
+
+
+def split_warning(kind: str, c: dict, params: split.SplitParams) -> str | None:
+    """A corpus's held-out share where it is not what was asked (a fraction), or most of the corpus (a count)."""
+    share, cut = c["validation_token_share"], "--max-document-bytes cuts books into smaller documents"
     if params.fraction is not None:
-        warnings = [f"{kind} holds out no validation document: each of its {c['training_documents']:,} "
-                    f"is over 2 x {params.fraction:g} of its tokens (a validation set is whole documents); "
-                    f"--max-document-bytes cuts {kind} into smaller ones" for kind, c in corpora.items()
-                    if not c["validation_documents"]]
-    return lines, warnings
+        if c["validation_documents"] and abs(share - params.fraction) <= SHARE_OFF:
+            return None
+        return (f"{kind} holds out {share:.3f} of its tokens, not {params.fraction:g}: whole documents fit under the "
+                "share or do not, and one is cut only between paragraphs (characters stand for tokens); "
+                f"{cut}, or --validation-documents N holds out whole documents by count")
+    if share <= HELD_OUT_ABOVE:
+        return None
+    n = c["training_documents"] + c["validation_documents"]   # a count cuts none
+    return (f"{kind} holds out {share:.3f} of its tokens, over {HELD_OUT_ABOVE:g}: --validation-documents "
+            f"{params.documents:,} holds out whole documents, {c['validation_documents']:,} of its {n:,} here; "
+            f"--validation-fraction F holds out F of each corpus's tokens, or {cut}")
 
 
 def with_split(describe, params, role: str):
@@ -245,15 +309,18 @@ def documents_read(values: dict[str, int]) -> int:
 
 
 def split_lost(values: dict[str, int], entering: int | None = None) -> list[str]:
-    """A split must send every document one way, and list every held-out one: training + validation = the
-    documents that reached it (`entering`: those read less those --dedup removed; None: not known apart)."""
+    """A split must send every document one way (a cut one both ways), and list every held-out one: training +
+    validation - cut = the documents that reached it (`entering`: those read less those --dedup removed; None: not
+    known apart)."""
     training, held = values.get(TRAINING_DOCUMENTS, 0), values.get(HELD_OUT_DOCUMENTS, 0)
+    cut = values.get(splitting.CUT_DOCUMENTS, 0)   # a part of each on both sides
     wrong = []
     if values.get(splitting.LISTED_DOCUMENTS, 0) != held:
         wrong.append(f"split: the held-out list names {values.get(splitting.LISTED_DOCUMENTS, 0):,} of {held:,} "
                      "validation documents")
-    if entering is not None and training + held != entering:
-        wrong.append(f"split: {training:,} training and {held:,} validation documents of {entering:,} in")
+    if entering is not None and training + held - cut != entering:
+        wrong.append(f"split: {training:,} training and {held:,} validation documents"
+                     + (f" ({cut:,} cut in two)" if cut else "") + f" of {entering:,} in")
     return wrong
 
 

@@ -56,7 +56,7 @@ class Plan:
 
     def dupes(self) -> dict[str, int | float]:
         """Dupe passes of each corpus: dupe factor x its weight, e.g. 2.5 (two passes over every document, a third
-        over a seeded half of them: pipeline/algorithms/pairs.py, in_partial_pass); whole numbers as ints."""
+        over a seeded half of each: pipeline/algorithms/pairs.py, PartialWindow); whole numbers as ints."""
         d = self.pairing.rule.dupe_factor
         passes = {kind: round(d * self.corpus_weights.get(kind, 1.0), 6) for kind, _ in self.corpora}
         return {kind: int(n) if n == int(n) else n for kind, n in passes.items()}
@@ -111,9 +111,14 @@ def run(plan: Plan, options) -> dict | None:
     if m is not None and plan.decontaminate:
         print(decontamination.result_line(f"prepare {kinds}", plan.decontaminate.params, m, plan.run.output),
               file=sys.stderr)
+    said = []
+    if len(found) > 1 and not plan.mix_corpora:
+        said.append(outputs.mix_lines(f"prepare {kinds}", expected_shares(plan.dupes(), tokens_of),
+                                      plan.corpus_weights, plan.dupes(), m))
     if plan.split:
-        shares, warnings = outputs.split_lines(f"prepare {kinds}", plan.split, m)
-        for line in shares:
+        said.append(outputs.split_lines(f"prepare {kinds}", plan.split, m))
+    for lines, warnings in said:
+        for line in lines:
             print(line)
         for line in warnings:
             launch.warn(line)
@@ -134,13 +139,18 @@ def notes(plan: Plan, kinds: str, sides: list[Side], tokens_of: dict) -> tuple[s
     return lines
 
 
-def mix_line(title: str, dupes: dict, tokens_of: dict) -> str:
-    """The plan's line on each corpus's expected share of the training tokens: its tokens (estimated from its
-    bytes) x its passes."""
+def expected_shares(dupes: dict, tokens_of: dict) -> dict[str, float]:
+    """Each corpus's expected share of the training tokens: its tokens (estimated from its bytes) x its passes."""
     seen = {kind: tokens_of[kind] * dupes[kind] for kind in tokens_of}
     total = sum(seen.values()) or 1.0
+    return {kind: n / total for kind, n in seen.items()}
+
+
+def mix_line(title: str, dupes: dict, tokens_of: dict) -> str:
+    """The plan's line on each corpus's expected share of the training tokens (after the job, outputs.mix_lines
+    prints the shares it wrote beside these)."""
     return f"{title}: expected share of the training tokens: " + ", ".join(
-        f"{kind} {seen[kind] / total:.3f} ({dupes[kind]:g} passes)" for kind in tokens_of)
+        f"{kind} {share:.3f} ({dupes[kind]:g} passes)" for kind, share in expected_shares(dupes, tokens_of).items())
 
 
 def pools(read: dict, plan: Plan, shuffle, parallelism: int, tokens: float) -> list[tuple[str, list, object]]:
@@ -266,7 +276,7 @@ def publication(plan: Plan, found, out: Output, vocab: Vocabulary, params: maski
         describe = outputs.with_split(describe, plan.split, "validation" if held else "training")
     if held:
         return Publication(out, describe, side_files=(heldout.NAME,), why_empty=outputs.why_held_out_empty)
-    checks = (((outputs.packing_lost,) if pack else ())
+    checks = (((outputs.packing_lost,) if pack else ()) + ((outputs.corpora_lost,) if several else ())
               + ((functools.partial(deduplication.lost, params=plan.dedup),) if plan.dedup else ())
               + ((decontamination.lost,) if plan.decontaminate else ())
               + ((outputs.prepare_split_lost,) if plan.split else ()))

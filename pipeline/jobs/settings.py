@@ -17,6 +17,11 @@ if TYPE_CHECKING:   # the type only: importing Beam's module would make every co
 
 SEED = 12345   # --seed's default, every job's
 NSP_DRIFT_BELOW = 128   # NSP's random-next share drifts from one half at shorter instances (Pairing.warnings)
+# The shares a job prints beside their plans at its end (pipeline/jobs/outputs.py: mix_lines, split_lines) and
+# `inspect` marks: one this far from its plan is warned of (--corpus-weights, --validation-fraction), and a
+# --validation-documents count that holds out more than HELD_OUT_ABOVE of a corpus's tokens
+SHARE_OFF = 0.05
+HELD_OUT_ABOVE = 0.2
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class Pairing:
 
     def params(self, vocab: dict, dupe_factor: float | None = None) -> pool.PairParams:
         """The pairing parameters with the vocab entry's [CLS] and [SEP]; `dupe_factor`: a pool's own, its
-        fractional part a last pass over that share of the documents (--corpus-weights)."""
+        fractional part a last pass over that share of each document (--corpus-weights; pairs.PartialWindow)."""
         passes = self.rule.dupe_factor if dupe_factor is None else dupe_factor
         return dataclasses.replace(self.rule, cls_id=vocab["ids"]["cls_id"], sep_id=vocab["ids"]["sep_id"],
                                    dupe_factor=int(passes), partial=passes - int(passes))
@@ -165,9 +170,9 @@ def held_out_share(params: split.SplitParams, documents: float) -> float:
 def split_line(title: str, params: split.SplitParams, out) -> str:
     """The plan's line on the validation split."""
     how = (f"{params.documents:,} documents (the smallest draws, per corpus in proportion)" if params.documents
-           else f"whole documents, in the order of their draws, until each corpus's are closest to {params.fraction:g} "
-                f"of its tokens, never over {2 * params.fraction:g} (text length as the token proxy): training "
-                f"{1 - params.fraction:g} / validation {params.fraction:g} of each corpus's tokens")
+           else f"whole documents in the order of their draws while they fit under {params.fraction:g} of each "
+                "corpus's tokens, the rest cut from the next one between paragraphs (text length as the token "
+                f"proxy): training {1 - params.fraction:g} / validation {params.fraction:g} of each corpus's tokens")
     return (f"{title}: validation set: {how}, seed {params.seed}, one dupe pass, into {out.directory} "
             f"({out.num_shards} file(s)); its documents are never seen by training")
 
