@@ -54,9 +54,9 @@ def corpus_tokens(docs: Path, vocab: Path) -> dict[str, np.ndarray]:
     documents end to end, -1 after each}."""
     from pipeline.beam import transforms
     from pipeline.formats import documents
-    from pipeline.text import subwords
+    from pipeline.text import vocabularies
 
-    tokenize = transforms._Tokenize(subwords.Vocabulary(str(vocab), True))
+    tokenize = transforms._Tokenize(vocabularies.VocabTxt(str(vocab)))
     tokenize.setup()
     found: dict[str, list[np.ndarray]] = {}
     for f in sorted(docs.glob("documents-*.jsonl.gz")):
