@@ -68,14 +68,16 @@ def planted_run(run, tmp_path, marker) -> tuple:
     return copy, latest
 
 
-def console(capsys, argv, status=2) -> str:
-    """The one line `bertprep ARGV` refuses with, its exit status `status`."""
+def console(capsys, argv) -> tuple[int, str]:
+    """(the exit status of `bertprep ARGV`, what it wrote to stderr, stripped: a refusal is one line)."""
     capsys.readouterr()
-    assert cli.main([str(a) for a in argv]) == status
+    try:
+        status = cli.main([str(a) for a in argv])
+    except SystemExit as e:   # an error cli words itself (not a refusal): its line as the status, to show
+        status = e.code
     captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in captured.out + captured.err, captured
-    return err
+    assert "Traceback" not in captured.out + captured.err, captured
+    return status, captured.err.strip()
 
 
 def test_the_plant_runs_code_when_loaded_as_before(run, tmp_path):
@@ -90,20 +92,20 @@ def test_init_from_a_planted_file_runs_nothing(run, tmp_path, capsys):
     data, run_dir, _ = run
     marker = tmp_path / "ran"
     path = plant(tmp_path / "shared.pt", marker, checkpoints.load(checkpoints.latest_checkpoint(str(run_dir))))
-    err = console(capsys, ["train", "--data", data, "--init-from", path, "--steps", "2", "--output",
-                           tmp_path / "new", *STEPS])
-    assert err == f"bertprep train: error: --init-from {path}: {REFUSED}"
+    status, err = console(capsys, ["train", "--data", data, "--init-from", path, "--steps", "2", "--output",
+                                   tmp_path / "new", *STEPS])
     assert not marker.exists() and not (tmp_path / "new").exists()
+    assert (status, err) == (2, f"bertprep train: error: --init-from {path}: {REFUSED}")
 
 
 def test_init_from_a_planted_run_runs_nothing(run, tmp_path, capsys):
     data, run_dir, _ = run
     marker = tmp_path / "ran"
     copy, latest = planted_run(run, tmp_path, marker)
-    err = console(capsys, ["train", "--data", data, "--init-from", copy, "--steps", "2", "--output",
-                           tmp_path / "new", *STEPS])
-    assert err == f"bertprep train: error: --init-from {latest}: {REFUSED}"
+    status, err = console(capsys, ["train", "--data", data, "--init-from", copy, "--steps", "2", "--output",
+                                   tmp_path / "new", *STEPS])
     assert not marker.exists() and not (tmp_path / "new").exists()
+    assert (status, err) == (2, f"bertprep train: error: --init-from {latest}: {REFUSED}")
 
 
 def test_resume_of_a_planted_run_runs_nothing(run, tmp_path, capsys):
@@ -111,10 +113,10 @@ def test_resume_of_a_planted_run_runs_nothing(run, tmp_path, capsys):
     marker = tmp_path / "ran"
     copy, latest = planted_run(run, tmp_path, marker)
     before = {p: (copy / p).read_bytes() for p in ("log.jsonl", "config.json")}
-    err = console(capsys, ["train", "--data", data, "--model", config, "--steps", "4", "--output", copy, "--resume",
-                           *STEPS])
-    assert err == f"bertprep train: error: {latest} {REFUSED}"
+    status, err = console(capsys, ["train", "--data", data, "--model", config, "--steps", "4", "--output", copy,
+                                   "--resume", *STEPS])
     assert not marker.exists()
+    assert (status, err) == (2, f"bertprep train: error: {latest} {REFUSED}")
     assert {p: (copy / p).read_bytes() for p in before} == before   # nothing written
     assert os.listdir(copy / "checkpoints") == [os.path.basename(latest)]
 
@@ -122,12 +124,13 @@ def test_resume_of_a_planted_run_runs_nothing(run, tmp_path, capsys):
 def test_export_hf_of_a_planted_run_or_checkpoint_runs_nothing(run, tmp_path, capsys):
     marker = tmp_path / "ran"
     copy, latest = planted_run(run, tmp_path, marker)
-    err = console(capsys, ["export-hf", copy, tmp_path / "hf"])
-    assert err == f"bertprep export-hf: error: {latest} {REFUSED}"
-    other = plant(tmp_path / "other.pt", marker, checkpoints.load(checkpoints.latest_checkpoint(str(run[1]))))
-    err = console(capsys, ["export-hf", run[1], tmp_path / "hf", "--checkpoint", other])
-    assert err == f"bertprep export-hf: error: {other} {REFUSED}"
+    status, err = console(capsys, ["export-hf", copy, tmp_path / "hf"])
     assert not marker.exists() and not (tmp_path / "hf").exists()
+    assert (status, err) == (2, f"bertprep export-hf: error: {latest} {REFUSED}")
+    other = plant(tmp_path / "other.pt", marker, checkpoints.load(checkpoints.latest_checkpoint(str(run[1]))))
+    status, err = console(capsys, ["export-hf", run[1], tmp_path / "hf", "--checkpoint", other])
+    assert not marker.exists() and not (tmp_path / "hf").exists()
+    assert (status, err) == (2, f"bertprep export-hf: error: {other} {REFUSED}")
 
 
 def test_an_old_checkpoint_planted_names_the_plant_alone(tmp_path, capsys):
@@ -136,10 +139,10 @@ def test_an_old_checkpoint_planted_names_the_plant_alone(tmp_path, capsys):
     old = REPO / "tests" / "data" / "old_run" / "nsp-vocab"
     marker = tmp_path / "ran"
     path = plant(tmp_path / "old.pt", marker, checkpoints.load(checkpoints.latest_checkpoint(str(old / "run"))))
-    err = console(capsys, ["export-hf", old / "run", tmp_path / "hf", "--checkpoint", path, "--vocab",
-                           old / "vocab.txt"])
-    assert err == f"bertprep export-hf: error: {path} {REFUSED}"
+    status, err = console(capsys, ["export-hf", old / "run", tmp_path / "hf", "--checkpoint", path, "--vocab",
+                                   old / "vocab.txt"])
     assert not marker.exists() and not (tmp_path / "hf").exists()
+    assert (status, err) == (2, f"bertprep export-hf: error: {path} {REFUSED}")
 
 
 def test_torchs_legacy_format_is_refused_alike(run, tmp_path, capsys):
@@ -147,10 +150,10 @@ def test_torchs_legacy_format_is_refused_alike(run, tmp_path, capsys):
     data = run[0]
     marker = tmp_path / "ran"
     path = plant(tmp_path / "legacy.pt", marker, _use_new_zipfile_serialization=False)
-    err = console(capsys, ["train", "--data", data, "--init-from", path, "--steps", "2", "--output",
-                           tmp_path / "new", *STEPS])
-    assert err == f"bertprep train: error: --init-from {path}: {REFUSED}"
+    status, err = console(capsys, ["train", "--data", data, "--init-from", path, "--steps", "2", "--output",
+                                   tmp_path / "new", *STEPS])
     assert not marker.exists()
+    assert (status, err) == (2, f"bertprep train: error: --init-from {path}: {REFUSED}")
 
 
 def test_init_from_a_planted_hugging_face_bin_runs_nothing(run, tmp_path, capsys):
@@ -162,10 +165,10 @@ def test_init_from_a_planted_hugging_face_bin_runs_nothing(run, tmp_path, capsys
     transformers.BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                             intermediate_size=24, max_position_embeddings=32).to_json_file(str(hf / "config.json"))
     plant(hf / "pytorch_model.bin", marker)
-    err = console(capsys, ["train", "--data", data, "--init-from", hf, "--steps", "2", "--output", tmp_path / "new",
-                           *STEPS])
-    assert err == f"bertprep train: error: --init-from {hf}: pytorch_model.bin {REFUSED}"
+    status, err = console(capsys, ["train", "--data", data, "--init-from", hf, "--steps", "2", "--output",
+                                   tmp_path / "new", *STEPS])
     assert not marker.exists() and not (tmp_path / "new").exists()
+    assert (status, err) == (2, f"bertprep train: error: --init-from {hf}: pytorch_model.bin {REFUSED}")
 
 
 def test_plot_and_inspect_read_no_checkpoint(run, tmp_path, capsys):
