@@ -59,12 +59,16 @@ def plant(path, marker, checkpoint: dict | None = None, **save) -> str:
     return str(path)
 
 
+def latest_of(run_dir) -> dict:
+    return checkpoints.load(checkpoints.latest_checkpoint(str(run_dir)))
+
+
 def planted_run(run, tmp_path, marker) -> tuple:
     """A copy of the run whose latest checkpoint is planted: (its directory, that file)."""
     copy = tmp_path / "planted-run"
     shutil.copytree(run[1], copy)
     latest = checkpoints.latest_checkpoint(str(copy))
-    plant(latest, marker, checkpoints.load(latest))
+    plant(latest, marker, latest_of(copy))
     return copy, latest
 
 
@@ -80,32 +84,30 @@ def console(capsys, argv) -> tuple[int, str]:
     return status, captured.err.strip()
 
 
+def started_from(capsys, data, source, tmp_path) -> tuple[int, str]:
+    """`train --init-from SOURCE` into a new --output, tmp_path/new: `console`'s (status, stderr)."""
+    return console(capsys, ["train", "--data", data, "--init-from", source, "--steps", "2", "--output",
+                            tmp_path / "new", *STEPS])
+
+
 def test_the_plant_runs_code_when_loaded_as_before(run, tmp_path):
     """The reference: torch.load as bertprep called it before (weights_only=False) runs the plant."""
     marker = tmp_path / "ran"
-    checkpoint = checkpoints.load(checkpoints.latest_checkpoint(str(run[1])))
+    checkpoint = latest_of(run[1])
     torch.load(plant(tmp_path / "step.pt", marker, checkpoint), weights_only=False)
     assert marker.exists()
 
 
-def test_init_from_a_planted_file_runs_nothing(run, tmp_path, capsys):
-    data, run_dir, _ = run
+@pytest.mark.parametrize("given", ["file", "run"])
+def test_init_from_a_planted_file_or_run_runs_nothing(run, tmp_path, capsys, given):
     marker = tmp_path / "ran"
-    path = plant(tmp_path / "shared.pt", marker, checkpoints.load(checkpoints.latest_checkpoint(str(run_dir))))
-    status, err = console(capsys, ["train", "--data", data, "--init-from", path, "--steps", "2", "--output",
-                                   tmp_path / "new", *STEPS])
+    if given == "file":
+        source = refused = plant(tmp_path / "shared.pt", marker, latest_of(run[1]))
+    else:   # its latest checkpoint planted
+        source, refused = planted_run(run, tmp_path, marker)
+    status, err = started_from(capsys, run[0], source, tmp_path)
     assert not marker.exists() and not (tmp_path / "new").exists()
-    assert (status, err) == (2, f"bertprep train: error: --init-from {path}: {REFUSED}")
-
-
-def test_init_from_a_planted_run_runs_nothing(run, tmp_path, capsys):
-    data, run_dir, _ = run
-    marker = tmp_path / "ran"
-    copy, latest = planted_run(run, tmp_path, marker)
-    status, err = console(capsys, ["train", "--data", data, "--init-from", copy, "--steps", "2", "--output",
-                                   tmp_path / "new", *STEPS])
-    assert not marker.exists() and not (tmp_path / "new").exists()
-    assert (status, err) == (2, f"bertprep train: error: --init-from {latest}: {REFUSED}")
+    assert (status, err) == (2, f"bertprep train: error: --init-from {refused}: {REFUSED}")
 
 
 def test_resume_of_a_planted_run_runs_nothing(run, tmp_path, capsys):
@@ -127,7 +129,7 @@ def test_export_hf_of_a_planted_run_or_checkpoint_runs_nothing(run, tmp_path, ca
     status, err = console(capsys, ["export-hf", copy, tmp_path / "hf"])
     assert not marker.exists() and not (tmp_path / "hf").exists()
     assert (status, err) == (2, f"bertprep export-hf: error: {latest} {REFUSED}")
-    other = plant(tmp_path / "other.pt", marker, checkpoints.load(checkpoints.latest_checkpoint(str(run[1]))))
+    other = plant(tmp_path / "other.pt", marker, latest_of(run[1]))
     status, err = console(capsys, ["export-hf", run[1], tmp_path / "hf", "--checkpoint", other])
     assert not marker.exists() and not (tmp_path / "hf").exists()
     assert (status, err) == (2, f"bertprep export-hf: error: {other} {REFUSED}")
@@ -138,7 +140,7 @@ def test_an_old_checkpoint_planted_names_the_plant_alone(tmp_path, capsys):
     names the plant only, and `--checkpoint` of it exports nothing."""
     old = REPO / "tests" / "data" / "old_run" / "nsp-vocab"
     marker = tmp_path / "ran"
-    path = plant(tmp_path / "old.pt", marker, checkpoints.load(checkpoints.latest_checkpoint(str(old / "run"))))
+    path = plant(tmp_path / "old.pt", marker, latest_of(old / "run"))
     status, err = console(capsys, ["export-hf", old / "run", tmp_path / "hf", "--checkpoint", path, "--vocab",
                                    old / "vocab.txt"])
     assert not marker.exists() and not (tmp_path / "hf").exists()
@@ -150,8 +152,7 @@ def test_torchs_legacy_format_is_refused_alike(run, tmp_path, capsys):
     data = run[0]
     marker = tmp_path / "ran"
     path = plant(tmp_path / "legacy.pt", marker, _use_new_zipfile_serialization=False)
-    status, err = console(capsys, ["train", "--data", data, "--init-from", path, "--steps", "2", "--output",
-                                   tmp_path / "new", *STEPS])
+    status, err = started_from(capsys, data, path, tmp_path)
     assert not marker.exists()
     assert (status, err) == (2, f"bertprep train: error: --init-from {path}: {REFUSED}")
 
@@ -165,8 +166,7 @@ def test_init_from_a_planted_hugging_face_bin_runs_nothing(run, tmp_path, capsys
     transformers.BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                             intermediate_size=24, max_position_embeddings=32).to_json_file(str(hf / "config.json"))
     plant(hf / "pytorch_model.bin", marker)
-    status, err = console(capsys, ["train", "--data", data, "--init-from", hf, "--steps", "2", "--output",
-                                   tmp_path / "new", *STEPS])
+    status, err = started_from(capsys, data, hf, tmp_path)
     assert not marker.exists() and not (tmp_path / "new").exists()
     assert (status, err) == (2, f"bertprep train: error: --init-from {hf}: pytorch_model.bin {REFUSED}")
 
