@@ -9,6 +9,14 @@ weights it started from (--init-from) trained, export-hf's model_max_length. Old
 they are nsp runs, export-hf looks their vocab up in --data's manifest, their warmup is worked out from their plan,
 and they resume on the data the other checks accept; their plans hold fewer flags (`saved_plan`).
 
+A checkpoint loads as data (`load`): torch.load(weights_only=True), whose unpickler builds tensors and plain values
+(dict, list, tuple, str, int, float, bool, None) and refuses any other global before anything in the file runs, so a
+shared run or checkpoint (what --init-from invites) cannot run code. Everything is stored so: the RNG states as
+tensors and ints (`rng_state`), the plan, the data fingerprint and the loader's position as plain values, the model's
+config as its JSON. Checkpoints written before this held numpy's RNG state as an ndarray: the numpy globals that
+rebuild one uint32 array, and no other, are allowed for them (`OLD_CHECKPOINT_GLOBALS`). A file that needs anything
+else is refused in one line naming what it holds (`CheckpointError`).
+
 Rank 0 writes them in a background thread (`CheckpointWriter`), atomically, keeping the last --keep-checkpoints.
 Rank 0 alone also decides what to do with --output (refuse, clear, resume from which checkpoint) and tells the other
 ranks (`start_run_dir`); `check_resumable` refuses a resume that could not go on where the checkpoint stopped.
@@ -18,7 +26,9 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import pickle
 import random
+import re
 import shutil
 import threading
 
@@ -30,6 +40,10 @@ from model import architectures
 from model.plan import RunError, RunPlan, TrainPlan
 from model.ranks import Ranks, check_shared
 
+try:
+    from numpy._core.multiarray import _reconstruct   # numpy 2
+except ImportError:
+    from numpy.core.multiarray import _reconstruct    # numpy 1.26
 # The checkpoint's entry of the run's plan, flat: its name on disk since the first checkpoint, kept so that every
 # checkpoint reads alike.
 PLAN = "args"
@@ -56,19 +70,72 @@ def saved_plan(checkpoint: dict) -> dict:
     return checkpoint.get(PLAN, {})
 
 
+# What a checkpoint written before checkpoints loaded as data holds besides tensors and plain values: numpy's RNG
+# state as np.random.get_state() gives it, a uint32 ndarray, which pickles as an ndarray _reconstruct'ed (under
+# numpy 2's module name or numpy 1's, as the run that wrote it had) with a dtype, its state set on a uint32 dtype.
+# Nothing else is allowed; new checkpoints need none.
+OLD_CHECKPOINT_GLOBALS = [(_reconstruct, "numpy._core.multiarray._reconstruct"),
+                          (_reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
+                          type(np.dtype(np.uint32))]
+
+
+class CheckpointError(RunError):
+    """A file that does not load as data: `why` (after its path) names the globals it holds beyond what is allowed."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"{path} {why}")
+        self.why = why
+
+
 def load(path: str) -> dict:
-    """A checkpoint's dict, its tensors on the CPU (it holds the RNG states and the plan: not weights only)."""
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """A checkpoint's dict, its tensors on the CPU, loaded as data (module doc); CheckpointError where it holds more."""
+    return load_as_data(path, OLD_CHECKPOINT_GLOBALS)
+
+
+def load_as_data(path: str, allowed: list | tuple = (), **options):
+    """torch.load(path, weights_only=True), onto the CPU, with the globals `allowed` besides torch's own (`options`:
+    torch.load's, e.g. mmap); CheckpointError naming the globals the file holds beyond them, before any of it runs.
+    Other errors (a truncated or damaged file) are torch's, for the caller to word."""
+    with torch.serialization.safe_globals(list(allowed)):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, **options)
+        except pickle.UnpicklingError as e:
+            names = _refused_globals(path, e)
+            if not names:
+                raise
+    raise CheckpointError(path, f"holds {names}: a checkpoint loads as data only (tensors and plain values), so it "
+                                "is refused and nothing in it ran")
+
+
+def _refused_globals(path: str, error: pickle.UnpicklingError) -> str:
+    """The globals of `path` the weights-only unpickler does not allow, in words: every one its pickle names (read
+    without running it), else, in torch's legacy format, the one `error` names; "" where it refused something else."""
+    try:
+        names = sorted(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+    except (ValueError, RuntimeError, OSError, pickle.UnpicklingError):   # not a zip file: torch's legacy format
+        names = re.findall(r"GLOBAL ([\w.]+)", str(error))[:1]
+    return ", ".join(names)
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+    """This process's RNG states as tensors and plain values: python's tuple of ints, numpy's MT19937 state with its
+    key as an int64 tensor (not the uint32 ndarray np.random.get_state gives: an ndarray is not data to torch.load),
+    torch's and each CUDA device's byte tensors."""
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    numpy = {"bit_generator": name, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+             "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)}
+    return {"python": random.getstate(), "numpy": numpy, "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
 
 def set_rng_state(state: dict) -> None:
+    """Puts back `rng_state`'s states, or an older checkpoint's (numpy's as np.random.get_state's tuple)."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy = state["numpy"]
+    if isinstance(numpy, dict):
+        numpy = (numpy["bit_generator"], numpy["key"].numpy().astype(np.uint32), numpy["pos"], numpy["has_gauss"],
+                 numpy["cached_gaussian"])
+    np.random.set_state(numpy)
     torch.set_rng_state(state["torch"])
     if state["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -122,7 +122,10 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     where OUT_DIR is in use or the vocab (--vocab) or tokenizer (--tokenizer: at most one of the two) is missing or
     wrong."""
     check_out_dir(out_dir, overwrite)
-    ckpt = checkpoints.load(checkpoint_path)
+    try:
+        ckpt = checkpoints.load(checkpoint_path)
+    except checkpoints.CheckpointError as e:   # holds code: refused before it ran
+        raise ExportError(str(e)) from None
     try:   # the checkpoint's architecture answers the rest: its config.json, tensor names and class
         config = architectures.config_from_json(ckpt["config"])
     except ValueError as e:

@@ -92,6 +92,8 @@ def open_source(path: str) -> Source:
 def _load_checkpoint(path: str) -> dict:
     try:
         checkpoint = checkpoints.load(path)
+    except checkpoints.CheckpointError as e:   # holds code: refused before it ran
+        raise refuse(path, e.why) from None
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
         raise refuse(path, f"cannot be read as a bertprep checkpoint ({_first_line(e)}): a truncated or damaged "
                            "file, or not a checkpoint (for a Hugging Face model give its directory)") from None
@@ -191,11 +193,13 @@ def _read_weight_file(path: str, name: str) -> dict[str, torch.Tensor]:
         if name.endswith(".safetensors"):
             return safetensors.torch.load_file(file)
         try:   # mapped, not read: the copy into the model is the one pass over the bytes
-            return torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+            return checkpoints.load_as_data(file, mmap=True)
         except RuntimeError as e:
             if "mmap" not in str(e):   # torch's legacy (pre-1.6) format cannot be mapped: read it
                 raise
-            return torch.load(file, map_location="cpu", weights_only=True)
+            return checkpoints.load_as_data(file)
+    except checkpoints.CheckpointError as e:   # holds code: refused before it ran
+        raise refuse(path, f"{name} {e.why}") from None
     except (safetensors.SafetensorError, RuntimeError, EOFError, OSError, pickle.UnpicklingError,
             zipfile.BadZipFile) as e:
         raise refuse(path, f"{name} cannot be read ({_first_line(e)}): a truncated or damaged file") from None

@@ -59,7 +59,7 @@ def refusal(capsys, *argv) -> str:
 
 def with_vocab_entry(run, tmp_path, entry) -> str:
     """A copy of the run's checkpoint whose recorded vocab entry is `entry` (a key left out where it is absent)."""
-    ckpt = torch.load(checkpoints.latest_checkpoint(str(run)), weights_only=False)
+    ckpt = torch.load(checkpoints.latest_checkpoint(str(run)), weights_only=True)
     ckpt.pop("vocab")
     ckpt.pop("max_seq_length")
     if entry != "absent":
@@ -110,7 +110,7 @@ def test_a_relative_vocab_is_recorded_absolute_and_found_from_any_directory(run,
 
 
 def test_a_missing_or_other_vocab_is_refused_in_one_line(run, tmp_path, capsys):
-    made_with = torch.load(checkpoints.latest_checkpoint(str(run)), weights_only=False)["vocab"]
+    made_with = torch.load(checkpoints.latest_checkpoint(str(run)), weights_only=True)["vocab"]
     moved = with_vocab_entry(run, tmp_path, {**made_with, "path": "elsewhere/vocab.txt"})  # relative to another cwd
     err = refusal(capsys, run, tmp_path / "hf", "--checkpoint", moved)
     assert "elsewhere/vocab.txt" in err and "--vocab FILE" in err, err

@@ -235,7 +235,7 @@ def test_one_step_at_a_negligible_lr_exports_every_tensor_back(tmp_path, data, c
     for name, tensor in expected.items():
         torch.testing.assert_close(back[name], tensor, rtol=0, atol=1e-4, msg=name)
     # the run is new: its own step counter, the source named in what it keeps
-    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
+    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=True)
     assert ckpt["step"] == 1 and ckpt["args"]["init_from"] == str(tmp_path / "hf")
     # what the run trained from, by the source's own names (an export's table, which loaded it too, cannot tell)
     assert assert_loaded_by_the_files_names(ckpt["model"], tmp_path / "hf", atol=1e-6) == set(ckpt["model"])
@@ -386,7 +386,7 @@ def test_resume_on_other_data_is_refused_and_old_checkpoints_still_resume(tmp_pa
     assert os.listdir(tmp_path / "run" / "checkpoints") == ["step-00000002.pt"]   # nothing trained
 
     path = checkpoints.latest_checkpoint(str(tmp_path / "run"))
-    old = torch.load(path, weights_only=False)
+    old = torch.load(path, weights_only=True)
     assert old["data"]["files"] == 2 and len(old["data"]["sha256"]) == 64
     del old["data"]
     torch.save(old, path)
@@ -533,7 +533,7 @@ def test_two_ranks_start_from_the_source(tmp_path, data):
     loaded = assert_loaded_by_the_files_names(before[1], tmp_path / "hf")
     assert loaded == {n for n in before[1] if not n.startswith(("mlm_", "nsp."))}
 
-    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=False)
+    ckpt = torch.load(checkpoints.latest_checkpoint(str(tmp_path / "run")), weights_only=True)
     assert ckpt["step"] == 1 and len(ckpt["ranks"]) == 2
     assert assert_loaded_by_the_files_names(ckpt["model"], tmp_path / "hf", atol=1e-6) == loaded
 

@@ -101,10 +101,10 @@ def test_none_trains_the_masked_lm_alone(runs):
     assert all(r["loss"] == r["mlm_loss"] for r in split(none.history, "train"))   # no second loss added
     lines = [line for line in none.console.splitlines() if line.startswith(("train", "eval"))]
     assert lines and not [line for line in lines if "nsp" in line or "sop" in line]
-    ckpt = torch.load(none.checkpoint, weights_only=False)
+    ckpt = torch.load(none.checkpoint, weights_only=True)
     assert ckpt["objective"] == "none"
     assert not [k for k in ckpt["model"] if k.startswith(("pooler.", "nsp."))]   # no sentence head at all
-    assert torch.load(runs["sop"].checkpoint, weights_only=False)["objective"] == "sop"
+    assert torch.load(runs["sop"].checkpoint, weights_only=True)["objective"] == "sop"
     assert cli.main(["plot", str(none.run_dir)]) == 0 and (none.run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -134,7 +134,7 @@ def test_resume_on_another_objective_is_refused(runs, tmp_path, capsys):
         assert f"was trained with objective nsp and --data holds objective {other} shards" in err, err
     # a checkpoint from before the choice is an nsp one: it resumes on nsp shards
     path = checkpoints.latest_checkpoint(str(run_dir))
-    ckpt = torch.load(path, weights_only=False)
+    ckpt = torch.load(path, weights_only=True)
     del ckpt["objective"]
     torch.save(ckpt, path)
     resumed = train.train(args_for(runs["nsp"].data, run_dir, "tiny", "--steps", "7", *RUN, "--resume"))
@@ -149,7 +149,7 @@ def test_export_hf_of_mlm_only_run_loads_in_bert_for_masked_lm(runs, tmp_path):
     hf, info = transformers.BertForMaskedLM.from_pretrained(str(out), output_loading_info=True)
     assert all(not v for v in info.values()), info   # no missing, unexpected or mismatched keys
     ours = Bert(TINY, sentence_head=False)
-    ours.load_state_dict(torch.load(runs["none"].checkpoint, weights_only=False)["model"])
+    ours.load_state_dict(torch.load(runs["none"].checkpoint, weights_only=True)["model"])
     ours.eval(), hf.eval()
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (2, L), generator=g)
@@ -167,7 +167,7 @@ def test_export_hf_of_mlm_only_run_loads_in_bert_for_masked_lm(runs, tmp_path):
     # choice, an nsp one
     assert cli.main(["export-hf", str(runs["sop"].run_dir), str(tmp_path / "sop")]) == 0
     old = tmp_path / "old.pt"
-    ckpt = torch.load(runs["sop"].checkpoint, weights_only=False)
+    ckpt = torch.load(runs["sop"].checkpoint, weights_only=True)
     del ckpt["objective"]
     torch.save(ckpt, old)
     assert cli.main(["export-hf", str(runs["sop"].run_dir), str(tmp_path / "old"), "--checkpoint", str(old)]) == 0

@@ -100,8 +100,8 @@ def test_resume_continues_bitwise(tmp_path, tiny_json, num_workers, accum):
     assert train_losses(first) == train_losses(full)[:7]
     assert train_losses(rest) == train_losses(full)[7:27]  # the next 20 losses, bitwise
     assert len(train_losses(rest)) == 20
-    a = torch.load(full["checkpoint"], weights_only=False)["model"]
-    b = torch.load(rest["checkpoint"], weights_only=False)["model"]
+    a = torch.load(full["checkpoint"], weights_only=True)["model"]
+    b = torch.load(rest["checkpoint"], weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
     evals = [r["step"] for r in first["history"] + rest["history"] if r["split"] == "eval"]
     assert evals == [0, 5, 10, 15, 20, 25, 27]
@@ -139,8 +139,8 @@ def test_packed_shards_train_log_instances_and_resume_exactly(tmp_path, packed_d
     first = train.train(args_for(packed_data.packed, tmp_path / "cut", packed_data.config, *extra, "--stop-after", "5"))
     rest = train.train(args_for(packed_data.packed, tmp_path / "cut", packed_data.config, *extra, "--resume"))
     assert train_losses(first) + train_losses(rest) == train_losses(full) and len(train_losses(full)) == 12
-    a = torch.load(full["checkpoint"], weights_only=False)["model"]
-    b = torch.load(rest["checkpoint"], weights_only=False)["model"]
+    a = torch.load(full["checkpoint"], weights_only=True)["model"]
+    b = torch.load(rest["checkpoint"], weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
     plain = train.train(args_for(packed_data.plain, tmp_path / "plain", packed_data.config, "--steps", "12",
@@ -213,7 +213,7 @@ def short_run(tmp_path_factory, tiny_json):
 def test_checkpoints_are_atomic_and_pruned(short_run):
     names = sorted(os.listdir(short_run / "checkpoints"))
     assert names == ["step-00000004.pt", "step-00000006.pt"]  # step 2 pruned; no temp files left
-    ckpt = torch.load(short_run / "checkpoints" / names[-1], weights_only=False)
+    ckpt = torch.load(short_run / "checkpoints" / names[-1], weights_only=True)
     assert ckpt["step"] == 6 and BertConfig.from_json(ckpt["config"]) == TINY
     assert set(ckpt["ranks"][0]) == {"rng", "loader"} and set(ckpt["ranks"][0]["rng"]) >= {"python", "numpy", "torch"}
     assert ckpt["scheduler"]["last_epoch"] == 6 and ckpt["optimizer"]["state"]
@@ -226,7 +226,7 @@ def test_export_hf_loads_without_missing_keys_and_matches(short_run, tmp_path):
     hf, info = transformers.BertForPreTraining.from_pretrained(str(out), output_loading_info=True)
     assert all(not v for v in info.values()), info  # no missing, unexpected or mismatched keys
     ours = Bert(TINY)
-    ours.load_state_dict(torch.load(checkpoints.latest_checkpoint(str(short_run)), weights_only=False)["model"])
+    ours.load_state_dict(torch.load(checkpoints.latest_checkpoint(str(short_run)), weights_only=True)["model"])
     ours.eval(), hf.eval()
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (2, L), generator=g)
@@ -399,7 +399,7 @@ def test_ddp_two_ranks_resume_bitwise(tmp_path, tiny_json):
 
     full = run_ddp(tmp_path / "full")
     run_ddp(tmp_path / "cut", "--stop-after", "3")
-    ckpt = torch.load(tmp_path / "cut" / "checkpoints" / "step-00000003.pt", weights_only=False)
+    ckpt = torch.load(tmp_path / "cut" / "checkpoints" / "step-00000003.pt", weights_only=True)
     assert len(ckpt["ranks"]) == 2 and ckpt["ranks"][0]["loader"]["world_size"] == 2
     assert not torch.equal(ckpt["ranks"][0]["rng"]["torch"], ckpt["ranks"][1]["rng"]["torch"])  # own dropout
     resumed = run_ddp(tmp_path / "cut", "--resume")

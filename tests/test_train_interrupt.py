@@ -80,15 +80,15 @@ def test_signal_saves_a_checkpoint_and_resume_continues_bitwise(tmp_path, tiny_j
     step = int(found[2])
     assert re.search(f"{signal.Signals(signum).name}: stopping at step \\d+, with a checkpoint \\(signal again", out)
     assert os.listdir(tmp_path / "cut" / "checkpoints") == [f"step-{step:08d}.pt"] == [os.path.basename(found[3])]
-    assert torch.load(found[3], weights_only=False)["step"] == step
+    assert torch.load(found[3], weights_only=True)["step"] == step
     assert [r["step"] for r in logged(tmp_path / "cut")] == list(range(step))
 
     rest = train.train(args_for(data_glob, tmp_path / "cut", tiny_json, *extra, "--resume", "--stop-after", "4"))
     assert rest["interrupted"] == 0 and rest["step"] == step + 4
     full = train.train(args_for(data_glob, tmp_path / "full", tiny_json, *extra, "--stop-after", str(step + 4)))
     assert [(r["step"], r["loss"]) for r in logged(tmp_path / "cut")] == train_losses(full)  # bitwise
-    a = torch.load(full["checkpoint"], weights_only=False)["model"]
-    b = torch.load(rest["checkpoint"], weights_only=False)["model"]
+    a = torch.load(full["checkpoint"], weights_only=True)["model"]
+    b = torch.load(rest["checkpoint"], weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -123,7 +123,7 @@ def test_ddp_sigterm_to_one_rank_stops_both_at_one_step(tmp_path, tiny_json, cap
     assert len(checkpoints) == 1
     step = int(checkpoints[0][len("step-"):-len(".pt")])
     assert [r["step"] for r in logged(tmp_path / "cut")] == list(range(step))  # rank 0 stopped there too
-    ckpt = torch.load(tmp_path / "cut" / "checkpoints" / checkpoints[0], weights_only=False)
+    ckpt = torch.load(tmp_path / "cut" / "checkpoints" / checkpoints[0], weights_only=True)
     assert ckpt["step"] == step and len(ckpt["ranks"]) == 2
     err = capfd.readouterr().err
     assert f"bertprep train: interrupted by SIGTERM at step {step}: saved" in err   # rank 0's line, once
@@ -218,7 +218,7 @@ def test_a_longer_steps_on_resume_stretches_the_schedule(tmp_path, tiny_json, ca
     assert cli.main(["train", *base, "--steps", "200", "--stop-after", "2"]) == 0
     resumed = train.train(training.parse_train([*base, "--steps", "1000", "--stop-after", "1", "--resume"]))
     assert resumed["history"][0]["lr"] == pytest.approx(1e-3 * train.lr_multiplier(2, 2, 1000))
-    assert torch.load(resumed["checkpoint"], weights_only=False)["warmup"] == 2
+    assert torch.load(resumed["checkpoint"], weights_only=True)["warmup"] == 2
 
 
 def test_held_out_data_of_other_lengths_names_both_data_sets(tmp_path, tiny_json, capsys):
