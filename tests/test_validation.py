@@ -357,7 +357,7 @@ def test_split_flags_are_checked(tmp_path, capsys):
             str(tmp_path / "o"), *ONE]
     for extra, message in ((["--validation-fraction", "1.5"], "--validation-fraction: 1.5 is out of range"),
                            (["--validation-fraction", "0"], "a fraction of the tokens is in (0, 0.5)"),
-                           (["--validation-fraction", "0.999"], "the validation side may reach twice it"),
+                           (["--validation-fraction", "0.999"], "the validation side is the smaller one"),
                            (["--validation-documents", "3", "--validation-fraction", "0.1"], "give one of them"),
                            (["--validation-masked-lm-prob", "0.2"], "without --validation-documents")):
         with pytest.raises(SystemExit) as e:

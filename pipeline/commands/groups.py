@@ -539,7 +539,7 @@ class Dedup(Group):
 
 def fraction(text: str) -> float:
     return flags._number(float, text, lambda v: 0 < v < 0.5,
-                         "a fraction of the tokens is in (0, 0.5): the validation side may reach twice it")
+                         "a fraction of the tokens is in (0, 0.5): the validation side is the smaller one")
 
 
 class Split(Group):
