@@ -289,7 +289,8 @@ def test_mismatched_vocab_is_a_clear_error(tmp_path, tiny_json, capsys):
     assert code == 2
     assert "vocab of 50 ids, the model has vocab_size 99" in capsys.readouterr().err
     # A preset takes the data's vocab instead.
-    result = train.train(args_for(data, tmp_path / "preset", "tiny", "--steps", "1", "--num-workers", "0"))
+    result = train.train(args_for(data, tmp_path / "preset", "tiny", "--steps", "1", "--warmup-steps", "0",
+                                  "--num-workers", "0"))
     assert json.loads(open(tmp_path / "preset" / "config.json").read())["vocab_size"] == 50
     assert result["step"] == 1
 
