@@ -182,6 +182,7 @@ def run_train(args: argparse.Namespace) -> int:
     stopped by SIGINT or SIGTERM is one line saying where its checkpoint is, exit 128 + the signal (130, 143)."""
     from model import data, train   # torch
     from model.ranks import collective_failed, world_size
+    from pipeline.commands import cli   # which finds this module through its command table
     from pipeline.formats.tfrecord import CorruptRecordError
 
     try:
@@ -198,8 +199,8 @@ def run_train(args: argparse.Namespace) -> int:
         return 1
     except (RunError, data.ShardSpecError, data.BadRecordError, CorruptRecordError) as e:
         message = str(e).strip()
-        if "Original Traceback" in message:  # raised in a DataLoader worker: its last line is the error itself
-            message = message.splitlines()[-1]
+        if "Original Traceback" in message:  # raised in a DataLoader worker: its last line is the error itself,
+            message = cli.one_line(e)       # less its class's module path
         # a bad record is this rank's own (ranks read different records): it says so; a refusal of the flags, the
         # run directory or the shards is every rank's alike: rank 0 alone prints it, and every rank exits 2
         if isinstance(e, (data.BadRecordError, CorruptRecordError)) and world_size() > 1:
