@@ -412,6 +412,28 @@ def test_resume_on_other_data_is_refused_and_old_checkpoints_still_resume(tmp_pa
     assert checkpoints.latest_checkpoint(str(tmp_path / "run")).endswith("step-00000004.pt")
 
 
+def test_resume_on_longer_rows_points_to_a_new_phase_with_a_grown_table(tmp_path, capsys):
+    """Phase 1's run resumed on phase 2's shards (L=48, beyond its 32 positions): refused with the new run that does
+    it, its table grown; a checkpoint from before the fingerprint gets the same pointer from the positions' check."""
+    short = os.path.dirname(write_shards(tmp_path / "p1", [12, 12]))
+    long = os.path.dirname(write_shards(tmp_path / "p2", [12, 12], L=48))
+    config = tmp_path / "tiny.json"
+    config.write_text(BertConfig(**PRESETS["tiny"], vocab_size=VOCAB, max_position_embeddings=32).to_json())
+    run = tmp_path / "phase1"
+    assert cli.main(train_argv(short, run, "--model", config, "--steps", "4", "--stop-after", "2")) == 0
+    err = refusal(capsys, *train_argv(long, run, "--resume"))
+    assert err.endswith(f"start a new run with --init-from {run} --max-position-embeddings 48 --output NEW_DIR"), err
+    path = checkpoints.latest_checkpoint(str(run))
+    old = torch.load(path, weights_only=False)
+    del old["data"]
+    torch.save(old, path)
+    err = refusal(capsys, *train_argv(long, run, "--resume"))
+    assert err == (f"bertprep train: error: shards have max_seq_length 48, the model only 32 position embeddings: "
+                   f"--resume goes on with {run}'s model; to go on from its weights on these rows, start a new run with "
+                   f"--init-from {run} --max-position-embeddings 48 --output NEW_DIR")
+    assert os.listdir(run / "checkpoints") == ["step-00000002.pt"]
+
+
 def test_resume_goes_on_from_the_run_not_the_source(tmp_path, data, capsys):
     """--init-from with --resume: the run's own checkpoint once it has one, the source before."""
     hf_directory(tmp_path / "hf", data)
