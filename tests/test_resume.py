@@ -2,7 +2,8 @@
 resume without flags continues the uninterrupted run bitwise, its checkpoint recording the run's settings, not the
 defaults); a flag given with another value is applied from the checkpoint's step and said in one line, or refused in
 one line with nothing written, as model/plan.py's RESUME says; what ran is what the next checkpoint records, so a
-later --init-from reads the truth. A finished run says so; a warmup longer than --steps is refused on a resume too."""
+later --init-from reads the truth. A finished run says so; a warmup longer than --steps is refused on a resume too.
+Also `--model` given a transformers config.json (issue 45, item 4)."""
 import json
 import os
 import shutil
@@ -10,8 +11,10 @@ import shutil
 import pytest
 
 from model import checkpoints
+from model.config import KEYS, BertConfig
 from model.plan import RESUME, TrainPlan
 from pipeline.commands import cli, flags, training
+from tests.conftest import REPO
 from tests.test_train import TINY, write_shards
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
@@ -201,3 +204,37 @@ def test_every_flag_has_one_resume_kind_and_help_says_it(capsys):
     names = {flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")}
     for flag in names - {"--resume", "--help", "--no-compile"}:
         assert said.replace("- ", "-").count(f"{flag} ") + said.replace("- ", "-").count(f"{flag},") == 1, flag
+
+
+# ---- --model CONFIG.json (item 4) ----------------------------------------------------------------------------------
+
+def test_model_takes_the_config_json_export_hf_writes(shards, stopped, tmp_path, capsys):
+    """A run exported, its config.json given to --model: a fresh model of its shape. Another model_type is refused in
+    one line naming it. Break seen caught: model_json reading it as our keys ('unknown BertConfig fields')."""
+    assert resume(capsys, stopped)[0] == 0
+    assert cli.main(["export-hf", stopped[3], str(tmp_path / "hf")]) == 0
+    data, _ = shards
+    argv = ["train", "--data", data, "--output", str(tmp_path / "fresh"), *RUN, "--steps", "1", "--warmup-steps", "0"]
+    assert cli.main([*argv, "--model", str(tmp_path / "hf" / "config.json")]) == 0
+    assert BertConfig.from_json((tmp_path / "fresh" / "config.json").read_text()) == TINY
+    assert logged(tmp_path / "fresh")[0]["step"] == 0   # fresh: step 0, not the export's
+    other = tmp_path / "roberta.json"
+    other.write_text(json.dumps({**json.loads((tmp_path / "hf" / "config.json").read_text()),
+                                 "model_type": "roberta"}))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        cli.main([*argv, "--model", str(other), "--output", str(tmp_path / "other")])
+    assert e.value.code == (f"bertprep train: --model {other}: a transformers config.json of model_type 'roberta': "
+                            "bertprep builds bert")
+    assert not (tmp_path / "other").exists()
+
+
+def test_the_model_keys_are_documented_in_help_and_readme(capsys):
+    assert set(KEYS) == set(BertConfig.__dataclass_fields__)
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    readme = (REPO / "README.md").read_text()
+    for key, meaning in KEYS.items():
+        assert f"{key}: {' '.join(meaning.split())}" in text.replace("- ", "-"), key
+        assert f"`{key}`" in readme, key

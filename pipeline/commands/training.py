@@ -14,6 +14,7 @@ import signal
 import sys
 
 from model import plot
+from model.config import KEYS
 from model.plan import DEFAULT_MODEL, RESUME, RunError, RunPlan, TrainPlan, flag_of
 from pipeline.commands import flags, groups
 from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
@@ -61,8 +62,11 @@ def _train_model_flags(g) -> None:
     """`bertprep train`'s model group: the model and how it runs."""
     from model.attention import PACKED_ATTENTIONS   # torch, which `train` imports anyway: not at this module's import
 
-    g.add_argument("--model", help=f"tiny|mini|base|large or a config JSON (default {DEFAULT_MODEL}; with --init-from "
-                                   "the source's, and --model may only name its shape)")
+    keys = "; ".join(f"{key}: {meaning}" for key, meaning in KEYS.items())
+    g.add_argument("--model", help=f"tiny|mini|base|large, or a config JSON: a transformers BERT config.json (as "
+                                   "export-hf writes it) for a fresh model of its shape, or our keys, any left out "
+                                   f"BERT-base's ({keys}) (default {DEFAULT_MODEL}; with --init-from the source's, "
+                                   "and --model may only name its shape)")
     g.add_argument("--init-from", metavar="SOURCE",
                    help="start a new run from trained weights (BERT's phase 2 from phase 1, continued pretraining of a "
                         "released checkpoint): a bertprep run directory (its latest checkpoint), a checkpoint file, or "
