@@ -188,12 +188,18 @@ def shown(value) -> str:
 
 @dataclass(frozen=True)
 class OnResume:
-    """What --resume does with one flag (module doc). `resumed` is asked with the flag, this command line's value
-    `now`, the run's `ran` (its checkpoint's plan) and whether the command line gave it; `doc` says it in --help."""
-    why: str = ""             # a refusal's reason, or a note for --help
+    """What --resume does with one flag (module doc), asked with the flag, this command line's value `now`, the run's
+    `ran` (its checkpoint's plan) and whether the command line gave it; `doc` says it in --help."""
+    why: str = ""             # a refusal's reason
     doc: ClassVar[str] = ""
 
     def resumed(self, flag: str, now, ran, given: bool) -> Resumed:
+        """The run's value where the command line did not give the flag, or gave the run's; else `changed`'s."""
+        if not given or now == ran:
+            return Resumed(ran)
+        return self.changed(flag, now, ran)
+
+    def changed(self, flag: str, now, ran) -> Resumed:
         raise NotImplementedError
 
 
@@ -201,9 +207,7 @@ class OnResume:
 class Applied(OnResume):
     doc: ClassVar[str] = "apply from the checkpoint's step, each said in one line"
 
-    def resumed(self, flag: str, now, ran, given: bool) -> Resumed:
-        if not given or now == ran:
-            return Resumed(ran)
+    def changed(self, flag: str, now, ran) -> Resumed:
         return Resumed(now, applied=f"{flag} {shown(now)} (the run had {shown(ran)})")
 
 
@@ -217,9 +221,7 @@ class Positional(Applied):
 class Refused(OnResume):
     doc: ClassVar[str] = "are refused if they differ from the run's (its checkpoint's state is wrong for another value)"
 
-    def resumed(self, flag: str, now, ran, given: bool) -> Resumed:
-        if not given or now == ran:
-            return Resumed(ran)
+    def changed(self, flag: str, now, ran) -> Resumed:
         return Resumed(ran, refused=f"{flag} {shown(now)} (the run has {shown(ran)}: {self.why})")
 
 

@@ -58,9 +58,10 @@ def resume(capsys, where, *flags) -> tuple[int, str, str]:
 
 
 def test_a_resume_without_flags_is_the_run_bitwise_with_its_own_settings(shards, stopped, tmp_path, capsys):
-    """Only --data and --output: the run's --lr, warmup, seed, workers, batch and model, not the defaults. Break seen
-    caught: a flag not given taken at its default (Applied.resumed returning `now`): 'lr': 0.0001 recorded, and
-    the losses from step 3 on move."""
+    """Only --data and --output: the run's --lr, warmup, seed, workers, batch and model, not the defaults. Breaks
+    seen caught: a flag not given taken at its default (Applied.resumed returning `now`: --num-workers 2 against the
+    run's 0, refused); every flag counted as given (flags.Parser.given); the Session given the command line's plan,
+    which the loop reads and the checkpoints record (the losses and lrs from step 3 on moved)."""
     data, model = shards
     assert cli.main(["train", "--data", data, "--output", str(tmp_path / "full"), "--model", model, *RUN]) == 0
     code, out, err = resume(capsys, stopped)
@@ -77,8 +78,8 @@ def test_a_resume_without_flags_is_the_run_bitwise_with_its_own_settings(shards,
 def test_applied_flags_are_said_used_and_recorded(shards, stopped, tmp_path, capsys):
     """--lr, --weight-decay, --log-every and a global batch split otherwise over the same micro-batches: each said in
     one line, each what the run then used (the logged lr, the optimizer's groups, the log's steps), each recorded.
-    Breaks seen caught: the optimizer's groups left as the checkpoint saved them (the lr and weight decay of the
-    run, 'lr' 5e-4 logged at step 3); the checkpoint recording the command line's plan (--grad-accum 1 of RUN...)."""
+    Break seen caught: the optimizer's groups left as the checkpoint saved them (the run's lr and weight decay: lr
+    6.25e-04 at step 3, not 3.12e-02)."""
     code, out, err = resume(capsys, stopped, "--lr", "0.05", "--weight-decay", "0.1", "--log-every", "2",
                             "--batch-size", "8", "--grad-accum", "2")
     assert (code, err) == (0, "")
@@ -107,7 +108,8 @@ def test_applied_flags_are_said_used_and_recorded(shards, stopped, tmp_path, cap
 
 def test_a_flag_given_at_its_default_still_counts(stopped, tmp_path, capsys):
     """--lr 1e-4 is --lr's default, and the run had 1e-3: given, it applies (what the command line gave, not a
-    comparison with the defaults). Break seen caught: `given` as the values unlike the defaults (no line)."""
+    comparison with the defaults). Break seen caught: no `given` recorded, the values unlike the defaults taken for
+    it."""
     plan = training.parse_train([*stopped, "--resume", "--lr", "1e-4", "--no-compile"])
     assert plan.given == {"data", "output", "resume", "lr", "compile"}
     code, out, _ = resume(capsys, stopped, "--lr", "1e-4", "--stop-after", "1")
@@ -127,8 +129,7 @@ def test_a_flag_given_at_its_default_still_counts(stopped, tmp_path, capsys):
                                              "optimizer's moments); --seed 3 (the run has 7"),
 ], ids=["optimizer", "seed", "model", "attention-dropout", "shuffle-buffer", "masking", "init-from", "two"])
 def test_refused_flags_are_one_line_with_nothing_written(shards, stopped, flags, clause, capsys):
-    """Breaks seen caught: Refused.resumed taking the new value (the run went on: exit 0); the resolution after the
-    data is opened and the log written to (the log grew)."""
+    """Break seen caught: Refused.resumed taking the new value (the run went on, its lines on stdout)."""
     before = open(os.path.join(stopped[3], "log.jsonl")).read()
     code, out, err = resume(capsys, stopped, *flags)
     assert code == 2 and out == "", out
@@ -165,7 +166,7 @@ def test_the_same_model_by_another_name_goes_on(shards, stopped, tmp_path, capsy
 
 def test_a_finished_run_says_so_in_one_line(stopped, capsys):
     """At --steps already: one line, exit 0, nothing written; a larger --steps goes on. Break seen caught: the check
-    left out (exit 0, but the model's lines and config.json written again, and no word of how to go on)."""
+    left out (exit 0, but the model's line printed, config.json written again, and no word of how to go on)."""
     assert resume(capsys, stopped)[0] == 0   # to its step 8
     run = stopped[3]
     files = {name: os.stat(os.path.join(run, name)).st_mtime_ns for name in ("log.jsonl", "config.json")}
@@ -193,7 +194,8 @@ def test_a_warmup_longer_than_the_steps_is_refused_on_a_resume(stopped, capsys):
 
 
 def test_every_flag_has_one_resume_kind_and_help_says_it(capsys):
-    """RESUME covers TrainPlan's every field, and --resume's help names each train flag (but itself) once."""
+    """RESUME covers TrainPlan's every field, and --resume's help names each train flag (but itself) once. Breaks
+    seen caught: clip_norm's entry left out (a resume would take its default); the help without the Launch kind."""
     assert set(RESUME) == set(TrainPlan.from_flat({"data": "D", "output": "O"}).flat())
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
@@ -230,6 +232,8 @@ def test_model_takes_the_config_json_export_hf_writes(shards, stopped, tmp_path,
 
 
 def test_the_model_keys_are_documented_in_help_and_readme(capsys):
+    """Every BertConfig field has its words (config.KEYS), in --help and the README. Break seen caught: a key's words
+    left out."""
     assert set(KEYS) == set(BertConfig.__dataclass_fields__)
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
