@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import json
 import os
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -113,7 +114,7 @@ def from_name_or_json(spec: str, vocab_size: int | None = None):
         config = named[spec].config(**named[spec].presets[spec])
     elif os.path.isfile(spec):
         with open(spec) as f:
-            config = config_from_json(f.read())
+            config = model_json(spec, f.read())
     else:
         near = difflib.get_close_matches(spec, named, n=1, cutoff=0.6)
         raise ValueError(f"--model {spec!r}: neither a preset ({'|'.join(named)}) nor a config JSON file"
@@ -121,6 +122,23 @@ def from_name_or_json(spec: str, vocab_size: int | None = None):
     if vocab_size is not None:
         config = dataclasses.replace(config, vocab_size=vocab_size)
     return config
+
+
+def model_json(path: str, text: str):
+    """The config of --model's JSON file at `path`: a config JSON of ours (its architecture's fields: config.KEYS for
+    BERT), or transformers' config.json of an architecture's model_type (as export-hf and save_pretrained write it),
+    for a fresh model of its shape; ValueError, one line, naming what does not read."""
+    fields = json.loads(text)
+    if not (isinstance(fields, dict) and "model_type" in fields):
+        return config_from_json(text)
+    entry = for_hf(fields["model_type"])
+    if entry is None:
+        raise ValueError(f"--model {path}: a transformers config.json of model_type {fields['model_type']!r}: "
+                         f"bertprep builds {' and '.join(e.hf.model_type for e in ARCHITECTURES.values())}")
+    try:
+        return entry.hf.config_from(fields)
+    except ValueError as e:
+        raise ValueError(f"--model {path}: config.json: {e}") from None
 
 
 def build(config, sentence_head: bool, device, empty: bool = False) -> torch.nn.Module:

@@ -19,10 +19,13 @@ else is refused in one line naming what it holds (`CheckpointError`).
 
 Rank 0 writes them in a background thread (`CheckpointWriter`), atomically, keeping the last --keep-checkpoints.
 Rank 0 alone also decides what to do with --output (refuse, clear, resume from which checkpoint) and tells the other
-ranks (`start_run_dir`); `check_resumable` refuses a resume that could not go on where the checkpoint stopped.
+ranks (`start_run_dir`). A resume runs the run's own plan with the flags given on its command line applied or refused
+as plan.RESUME says (`resumed_plan`), and the checkpoints it writes record that plan, what ran; `check_resumable`
+refuses a resume that could not go on where the checkpoint stopped.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import os
@@ -37,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from model import architectures
-from model.plan import RunError, RunPlan, TrainPlan
+from model.plan import RESUME, RunError, RunPlan, TrainPlan, flag_of
 from model.ranks import Ranks, check_shared
 
 try:
@@ -262,12 +265,56 @@ def _run_dir_decision(run: RunPlan) -> dict:
     return {"resume": latest_checkpoint(run.output) if run.resume else None}
 
 
+def ran_plan(checkpoint: dict) -> dict:
+    """What the checkpoint's run ran, flat: its plan, the defaults for flags added since it was written, and two
+    values as they took effect: its model config's attention dropout, and its warmup steps."""
+    ran = {**TrainPlan.defaults(), **saved_plan(checkpoint)}
+    ran["attention_dropout"] = architectures.config_from_json(checkpoint["config"]).attention_probs_dropout
+    if "warmup" in checkpoint:   # older checkpoints: train.schedule_warmup works it out from their plan
+        ran["warmup_steps"] = checkpoint["warmup"]
+    return ran
+
+
+def resumed_plan(checkpoint: dict, plan: TrainPlan) -> tuple[TrainPlan, list[str]]:
+    """The plan a resume runs, and the lines that say what it applied: the run's own (`ran_plan`) with each flag
+    `plan`'s command line gave taken as plan.RESUME says. A flag that is Refused there, given with another value,
+    is a RunError naming every such flag in one line; a Positional one is checked by check_resumable."""
+    ran, now, given = ran_plan(checkpoint), plan.flat(), plan.given_flags()
+    if "model" in given and now["model"] != ran["model"] and same_model(now["model"], checkpoint):
+        now["model"] = ran["model"]   # the run's model by another name: a preset of its config, a copy of its JSON
+    values, applied, refused = {"given": given}, [], []
+    for name, kind in RESUME.items():
+        resumed = kind.resumed(flag_of(name), now[name], ran[name], name in given)
+        values[name] = resumed.value
+        applied += [resumed.applied] if resumed.applied else []
+        refused += [resumed.refused] if resumed.refused else []
+    output = plan.run.output
+    if refused:
+        raise RunError(f"cannot resume {output} with {'; '.join(refused)}. A resume goes on with the run's own "
+                       f"settings: leave {'it' if len(refused) == 1 else 'them'} out, or start a new run with "
+                       f"{'it' if len(refused) == 1 else 'them'} (--output NEW_DIR; --init-from {output} starts it "
+                       "from this run's weights)")
+    return TrainPlan.from_flat(values), [f"resume: {line} from step {checkpoint['step']}" for line in applied]
+
+
+def same_model(spec: str, checkpoint: dict) -> bool:
+    """Whether --model `spec` describes the checkpoint's model: every field of its config alike but those the run
+    sets itself (the data's vocab, for a preset; the rows that are tokens; the attention dropout, a flag's)."""
+    config = architectures.config_from_json(checkpoint["config"])
+    named = architectures.from_name_or_json(spec)
+    if type(named) is not type(config):
+        return False
+    ours = {"tokenizer_size", "attention_dropout"} | ({"vocab_size"} if spec in architectures.presets() else set())
+    return all(getattr(named, f.name) == getattr(config, f.name) for f in dataclasses.fields(config)
+               if f.name not in ours)
+
+
 def check_resumable(checkpoint: dict, plan: TrainPlan, ranks: Ranks, objective: str, train_files: int,
-                    micro_batch: int, fingerprint: dict | None = None) -> None:
+                    micro_batch: int, fingerprint: dict | None = None, length: int | None = None) -> None:
     """Refuses a resume that cannot go on where the checkpoint stopped, naming what differs: the data (--data's
-    `fingerprint`: --resume is the same run, --init-from a new one; its objective, `objective`, named first),
-    --steps, or what the data position depends on (world size, readers, rows per micro-step, the `train_files`
-    training files), or the attention dropout."""
+    `fingerprint`, its rows of `length`: --resume is the same run, --init-from a new one; its objective,
+    `objective`, named first), --steps, or what the data position depends on (world size, readers, rows per
+    micro-step, the `train_files` training files)."""
     output, schedule = plan.run.output, plan.schedule
     if checkpoint_objective(checkpoint) != objective:
         raise RunError(f"{output} was trained with objective {checkpoint_objective(checkpoint)} and --data "
@@ -276,8 +323,8 @@ def check_resumable(checkpoint: dict, plan: TrainPlan, ranks: Ranks, objective: 
     if then and fingerprint and then["sha256"] != fingerprint["sha256"]:
         raise RunError(f"cannot resume {output} on this --data: it was trained on {_data(then)} and --data now "
                        f"holds {_data(fingerprint)}, other data. --resume continues the same run on the same data; to "
-                       f"go on from its weights on these shards (a new phase), start a new run with --init-from "
-                       f"{output} --output NEW_DIR")
+                       f"go on from its weights on these shards (a new phase), start a new run with "
+                       f"{new_phase(checkpoint, output, length)}")
     if checkpoint["step"] > schedule.steps:
         raise RunError(f"--steps {schedule.steps}, but {output} is at step {checkpoint['step']} already: give a "
                        "larger --steps to go on")
@@ -301,10 +348,13 @@ def check_resumable(checkpoint: dict, plan: TrainPlan, ranks: Ranks, objective: 
                "as the run you resume" if "eval_every" in before and held_out[0] != held_out[1]
                else "resume on the same --data")
         differ.append(f"training files: {saved['files']} in the checkpoint, {train_files} now ({why})")
-    then = architectures.config_from_json(checkpoint["config"]).attention_probs_dropout
-    asked = plan.model.attention_dropout
-    if asked is not None and asked != then:  # unset: the checkpoint's config's
-        differ.append(f"--attention-dropout: {then} in the checkpoint's config, {asked} now (another value is another "
-                      "run: start a new one)")
     if differ:
         raise RunError(f"cannot resume {output} where it stopped: " + "; ".join(differ))
+
+
+def new_phase(checkpoint: dict, output: str, length: int | None) -> str:
+    """The flags of a new run from the checkpoint's weights on data of rows of `length` (None: unknown), its position
+    table grown where the rows are longer than it has positions."""
+    positions = architectures.config_from_json(checkpoint["config"]).max_position_embeddings
+    grow = f" --max-position-embeddings {length}" if length is not None and length > positions else ""
+    return f"--init-from {output}{grow} --output NEW_DIR"

@@ -90,6 +90,25 @@ class BertConfig:
         return config_from_json(cls, text)
 
 
+# A --model config JSON's keys, BertConfig's fields, in words (`train --help` and the README list them); any left
+# out take the default above, BERT-Base's.
+KEYS = {
+    "vocab_size": "token embedding rows: the shards' vocab size (a preset takes it from the data)",
+    "hidden_size": "the width of every layer (a multiple of num_heads)",
+    "num_layers": "transformer layers",
+    "num_heads": "attention heads per layer",
+    "intermediate_size": "the feed-forward layer's inner width (4 x hidden_size in every preset)",
+    "max_position_embeddings": "learned positions, at least the shards' max_seq_length",
+    "type_vocab_size": "segment ids (2: sentences A and B)",
+    "dropout": "on hidden states, and on attention probabilities unless attention_dropout says otherwise",
+    "attention_dropout": "on attention probabilities (null: dropout's; 0 lets packed rows run varlen FlashAttention)",
+    "layer_norm_eps": "LayerNorm's epsilon",
+    "initializer_range": "the standard deviation of the truncated normal every weight starts from",
+    "tokenizer_size": "written by the trainer: the rows that are a tokenizer.json's tokens (leave it out)",
+    "architecture": "written by the trainer where not bert (leave it out)",
+}
+
+
 # The paper's BERT-Base/Large and the small sizes of google's "Well-Read Students" release (L/H/A, I = 4H).
 PRESETS = {
     "tiny": dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512),

@@ -363,9 +363,9 @@ def load(source: Source, model: torch.nn.Module, objective: str, length: int, op
     if grown:
         lines.append(f"init: position embeddings grown from {grown[0]} to {grown[1]} rows (--max-position-embeddings):"
                      f" rows {grown[0]}-{grown[1] - 1} copied from rows 0-{grown[0] - 1} in order, as Longformer did")
-    if source.trained_length and length > source.trained_length:
-        lines.append(f"init: positions {source.trained_length}-{length - 1} were not trained in the source (it trained "
-                     f"at L={source.trained_length}): this run trains them")
+    line = untrained_positions(source.trained_length, length, model.config.max_position_embeddings, grown is not None)
+    if line:
+        lines.append(line)
     if entry.sentence_classifier in values and source.sentence_task and source.sentence_task != objective:
         lines.append(f"init: the source's {source.sentence_task.upper()} classifier starts this run's "
                      f"{objective.upper()} head (the same two-way shape; its labels mean "
@@ -373,6 +373,22 @@ def load(source: Source, model: torch.nn.Module, objective: str, length: int, op
     if optimizer is not None:
         lines.append(carry_optimizer_state(source, target, optimizer, optimizer_name))
     return lines
+
+
+def untrained_positions(trained: int | None, length: int, rows: int, grown: bool) -> str | None:
+    """The line naming the position rows the source did not train (`trained` of the table's `rows`; None: unknown)
+    where this run trains some (--data's rows of `length`) or grew the table: which this run trains, and which it
+    leaves untrained (rows beyond its L)."""
+    if not trained or rows <= trained or not (length > trained or grown):
+        return None
+    said = f"init: positions {trained}-{rows - 1} were not trained in the source (it trained at L={trained})"
+    if length <= trained:
+        return f"{said}, nor does this run (--data's L={length}): they stay untrained"
+    if length >= rows:
+        return f"init: positions {trained}-{length - 1} were not trained in the source (it trained at L={trained}): " \
+               "this run trains them"
+    return f"{said}: this run trains {trained}-{length - 1}; {length}-{rows - 1} stay untrained (beyond --data's " \
+           f"L={length})"
 
 
 def grow_rows(table: torch.Tensor, rows: int) -> torch.Tensor:

@@ -5,12 +5,18 @@ function of the trainer is given the group it reads; the masking flags make one 
 defaults (pipeline/algorithms/masking.py). A checkpoint stores the plan flat, `flat()`: one dict of every
 field by its flag's name (a resume compares against it), as it always has, so older checkpoints read alike. No
 torch: the command layer imports it to build its parser.
+
+What `--resume` does with each flag is RESUME, one entry per field beside the plan: a resumed run keeps its own
+settings (its checkpoint's plan) for every flag the command line does not give (`TrainPlan.given`), and a flag given
+with another value is Applied from the checkpoint's step and said in one line, Positional (applied where the data
+position stays what it was, else refused by checkpoints.check_resumable), Refused in one line, or this Launch's alone
+(never the run's). model/checkpoints.py `resumed_plan` asks it; `bertprep train --help` lists it under --resume.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pipeline.algorithms.masking import MaskRecipe
 
@@ -61,6 +67,18 @@ class Schedule:
     weight_decay: float = 0.01
     clip_norm: float = 1.0
 
+    def check(self, world: int, warmup: int | None = None, whose: str = "") -> None:
+        """RunError where the schedule cannot run: a warmup longer than the steps (`warmup`: the one the run uses,
+        default --warmup-steps; `whose`: where it comes from, in words, where not from the flag), a --batch-size
+        that `world` ranks times --grad-accum do not divide."""
+        warmup = self.warmup_steps if warmup is None else warmup
+        if warmup is not None and warmup > self.steps:
+            raise RunError(f"--warmup-steps {warmup}{whose} is more than --steps {self.steps}: the schedule would end "
+                           f"before the learning rate reached --lr (give at most {self.steps})")
+        if self.batch_size % (world * self.grad_accum):
+            raise RunError(f"--batch-size {self.batch_size} is not divisible by world size {world} x "
+                           f"--grad-accum {self.grad_accum}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunPlan:
@@ -94,6 +112,10 @@ class TrainPlan:
     run: RunPlan
     evaluation: EvalPlan
 
+    # the flat names the command line gave (a resume keeps the run's own value of every other); None: a plan built
+    # in code, whose values that differ from the defaults count as given. Not a setting: not in flat(), nor compared.
+    given: frozenset[str] | None = dataclasses.field(default=None, compare=False)
+
     # each field's group; a flag's name is its field's, unique over the groups
     GROUPS: ClassVar[dict[str, type]] = {"data": DataPlan, "model": ModelPlan, "schedule": Schedule, "run": RunPlan,
                                          "evaluation": EvalPlan}
@@ -101,11 +123,22 @@ class TrainPlan:
     @classmethod
     def from_flat(cls, values: dict) -> TrainPlan:
         """The plan of `values`, {flag name: value} holding at least every field without a default (the command
-        line's namespace as a dict, or flat()); other names are not the plan's and are left. The masking recipe is
-        read from its own fields' names (MaskRecipe.from_json, the one reader of masking flags)."""
+        line's namespace as a dict, or flat()), and `given` where the command line says which it gave; other names
+        are not the plan's and are left. The masking recipe is read from its own fields' names (MaskRecipe.from_json,
+        the one reader of masking flags)."""
         values = {**values, "masking": MaskRecipe.from_json(values)}
+        given = values.get("given")
         return cls(**{name: group(**{f.name: values[f.name] for f in dataclasses.fields(group) if f.name in values})
-                      for name, group in cls.GROUPS.items()})
+                      for name, group in cls.GROUPS.items()}, given=None if given is None else frozenset(given))
+
+    def given_flags(self) -> frozenset[str]:
+        """The flat names this plan's command line gave; a plan built in code: those whose value is not the
+        default (data and output have none: always given)."""
+        if self.given is not None:
+            return self.given
+        defaults = self.defaults()
+        return frozenset(name for name, value in self.flat().items() if name not in defaults
+                         or value != defaults[name])
 
     def flat(self) -> dict:
         """{flag name: value} of every group, the masking recipe's fields among them by their own names: what a
@@ -131,3 +164,103 @@ def _spread(fields: dict) -> dict:
     recipe = fields.pop("masking")
     recipe = recipe.to_json() if isinstance(recipe, MaskRecipe) else recipe
     return {**fields, **{k: v for k, v in recipe.items() if k != "max_predictions_per_seq"}}
+
+
+# ---- --resume: what each flag does on a resumed run ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Resumed:
+    """A flag's value on a resumed run, and what is said of it: `applied` (the line's words) or `refused` (the
+    refusal's clause), at most one."""
+    value: Any
+    applied: str | None = None
+    refused: str | None = None
+
+
+def shown(value) -> str:
+    """A flag's value in a resume's line: None is the default, a switch on or off."""
+    if value is None:
+        return "the default"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class OnResume:
+    """What --resume does with one flag (module doc), asked with the flag, this command line's value `now`, the run's
+    `ran` (its checkpoint's plan) and whether the command line gave it; `doc` says it in --help."""
+    why: str = ""             # a refusal's reason
+    doc: ClassVar[str] = ""
+
+    def resumed(self, flag: str, now, ran, given: bool) -> Resumed:
+        """The run's value where the command line did not give the flag, or gave the run's; else `changed`'s."""
+        if not given or now == ran:
+            return Resumed(ran)
+        return self.changed(flag, now, ran)
+
+    def changed(self, flag: str, now, ran) -> Resumed:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Applied(OnResume):
+    doc: ClassVar[str] = "apply from the checkpoint's step, each said in one line"
+
+    def changed(self, flag: str, now, ran) -> Resumed:
+        return Resumed(now, applied=f"{flag} {shown(now)} (the run had {shown(ran)})")
+
+
+@dataclass(frozen=True)
+class Positional(Applied):
+    doc: ClassVar[str] = ("apply likewise where the data position stays what it was (the readers, the rows per rank "
+                          "and micro-step, the training files), else are refused naming it")
+
+
+@dataclass(frozen=True)
+class Refused(OnResume):
+    doc: ClassVar[str] = "are refused if they differ from the run's (its checkpoint's state is wrong for another value)"
+
+    def changed(self, flag: str, now, ran) -> Resumed:
+        return Resumed(ran, refused=f"{flag} {shown(now)} (the run has {shown(ran)}: {self.why})")
+
+
+@dataclass(frozen=True)
+class Launch(OnResume):
+    doc: ClassVar[str] = "are this launch's, as given or by default, never the run's"
+
+    def resumed(self, flag: str, now, ran, given: bool) -> Resumed:
+        return Resumed(now)
+
+
+_ROWS = "the rows read and their masking are the run's"
+_ORDER = "the data order (and any masks drawn) follows from it"
+_STARTED = "it says how the run started, and a resume goes on from its checkpoint"
+
+# Every field of TrainPlan (flat, the masking recipe's by their own names) -> what --resume does with it.
+RESUME: dict[str, OnResume] = {
+    # DataPlan: the same data (check_resumable holds its fingerprint), wherever it is now
+    "data": Applied(), "max_seq_length": Refused(_ROWS), "max_predictions_per_seq": Refused(_ROWS),
+    "allow_incomplete": Applied(), "dynamic_masking": Refused(_ROWS), "masked_lm_prob": Refused(_ROWS),
+    "mask_token_prob": Refused(_ROWS), "random_token_prob": Refused(_ROWS), "whole_word_mask": Refused(_ROWS),
+    "ngram_max": Refused(_ROWS), "num_workers": Positional(), "shuffle_buffer": Refused(_ORDER),
+    # ModelPlan: the model is the checkpoint's; how it runs may change (the same maths)
+    "model": Refused("the checkpoint holds that model's weights"), "init_from": Refused(_STARTED),
+    "init_optimizer_state": Refused(_STARTED), "max_position_embeddings": Refused(_STARTED), "compile": Applied(),
+    "attention_dropout": Refused("its model's config has it"), "attention": Applied(),
+    # Schedule: the lr's schedule is rebuilt from the checkpoint's step (train.continue_schedule)
+    "steps": Applied(), "batch_size": Positional(), "grad_accum": Positional(), "lr": Applied(),
+    "warmup_steps": Applied(), "optimizer": Refused("the checkpoint holds its optimizer's moments"),
+    "weight_decay": Applied(), "clip_norm": Applied(),
+    # RunPlan: the ranks and their device are set up before the checkpoint is read
+    "output": Launch(), "seed": Refused(_ORDER), "log_every": Applied(), "checkpoint_every": Applied(),
+    "keep_checkpoints": Applied(), "resume": Launch(), "overwrite": Launch(), "stop_after": Launch(),
+    "device": Launch(), "dist_timeout_min": Launch(),
+    # EvalPlan: --eval-every without --eval-data holds the last training file out
+    "eval_data": Positional(), "eval_every": Positional(), "eval_batches": Applied(),
+}
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a flat name."""
+    return "--" + name.replace("_", "-")

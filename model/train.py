@@ -13,8 +13,11 @@ same data only (a checkpoint keeps its fingerprint). `--init-from SOURCE` starts
 
 Ctrl-C (SIGINT) or a cluster's SIGTERM stops the run at the end of the current step with a checkpoint there, on every
 rank at the same step; it exits 130 (143 for SIGTERM) with one line naming the checkpoint. A second signal stops at
-once, without one. A resumed run with another --steps keeps the run's warmup (unless --warmup-steps is given) and
-stretches the decay to the new --steps: its first step runs at the lr that schedule has there.
+once, without one. A resumed run runs its own plan, each flag given applied (said in one line) or refused as
+model/plan.py's RESUME says (checkpoints.resumed_plan); with another --steps, --lr or --warmup-steps its schedule is
+rebuilt from the checkpoint's step (the decay stretched to the new --steps, the run's warmup kept unless
+--warmup-steps is given): its first step runs at the lr that schedule has there. A run at its --steps already trains
+nothing.
 
 The shards' manifest says the objective: nsp (google's), sop (ALBERT's sentence order: the same two-way head,
 logged as sop_loss and sop_accuracy) or none (RoBERTa's full-sentence rows: masked LM only, no sentence head).
@@ -62,60 +65,85 @@ from pipeline.text import vocabularies
 DDP_BUCKET_MB = 25
 
 
+# The optimizer groups' settings a resume takes from its plan, not from the checkpoint's optimizer state: the peak
+# lr (LambdaLR's initial_lr, scaled by the schedule) and the weight decay (--lr, --weight-decay: plan.RESUME).
+PLAN_SETTINGS = ("initial_lr", "weight_decay")
+
+
 # ---- the run: set up, then the loop --------------------------------------------------------------------------------
 
 def train(plan: TrainPlan) -> dict:
     """Runs (or resumes) training; returns {"history": logged dicts, "step", "run_dir", "checkpoint", "interrupted":
-    the signal that stopped it early with a checkpoint (0: none), "steps_run": by this call, "master": rank 0}."""
-    run, schedule = plan.run, plan.schedule
+    the signal that stopped it early with a checkpoint (0: none), "steps_run": by this call, "master": rank 0,
+    "finished": a resumed run that was at its --steps already, which trained nothing}."""
+    run = plan.run   # this launch's: the same on a resume (plan.RESUME)
     ranks = setup_ranks(run.device, run.dist_timeout_min)
     with Stop(ranks) as stop:  # SIGINT and SIGTERM from here on: stop at a step boundary, with a checkpoint
-        micro_batch = schedule.batch_size // (ranks.world * schedule.grad_accum)  # whole: the command checked
         resume_path = checkpoints.start_run_dir(run, ranks)
         # --init-from starts a run: once it has a checkpoint, --resume goes on from that
         init = plan.model.init_from
         source = init_from.open_source(init) if init and not resume_path else None
-        session, step = set_up(plan, ranks, stop, micro_batch,
-                               checkpoints.load(resume_path) if resume_path else None, source)
+        session, step = set_up(plan, ranks, stop, checkpoints.load(resume_path) if resume_path else None, source)
+        if session is None:   # a finished run: nothing to train (run_train says how to go on)
+            if ranks.ddp:
+                dist.destroy_process_group()
+            return {"history": [], "step": step, "run_dir": run.output, "checkpoint": resume_path, "interrupted": 0,
+                    "steps_run": 0, "master": ranks.master, "finished": True}
         first_step = step
         try:
             step, last_checkpoint, stopped = train_loop(session, step, resume_path)
         finally:
             session.writer.wait()  # the last checkpoint is on disk before the run ends, however it ends
         # a run with held-out data is evaluated once it has done its steps, --eval-every or not
-        if session.shards.eval_files and step == schedule.steps > first_step:
+        if session.shards.eval_files and step == session.plan.schedule.steps > first_step:
             session.log(evaluate(session, step))
         session.log.close()
         if ranks.ddp:
             dist.destroy_process_group()
     return {"history": session.log.history, "step": step, "run_dir": run.output, "checkpoint": last_checkpoint,
-            "interrupted": stopped, "steps_run": step - first_step, "master": ranks.master}
+            "interrupted": stopped, "steps_run": step - first_step, "master": ranks.master, "finished": False}
 
 
-def set_up(plan: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoint: dict | None,
-           source: init_from.Source | None = None) -> tuple[Session, int]:
-    """The run's Session and its first step: the model config (`model_config`), the data, the model, its optimizer
-    and schedule, and the checkpoint's states put back or the source's weights put in."""
-    seed = plan.run.seed
-    config, preset = model_config(plan.model, plan.schedule.optimizer, checkpoint, source)
+def set_up(plan: TrainPlan, ranks: Ranks, stop: Stop, checkpoint: dict | None,
+           source: init_from.Source | None = None) -> tuple[Session | None, int]:
+    """The run's Session and its first step: a resumed run's plan (its own, with the flags given applied or refused:
+    checkpoints.resumed_plan), the model config (`model_config`), the data, the model, its optimizer and schedule,
+    and the checkpoint's states put back or the source's weights put in. No Session for a resumed run that is at
+    its --steps already."""
+    resumed = []
+    if checkpoint:
+        plan, resumed = checkpoints.resumed_plan(checkpoint, plan)
+        if checkpoint["step"] == plan.schedule.steps:
+            return None, checkpoint["step"]
+    seed, schedule = plan.run.seed, plan.schedule
+    micro_batch = schedule.batch_size // (ranks.world * schedule.grad_accum)  # whole: checked below on a resume
+    config, preset = model_config(plan.model, schedule.optimizer, checkpoint, source)
     config, shards = open_data(plan.data, plan.evaluation, seed, config, preset, source,
                                plan.model.max_position_embeddings)
     architectures.check_trainable(config, shards.objective, shards.shape.packed)
     if checkpoint:
         checkpoints.check_resumable(checkpoint, plan, ranks, shards.objective, len(shards.train_files), micro_batch,
-                                    shards.fingerprint)
+                                    shards.fingerprint, shards.shape.max_seq_length)
+    check_positions(shards.shape, config, plan.run.output if checkpoint else None)
+    warmup = schedule_warmup(schedule, checkpoint)
+    if plan.run.resume:   # the command line checked a new run's; a resume's are the run's or given
+        schedule.check(ranks.world, warmup, "" if "warmup_steps" in plan.given_flags() else " (the run's)")
     loader = data.Loader(data.ShardDataset(shards.train_files, shards.shape, micro_batch,
                                            vocab_size=config.num_tokens, seed=seed,
                                            shuffle_buffer=plan.data.shuffle_buffer, records=shards.records,
                                            decoder=shards.decoder),
                          num_workers=plan.data.num_workers, pin_memory=ranks.device_type == "cuda")
-    warmup = schedule_warmup(plan.schedule, checkpoint)
     model = build_model(config, plan.model.attention, seed, ranks, shards.task is not None, source is not None)
-    optimizer, scheduler = build_optimizer(model, plan.schedule, warmup, ranks.device_type)
+    optimizer, scheduler = build_optimizer(model, schedule, warmup, ranks.device_type)
     step, init_lines = 0, []
     if checkpoint:
+        # the optimizer's state comes back with the groups' settings it was saved with: this plan's are kept
+        settings = [{k: group[k] for k in PLAN_SETTINGS} for group in optimizer.param_groups]
         step = checkpoints.restore(checkpoint, model, optimizer, scheduler, loader, ranks.rank)
-        continue_schedule(checkpoint, plan.schedule, optimizer, scheduler, step, warmup, ranks.master)
+        for group, own in zip(optimizer.param_groups, settings):
+            group.update(own)
+        scheduler.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        resumed += continue_schedule(checkpoint, schedule, optimizer, scheduler, step, warmup)
     elif source:
         # heads the source lacks are drawn from --seed on every rank, as a fresh model's weights; the run's own
         # RNG (seed + rank: dropout) is left as it was
@@ -136,7 +164,7 @@ def set_up(plan: TrainPlan, ranks: Ranks, stop: Stop, micro_batch: int, checkpoi
                          gradient_as_bucket_view=True, bucket_cap_mb=DDP_BUCKET_MB)
     log = RunLog(plan.run.output, plan.schedule.steps, ranks.master)
     if ranks.master:
-        announce(plan, ranks, config, shards, model, micro_batch, step, init_lines)
+        announce(plan, ranks, config, shards, model, micro_batch, step, init_lines, resumed)
     return Session(plan, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup, loader,
                    log, stop, checkpoints.CheckpointWriter(), positions), step
 
@@ -159,9 +187,10 @@ def model_config(model_plan: ModelPlan, optimizer: str, checkpoint: dict | None,
 
 
 def announce(plan: TrainPlan, ranks: Ranks, config, shards: Shards, model: torch.nn.Module, micro_batch: int,
-             step: int, init_lines: list[str]) -> None:
+             step: int, init_lines: list[str], resumed: list[str] = ()) -> None:
     """Rank 0's start: RUN_DIR/checkpoints/ and config.json, and the lines that say what runs (model, data,
-    attention, ranks and batch; where --init-from's weights went; the held-out set)."""
+    attention, ranks and batch; what a resume applied, `resumed`; where --init-from's weights went; the held-out
+    set)."""
     model_plan, every = plan.model, plan.evaluation.eval_every
     os.makedirs(os.path.join(plan.run.output, "checkpoints"), exist_ok=True)
     with open(os.path.join(plan.run.output, "config.json"), "w") as f:
@@ -180,7 +209,7 @@ def announce(plan: TrainPlan, ranks: Ranks, config, shards: Shards, model: torch
     if config.tokenizer_size is not None:
         print(f"vocab: {config.tokenizer_size:,} tokens of {shards.vocab['path']} in {config.vocab_size:,} embedding "
               f"rows; the last {config.vocab_size - config.tokenizer_size} pad the table and are never predicted")
-    for line in init_lines:
+    for line in [*resumed, *init_lines]:
         print(line)
     for line in shards.warnings:
         print(f"warning: {line}", file=sys.stderr)
@@ -237,12 +266,20 @@ def open_data(data_plan: DataPlan, evaluation: EvalPlan, seed: int, config, pres
     if vocab is not None:   # the rows that are its tokens (a tokenizer.json's table may be padded), a source's too
         tokens = data.token_rows(vocab, config.vocab_size, "--data's shards")
         config = dataclasses.replace(config, tokenizer_size=tokens)
-    if found.shape.max_seq_length > config.max_position_embeddings:
-        raise data.ShardSpecError(f"shards have max_seq_length {found.shape.max_seq_length}, the model only "
-                                  f"{config.max_position_embeddings} position embeddings")
     train_files, eval_files, eval_shape, held_out = held_out_split(data_plan, evaluation, found, config.vocab_size)
     return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder, found.objective,
                           found.vocab, held_out, found.fingerprint, warnings)
+
+
+def check_positions(shape: schema.Shape, config, resumed: str | None) -> None:
+    """Refuses rows longer than the model has positions; `resumed`: the run a resume goes on with, whose weights a
+    new run can take with a grown table."""
+    if shape.max_seq_length > config.max_position_embeddings:
+        pointer = (f": --resume goes on with {resumed}'s model; to go on from its weights on these rows, start a new "
+                   f"run with --init-from {resumed} --max-position-embeddings {shape.max_seq_length} --output NEW_DIR"
+                   if resumed else "")
+        raise data.ShardSpecError(f"shards have max_seq_length {shape.max_seq_length}, the model only "
+                                  f"{config.max_position_embeddings} position embeddings{pointer}")
 
 
 def held_out_split(data_plan: DataPlan, evaluation: EvalPlan, found: data.ShardSet,
@@ -330,26 +367,30 @@ def schedule_warmup(schedule: Schedule, checkpoint: dict | None) -> int:
     return before["warmup_steps"] if before.get("warmup_steps") is not None else before["steps"] // 100
 
 
-def continue_schedule(checkpoint: dict, schedule: Schedule, optimizer, scheduler, step: int, warmup: int,
-                      master: bool) -> None:
-    """Sets the lr of `step` on this run's schedule. The optimizer's saved lr is the old schedule's (0 at its end):
-    with another --steps the decay is stretched (or shortened) to the new total from this very step."""
+def continue_schedule(checkpoint: dict, schedule: Schedule, optimizer, scheduler, step: int,
+                      warmup: int) -> list[str]:
+    """Sets the lr of `step` on this run's schedule (--lr, `warmup`, --steps). The optimizer's saved lr is the old
+    schedule's (0 at its end): with another --steps the decay is stretched (or shortened) to the new total from this
+    very step. Returns the line that says so where the schedule is not the checkpoint's run's."""
     steps = schedule.steps
     scale = lr_multiplier(step, warmup, steps)
     for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
         group["lr"] = base * scale  # LambdaLR's own product: an unchanged schedule stays bitwise the same
     scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]  # what get_last_lr() says, likewise
-    before = checkpoints.saved_plan(checkpoint)["steps"]
-    if before != steps and master:
-        print(f"--steps {steps} (the checkpoint's run: {before}): the schedule is "
-              f"{'stretched' if steps > before else 'shortened'} to {steps} steps; lr at step {step} is "
-              f"{optimizer.param_groups[0]['lr']:.2e}")
+    ran = checkpoints.ran_plan(checkpoint)
+    before = (ran["steps"], ran["lr"], schedule_warmup(Schedule(steps=ran["steps"]), checkpoint))
+    if before == (steps, schedule.lr, warmup):
+        return []
+    decay = (f"stretched from {before[0]} to {steps} steps" if steps > before[0] else
+             f"shortened from {before[0]} to {steps} steps" if steps < before[0] else f"to 0 at step {steps}")
+    return [f"resume: the schedule is rebuilt (warmup {warmup} steps to --lr {schedule.lr}, the decay {decay}): lr at "
+            f"step {step} is {optimizer.param_groups[0]['lr']:.2e}"]
 
 
 @dataclass
 class Session:
     """Everything the loop touches, set up once by `train`."""
-    plan: TrainPlan                  # the run's settings: its flags, by group
+    plan: TrainPlan                  # the run's settings, by group: a resume's its own with the flags applied
     ranks: Ranks
     config: object                   # the model's config, of its architecture (model/architectures.py)
     shards: Shards

@@ -306,7 +306,7 @@ def test_trainer_records_attention_dropout_and_names_the_attention(tmp_path, pac
     assert BertConfig.from_json((tmp_path / "run" / "config.json").read_text()).attention_dropout == 0.0
     # a resume keeps the checkpoint's value: another one is refused in one line, the same one (or none) goes on
     more = ["--steps", "3", "--resume"]
-    with pytest.raises(train.RunError, match=r"--attention-dropout: 0.0 in the checkpoint's config, 0.1 now"):
+    with pytest.raises(train.RunError, match=r"with --attention-dropout 0.1 \(the run has 0.0: its model's config"):
         train.train(train_args(data, tmp_path / "run", config, *more, "--attention-dropout", "0.1"))
     assert train.train(train_args(data, tmp_path / "run", config, *more))["step"] == 3
 

@@ -317,7 +317,9 @@ def test_phase_2_from_phase_1_starts_far_below_a_fresh_model(tmp_path, capsys):
     out = capsys.readouterr().out
     assert ("init: position embeddings grown from 32 to 64 rows (--max-position-embeddings): rows 32-63 copied from "
             "rows 0-31 in order, as Longformer did") in out
-    assert "init: positions 24-47 were not trained in the source (it trained at L=24): this run trains them" in out
+    # every row the source did not train named: those this run trains, and those beyond its L that stay untrained
+    assert ("init: positions 24-63 were not trained in the source (it trained at L=24): this run trains 24-47; 48-63 "
+            "stay untrained (beyond --data's L=48)\n") in out
     assert "init: lamb's moments of 38 tensors carried from the source (--init-optimizer-state)" in out
     phase2 = [json.loads(line) for line in open(tmp_path / "phase2" / "log.jsonl")]
     assert cli.main(train_argv(tmp_path / "p2", tmp_path / "fresh", "--steps", "5", "--model", str(config),
@@ -330,6 +332,22 @@ def test_phase_2_from_phase_1_starts_far_below_a_fresh_model(tmp_path, capsys):
     assert phase2[0]["step"] == 0 and [r["step"] for r in phase2] == [0, 1, 2, 3, 4]
     assert phase2[0]["mlm_loss"] < fresh[0]["mlm_loss"] - 1.0
     assert os.listdir(tmp_path / "phase2" / "checkpoints") == ["step-00000005.pt"]
+
+
+def test_every_untrained_position_row_is_named():
+    """The issue's case (a 128-row table grown to 600 for L=512) and the others: a table as long as L, a table grown
+    beyond rows this run trains, and no line where every row the run reads was trained and none is new."""
+    assert init_from.untrained_positions(128, 512, 600, True) == (
+        "init: positions 128-599 were not trained in the source (it trained at L=128): this run trains 128-511; "
+        "512-599 stay untrained (beyond --data's L=512)")
+    assert init_from.untrained_positions(128, 512, 512, True) == (
+        "init: positions 128-511 were not trained in the source (it trained at L=128): this run trains them")
+    assert init_from.untrained_positions(128, 128, 600, True) == (
+        "init: positions 128-599 were not trained in the source (it trained at L=128), nor does this run (--data's "
+        "L=128): they stay untrained")
+    assert init_from.untrained_positions(128, 128, 512, False) is None   # phase 1 goes on: nothing new
+    assert init_from.untrained_positions(512, 512, 512, False) is None
+    assert init_from.untrained_positions(None, 512, 600, True) is None   # unknown: the grown line says the rest
 
 
 def test_the_optimizer_moments_are_the_source_runs(tmp_path, data):
@@ -392,6 +410,28 @@ def test_resume_on_other_data_is_refused_and_old_checkpoints_still_resume(tmp_pa
     torch.save(old, path)
     assert cli.main(argv + ["--resume"]) == 0
     assert checkpoints.latest_checkpoint(str(tmp_path / "run")).endswith("step-00000004.pt")
+
+
+def test_resume_on_longer_rows_points_to_a_new_phase_with_a_grown_table(tmp_path, capsys):
+    """Phase 1's run resumed on phase 2's shards (L=48, beyond its 32 positions): refused with the new run that does
+    it, its table grown; a checkpoint from before the fingerprint gets the same pointer from the positions' check."""
+    short = os.path.dirname(write_shards(tmp_path / "p1", [12, 12]))
+    long = os.path.dirname(write_shards(tmp_path / "p2", [12, 12], L=48))
+    config = tmp_path / "tiny.json"
+    config.write_text(BertConfig(**PRESETS["tiny"], vocab_size=VOCAB, max_position_embeddings=32).to_json())
+    run = tmp_path / "phase1"
+    assert cli.main(train_argv(short, run, "--model", config, "--steps", "4", "--stop-after", "2")) == 0
+    err = refusal(capsys, *train_argv(long, run, "--resume"))
+    assert err.endswith(f"start a new run with --init-from {run} --max-position-embeddings 48 --output NEW_DIR"), err
+    path = checkpoints.latest_checkpoint(str(run))
+    old = torch.load(path, weights_only=False)
+    del old["data"]
+    torch.save(old, path)
+    err = refusal(capsys, *train_argv(long, run, "--resume"))
+    assert err == (f"bertprep train: error: shards have max_seq_length 48, the model only 32 position embeddings: "
+                   f"--resume goes on with {run}'s model; to go on from its weights on these rows, start a new run with "
+                   f"--init-from {run} --max-position-embeddings 48 --output NEW_DIR")
+    assert os.listdir(run / "checkpoints") == ["step-00000002.pt"]
 
 
 def test_resume_goes_on_from_the_run_not_the_source(tmp_path, data, capsys):

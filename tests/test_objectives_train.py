@@ -128,8 +128,9 @@ def test_mixed_objectives_are_refused_in_one_line(runs, tmp_path, capsys):
 def test_resume_on_another_objective_is_refused(runs, tmp_path, capsys):
     run_dir = tmp_path / "run"
     shutil.copytree(runs["nsp"].run_dir, run_dir)
+    model = str(runs["nsp"].run_dir.parent / "tiny.json")   # the run's (another --model is refused: test_resume.py)
     for other in ("sop", "none"):
-        err = refusal(capsys, ["--data", runs[other].data, "--model", "tiny", "--steps", "8", "--batch-size", "4",
+        err = refusal(capsys, ["--data", runs[other].data, "--model", model, "--steps", "8", "--batch-size", "4",
                                "--num-workers", "0", "--output", str(run_dir), "--resume"])
         assert f"was trained with objective nsp and --data holds objective {other} shards" in err, err
     # a checkpoint from before the choice is an nsp one: it resumes on nsp shards
@@ -137,7 +138,7 @@ def test_resume_on_another_objective_is_refused(runs, tmp_path, capsys):
     ckpt = torch.load(path, weights_only=True)
     del ckpt["objective"]
     torch.save(ckpt, path)
-    resumed = train.train(args_for(runs["nsp"].data, run_dir, "tiny", "--steps", "7", *RUN, "--resume"))
+    resumed = train.train(args_for(runs["nsp"].data, run_dir, model, "--steps", "7", *RUN, "--resume"))
     assert resumed["step"] == 7
 
 

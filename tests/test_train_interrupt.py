@@ -182,8 +182,9 @@ def test_a_refused_resume_names_what_differs(tmp_path, tiny_json, capsys):
     assert cli.main(["train", *base, "--eval-every", "5", "--stop-after", "2"]) == 0   # the last file held out
     capsys.readouterr()
     for extra, message in (
-            ([], "training files: 3 in the checkpoint, 4 now (--eval-every without --eval-data holds the last file "
-                 "out: pass the same --eval-every/--eval-data as the run you resume)"),
+            (["--eval-every", "0"], "training files: 3 in the checkpoint, 4 now (--eval-every without --eval-data "
+                                    "holds the last file out: pass the same --eval-every/--eval-data as the run you "
+                                    "resume)"),
             (["--eval-every", "5", "--num-workers", "2"], "--num-workers: 0 in the checkpoint, 2 now"),
             (["--eval-every", "5", "--grad-accum", "2"], "rows per rank and micro-step (--batch-size / (world size x "
                                                          "--grad-accum)): 4 = 4 / (1 x 1) in the checkpoint, 2 = 4 / "
@@ -193,7 +194,8 @@ def test_a_refused_resume_names_what_differs(tmp_path, tiny_json, capsys):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and re.search(re.escape(message) if "*" not in message else message, err)
         assert "world size" not in err.replace("(world size x", ""), err  # only what differs
-    assert cli.main(["train", *base, "--eval-every", "5", "--resume"]) == 0
+        assert os.listdir(tmp_path / "run" / "checkpoints") == ["step-00000002.pt"]   # nothing written
+    assert cli.main(["train", *base, "--resume"]) == 0   # the run's own --eval-every 5: its last file held out
 
 
 def test_a_longer_steps_on_resume_stretches_the_schedule(tmp_path, tiny_json, capsys):
@@ -204,8 +206,10 @@ def test_a_longer_steps_on_resume_stretches_the_schedule(tmp_path, tiny_json, ca
     rest = train.train(args_for(data_glob, tmp_path / "run", tiny_json, "--steps", "20", "--num-workers", "0",
                                 "--resume"))
     expected = 1e-3 * train.lr_multiplier(10, 3, 20)
-    assert f"--steps 20 (the checkpoint's run: 10): the schedule is stretched to 20 steps; lr at step 10 is " \
-           f"{expected:.2e}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "resume: --steps 20 (the run had 10) from step 10\n" in out
+    assert f"resume: the schedule is rebuilt (warmup 3 steps to --lr 0.001, the decay stretched from 10 to 20 " \
+           f"steps): lr at step 10 is {expected:.2e}\n" in out
     lrs = [r["lr"] for r in rest["history"] if r["split"] == "train"]
     assert lrs[0] == pytest.approx(expected) and lrs[0] > 0
     straight = train.train(args_for(data_glob, tmp_path / "straight", tiny_json, "--steps", "20", "--num-workers",

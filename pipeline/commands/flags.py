@@ -33,12 +33,29 @@ def echo_rank() -> bool:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors, no abbreviated flags, and the set of its flag names in `flag_names`."""
+    """argparse with one-line errors, no abbreviated flags, and the set of its flag names in `flag_names`; where
+    `record_given`, the parsed namespace's `given` holds the destinations the command line gave (a default is not a
+    choice: `train --resume` keeps the run's value of every flag not given)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         self.flag_names: set[str] = set()
+        self.record_given = False
         super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extra = super().parse_known_args(args, namespace)
+        if self.record_given and namespace is None:
+            parsed.given = self.given(sys.argv[1:] if args is None else args)
+        return parsed, extra
+
+    def given(self, argv: list[str]) -> frozenset[str]:
+        """The destinations `argv` sets: argv parsed again into a namespace where each already holds a marker, which
+        argparse leaves where no flag sets it (it fills in a default only where a destination is missing)."""
+        unset = object()
+        dests = {action.dest for action in self._actions if action.dest != argparse.SUPPRESS} | set(self._defaults)
+        parsed, _ = super().parse_known_args(argv, argparse.Namespace(**dict.fromkeys(dests, unset)))
+        return frozenset(dest for dest in dests if getattr(parsed, dest) is not unset)
 
     def add_argument(self, *names, **kwargs):
         action = super().add_argument(*names, **kwargs)

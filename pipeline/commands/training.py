@@ -14,7 +14,8 @@ import signal
 import sys
 
 from model import plot
-from model.plan import DEFAULT_MODEL, RunError, RunPlan, TrainPlan
+from model.config import KEYS
+from model.plan import DEFAULT_MODEL, RESUME, RunError, RunPlan, TrainPlan, flag_of
 from pipeline.commands import flags, groups
 from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
                                      positive_float, positive_int, probability)
@@ -28,6 +29,9 @@ def add_train(p: argparse.ArgumentParser) -> None:
                       ("optimisation", _train_optimisation_flags), ("run", _train_run_flags)):
         add(p.add_argument_group(name))
     p.set_defaults(**TrainPlan.defaults())
+    p.record_given = True   # flags.Parser's args.given: a resume keeps the run's value of every flag not given
+    resume = next(action for action in p._actions if action.dest == "resume")
+    resume.help += " " + resume_help(p) + " A run already at --steps says so: give a larger --steps to go on"
 
 
 def _train_data_flags(g) -> None:
@@ -58,8 +62,11 @@ def _train_model_flags(g) -> None:
     """`bertprep train`'s model group: the model and how it runs."""
     from model.attention import PACKED_ATTENTIONS   # torch, which `train` imports anyway: not at this module's import
 
-    g.add_argument("--model", help=f"tiny|mini|base|large or a config JSON (default {DEFAULT_MODEL}; with --init-from "
-                                   "the source's, and --model may only name its shape)")
+    keys = "; ".join(f"{key}: {meaning}" for key, meaning in KEYS.items())
+    g.add_argument("--model", help=f"tiny|mini|base|large, or a config JSON: a transformers BERT config.json (as "
+                                   "export-hf writes it) for a fresh model of its shape, or our keys, any left out "
+                                   f"BERT-base's ({keys}) (default {DEFAULT_MODEL}; with --init-from the source's, "
+                                   "and --model may only name its shape)")
     g.add_argument("--init-from", metavar="SOURCE",
                    help="start a new run from trained weights (BERT's phase 2 from phase 1, continued pretraining of a "
                         "released checkpoint): a bertprep run directory (its latest checkpoint), a checkpoint file, or "
@@ -122,7 +129,8 @@ def _train_run_flags(g) -> None:
     g.add_argument("--keep-checkpoints", type=positive_int)
     g.add_argument("--resume", action="store_true",
                    help="continue the run in --output from its latest checkpoint, on the same --data (other shards "
-                        "are refused: a new phase on them is a new run, --init-from)")
+                        "are refused: a new phase on them is a new run, --init-from), with the run's own value of "
+                        "every flag not given. Given with another value,")   # plan.RESUME's, added by add_train
     g.add_argument("--overwrite", action="store_true",
                    help="start over in an output directory that holds a run (its log, events, checkpoints go)")
     g.add_argument("--stop-after", type=positive_int,
@@ -137,19 +145,15 @@ def _train_run_flags(g) -> None:
 
 
 def train_plan(args: argparse.Namespace) -> TrainPlan:
-    """The run's plan from `bertprep train`'s flags; RunError where they cannot make a run: a --batch-size that the
-    ranks (torchrun's WORLD_SIZE) times --grad-accum do not divide, a new run's warmup longer than its steps."""
+    """The run's plan from `bertprep train`'s flags (`args.given`: the ones the command line gave, Parser's
+    record_given); RunError where they cannot make a run: a new run's warmup longer than its steps, or a --batch-size
+    that the ranks (torchrun's WORLD_SIZE) times --grad-accum do not divide (a resume's: the run checks them)."""
     from model.ranks import world_size   # torch, as the run
 
     plan = TrainPlan.from_flat(vars(args))   # its masking: MaskRecipe.from_json, as groups.mask_recipe reads mask's
     check_init_from(plan)
-    world, schedule = world_size(), plan.schedule
-    if not plan.run.resume and schedule.warmup_steps is not None and schedule.warmup_steps > schedule.steps:
-        raise RunError(f"--warmup-steps {schedule.warmup_steps} is more than --steps {schedule.steps}: the schedule "
-                       f"would end before the learning rate reached --lr (give at most {schedule.steps})")
-    if schedule.batch_size % (world * schedule.grad_accum):
-        raise RunError(f"--batch-size {schedule.batch_size} is not divisible by world size {world} x "
-                       f"--grad-accum {schedule.grad_accum}")
+    if not plan.run.resume:   # a resume's schedule is the run's with the flags given: the run checks it
+        plan.schedule.check(world_size())
     return plan
 
 
@@ -177,11 +181,21 @@ def parse_train(argv: list[str]) -> TrainPlan:
     return train_plan(p.parse_args(argv))
 
 
+def resume_help(p: argparse.ArgumentParser) -> str:
+    """--resume's help: plan.RESUME's kinds, each with the flags of `p` it holds."""
+    by_kind, known = {}, {flag for action in p._actions for flag in action.option_strings}
+    for name, kind in RESUME.items():
+        if flag_of(name) in known and name != "resume":   # the recipe's split has no train flag
+            by_kind.setdefault(type(kind), []).append(flag_of(name))
+    return " ".join(f"{', '.join(listed)} {kind.doc};" for kind, listed in by_kind.items()).rstrip(";") + "."
+
+
 def run_train(args: argparse.Namespace) -> int:
     """`bertprep train`: trains; a problem with the flags, the run directory or the data is one line, exit 2; a run
     stopped by SIGINT or SIGTERM is one line saying where its checkpoint is, exit 128 + the signal (130, 143)."""
     from model import data, train   # torch
     from model.ranks import collective_failed, world_size
+    from pipeline.commands import cli   # which finds this module through its command table
     from pipeline.formats.tfrecord import CorruptRecordError
 
     try:
@@ -198,8 +212,8 @@ def run_train(args: argparse.Namespace) -> int:
         return 1
     except (RunError, data.ShardSpecError, data.BadRecordError, CorruptRecordError) as e:
         message = str(e).strip()
-        if "Original Traceback" in message:  # raised in a DataLoader worker: its last line is the error itself
-            message = message.splitlines()[-1]
+        if "Original Traceback" in message:  # raised in a DataLoader worker: its last line is the error itself,
+            message = cli.one_line(e)       # less its class's module path
         # a bad record is this rank's own (ranks read different records): it says so; a refusal of the flags, the
         # run directory or the shards is every rank's alike: rank 0 alone prints it, and every rank exits 2
         if isinstance(e, (data.BadRecordError, CorruptRecordError)) and world_size() > 1:
@@ -211,6 +225,10 @@ def run_train(args: argparse.Namespace) -> int:
         if result["master"]:
             print(interrupted(plan, result), file=sys.stderr)
         return 128 + result["interrupted"]
+    if result["finished"] and result["master"]:
+        print(f"bertprep train: {plan.run.output} is finished: its checkpoint "
+              f"{os.path.basename(result['checkpoint'])} is at step {result['step']} of --steps {result['step']}; to "
+              "train on, resume with a larger --steps (the decay is stretched to it)")
     return 0
 
 
