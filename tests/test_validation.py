@@ -250,8 +250,9 @@ def corpus_of_runs(docs_dir) -> dict[tuple, str]:
     for f in sorted(docs_dir.glob("documents-*.jsonl.gz")):
         docs = list(documents.read_file(str(f)))
         for doc, e in zip(docs, tok.encode_batch(["\n".join(d.paragraphs) for d in docs], add_special_tokens=False)):
-            for i in range(len(e.ids) - GRAM + 1):
-                runs.setdefault(tuple(e.ids[i:i + GRAM]), doc.id.split(":")[0])
+            ids = e.ids   # a copy out of the encoding each time it is read: once a document
+            for i in range(len(ids) - GRAM + 1):
+                runs.setdefault(tuple(ids[i:i + GRAM]), doc.id.split(":")[0])
     return runs
 
 
