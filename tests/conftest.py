@@ -21,6 +21,22 @@ SAMPLES = REPO / "corpora" / "samples"
 UNCASED_VOCAB = SAMPLES / "vocab-uncased.txt"
 
 
+def console(argv: list, capsys) -> tuple[int, str]:
+    """(exit status, stderr) as a shell shows them for `bertprep ARGV`, run in-process: a second import of Beam and
+    TensorFlow costs each subprocess ~3 s, so a refusal test runs its first case as a real process (the entry point
+    prints one line, no traceback) and the rest here."""
+    from pipeline.commands import cli
+    capsys.readouterr()
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as e:
+        err = capsys.readouterr().err
+        if isinstance(e.code, str):   # Python prints the message on stderr and exits 1
+            return 1, err + e.code + "\n"
+        return e.code, err
+    return code, capsys.readouterr().err
+
+
 @pytest.fixture(scope="session")
 def uncased_vocab() -> list[str]:
     from pipeline.text import tokenization

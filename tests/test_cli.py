@@ -14,24 +14,11 @@ import pytest
 
 from pipeline.commands import cli, flags
 from pipeline.formats import manifest
-from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB
+from tests.conftest import REPO, SAMPLES, UNCASED_VOCAB, console
 
 ONE = ["--preset", "local-1"]
 VOCAB = str(UNCASED_VOCAB)
 BOOKS = str(SAMPLES / "books")
-
-
-def console(argv: list[str], capsys) -> tuple[int, str]:
-    """(exit status, stderr) as a shell shows them for `bertprep ARGV` (run in-process)."""
-    capsys.readouterr()
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        err = capsys.readouterr().err
-        if isinstance(e.code, str):   # Python prints the message on stderr and exits 1
-            return 1, err + e.code + "\n"
-        return e.code, err
-    return code, capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
