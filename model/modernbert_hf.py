@@ -169,13 +169,8 @@ def weights_from(weights: dict[str, torch.Tensor], config: ModernBertConfig, cla
     for; `classes`: config.json's architectures. ValueError where a stored tied decoder is another tensor."""
     tensors = {("model." + k if k.startswith(ENCODER) else k): v for k, v in weights.items()}
     ours = {name: tensors[name] for name in names(config) if name in tensors}
-    taken = set(ours)
-    for theirs, own in tied(config).items():   # a stored copy of a tied tensor must be that tensor
-        if theirs in tensors:
-            if own not in ours or not torch.equal(tensors[theirs], ours[own]):
-                raise ValueError(f"{theirs} is not {own}: an untied decoder, and config.json's tie_word_embeddings "
-                                 "is true")
-            taken.add(theirs)
+    taken = set(ours) | hf.stored_ties(tensors, ours, tied(config), "an untied decoder, and config.json's "
+                                                                    "tie_word_embeddings is true")
     unused: dict[str, list[str]] = {}
     for name in tensors:
         if name not in taken:
