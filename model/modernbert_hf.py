@@ -80,6 +80,9 @@ def config_from(fields: dict) -> ModernBertConfig:
     """Our config for transformers' ModernBERT config.json (its current keys, or the older global_attn_every_n_layers,
     global_rope_theta and local_rope_theta), read as transformers reads it; ValueError naming a value this model
     does not compute (a rope_type other than default, an activation, a head size). model_type is the caller's."""
+    # local_rope_theta null: the sliding layers rotate with the global base (transformers 4's ModernBERT, which such
+    # configs were written for; 5 cannot build them)
+    global_base = fields.get("local_rope_theta", 0) is None
     fields = {k: v for k, v in fields.items() if v is not None}
     values = {RENAMED.get(k, k): int(fields.get(k, v)) for k, v in DEFAULTS.items()}
     values.update({k: bool(fields[k]) for k in FLAGS if k in fields})
@@ -103,6 +106,8 @@ def config_from(fields: dict) -> ModernBertConfig:
             values["local_attention"] = 2 * half
     values.update(_layer_types(fields, values["num_layers"]))
     values["rope_theta"], values["rope_theta_local"] = _rope_thetas(fields)
+    if global_base and SLIDING not in (fields.get("rope_parameters") or {}):
+        values["rope_theta_local"] = values["rope_theta"]
     return ModernBertConfig(**values)
 
 

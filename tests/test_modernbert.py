@@ -308,6 +308,15 @@ def assert_same(ours: ModernBertConfig, theirs) -> None:
         assert getattr(ours, name) == getattr(theirs, theirs_name), name
 
 
+def test_a_null_local_base_is_the_global_one():
+    """local_rope_theta null (configs written for transformers 4, whose sliding layers then took global_rope_theta;
+    transformers 5 builds no model of it): the sliding layers' base is the full layers'. Break seen caught: null read
+    as left out (10,000)."""
+    config = modernbert_hf.config_from({**ETTIN_LIKE, "global_rope_theta": 150000.0, "local_rope_theta": None})
+    assert config.rope_theta == config.rope_theta_local == 150000.0
+    assert modernbert_hf.config_from({**ETTIN_LIKE, "global_rope_theta": 150000.0}).rope_theta_local == 160000.0
+
+
 @pytest.mark.parametrize("change, named", [
     ({"rope_parameters": {FULL: {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}},
      "rope_parameters.full_attention.rope_type 'yarn' (this ModernBERT computes rope_type default only)"),
