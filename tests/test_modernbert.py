@@ -326,6 +326,8 @@ def test_a_null_local_base_is_the_global_one():
     ({"layer_types": ["full_attention", "chunked_attention"] * 11}, "layer_types ['chunked_attention']"),
     ({"local_attention": 1}, "local_attention 1 sees no key beside the query"),
     ({"mlp_dropout": 1.5}, "mlp_dropout 1.5 is not in [0, 1)"),
+    ({"num_hidden_layers": "22"}, "num_hidden_layers '22' is not an int"),
+    ({"norm_bias": 0}, "norm_bias 0 is not a bool"),
 ])
 def test_a_value_this_model_cannot_compute_is_refused_naming_it(tmp_path, change, named):
     """config.json's values ModernBERT here does not compute: ValueError starting with the key and value; as
