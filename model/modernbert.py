@@ -141,7 +141,7 @@ KEYS = {
     "initializer_range": "the standard deviation of the truncated normal Wqkv, Wi and the embeddings start from",
     "initializer_cutoff_factor": "where that normal is cut, in standard deviations",
     "tokenizer_size": "written by the trainer: the rows that are a tokenizer.json's tokens (leave it out)",
-    "architecture": "modernbert",
+    "architecture": "modernbert (required: a config JSON without it is BERT's)",
 }
 
 # transformers' ModernBERT-base defaults (every preset's, but the size) and ModernBERT-large; tiny for tests and CPU.

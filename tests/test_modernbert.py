@@ -197,6 +197,19 @@ def test_the_window_is_transformers_to_the_edge(kind):
     assert torch.equal(seen_keys(packed, half, kind)[0], near & same)
 
 
+def test_varlen_is_unavailable_to_sliding_layers_where_torch_has_no_window(monkeypatch):
+    """A torch whose varlen_attn takes no window_size: varlen runs BERT's layers (on CUDA) and is refused to a model
+    with sliding-window layers, in a few words; a model of full layers only is not asked. Break seen caught: the
+    check left out (the kernel would get an argument it does not take)."""
+    config = ModernBertConfig(vocab_size=VOCAB, hidden_size=64, num_layers=3, num_heads=4, intermediate_size=96)
+    monkeypatch.setattr(attention, "varlen_attn", lambda q, k, v, cu_seq_q, cu_seq_k, max_q, max_k: q)
+    assert attention.unavailable("varlen", config, "cuda") == (
+        f"this torch's ({torch.__version__}) varlen_attn has no window_size for the sliding-window layers")
+    assert attention.packed_attention_for(config, "cuda", "varlen") == "sdpa"
+    full = dataclasses.replace(config, global_every=1)
+    assert "window_size" not in attention.unavailable("varlen", full, "cuda")
+
+
 @pytest.mark.parametrize("window", [1, 3, 8, 40])
 def test_the_banded_path_equals_a_dense_masked_reference(window):
     """The CPU's sliding path (query blocks against their 3-block neighbourhood) equals SDPA with the whole (T, T)
