@@ -437,3 +437,17 @@ def test_padded_rows_are_never_predicted_here_and_improbable_in_transformers():
                               init_from.SourceVocab(None, None, None, None), None)
     init_from.load(source, model, "none", 64)
     assert torch.equal(model.decoder.bias, ours.decoder.bias)
+
+
+def test_the_model_traces_in_one_graph_padded_and_packed():
+    """torch.compile sees one graph, no break, for padded rows and for packed ones on the CPU's kinds (their masks
+    and rotary angles built inside the forward from tensors only). Break seen caught: the sliding mask's slots read
+    off input_mask (a host read)."""
+    import torch._dynamo
+
+    config = ModernBertConfig(vocab_size=VOCAB, hidden_size=64, num_layers=3, num_heads=4, intermediate_size=96,
+                              local_attention=16)
+    model = ModernBert(config)
+    for batch in (padded_rows(instances()), packed_rows(instances(), PACKING)):
+        explained = torch._dynamo.explain(model)(**batch)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
