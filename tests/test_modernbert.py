@@ -357,7 +357,8 @@ def test_a_value_this_model_cannot_compute_is_refused_naming_it(tmp_path, change
 
 def test_our_config_json_round_trips_and_refuses_what_it_cannot_build():
     """A ModernBERT config JSON of ours names its architecture and reads back; a preset takes the data's vocab;
-    __post_init__ refuses a value naming its field."""
+    __post_init__ refuses a value naming its field; every field has its words for `train --help` (the entry's keys)."""
+    assert set(architectures.MODERNBERT.keys) == {f.name for f in dataclasses.fields(ModernBertConfig)}
     config = architectures.from_name_or_json("modernbert-tiny", vocab_size=VOCAB)
     assert json.loads(config.to_json())["architecture"] == "modernbert"
     assert architectures.config_from_json(config.to_json()) == config
