@@ -171,14 +171,14 @@ def test_a_bare_encoder_loads_with_a_fresh_head_and_a_tied_copy_is_checked(tmp_p
 
 # ---- the sliding window --------------------------------------------------------------------------------------------
 
-def seen_keys(instances: torch.Tensor, window: int, kind: str) -> torch.Tensor:
+def seen_keys(instances: torch.Tensor, window: int, kind: str, dtype=torch.float32) -> torch.Tensor:
     """(B, T, T) bool: the keys each query of a sliding layer attends to, read off attend itself: q = k = 0 spreads
     a query evenly over the keys it may see, and v = the identity says which they are."""
     B, T = instances.shape
-    q = torch.zeros(B, T, 1, T)
-    v = torch.eye(T).expand(B, T, T)[:, :, None, :]  # (B, T, 1, T): key j's value is one-hot j
+    q = torch.zeros(B, T, 1, T, dtype=dtype, device=instances.device)
+    v = torch.eye(T, dtype=dtype, device=instances.device).expand(B, T, T)[:, :, None, :]  # (B, T, 1, T): one-hot j
     mask = attention.window_mask(instances, window, kind, slots=int(instances.max()))
-    return attention.attend(q, q, v.contiguous(), mask) > 0  # (B, T, T)
+    return (attention.attend(q, q, v.contiguous(), mask) > 0).cpu()  # (B, T, T)
 
 
 @pytest.mark.parametrize("kind", ["sdpa", "flex_attention", "varlen"])
@@ -454,3 +454,38 @@ def test_the_model_traces_in_one_graph_padded_and_packed():
     for batch in (padded_rows(instances()), packed_rows(instances(), PACKING)):
         explained = torch._dynamo.explain(model)(**batch)
         assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's kernels: run where a GPU is")
+def test_cuda_kernels_keep_the_window_and_the_numbers():
+    """On CUDA (a GPU machine only): each kind of sliding attention sees transformers' keys to the edge (bf16, heads
+    of 48), and packed rows under bf16 autocast, eager and compiled, give the CPU's fp32 logits within bf16's
+    precision (3e-2 of their scale)."""
+    device = torch.device("cuda")
+    half, T = hf_config().sliding_window, 48
+    i = torch.arange(T)
+    packed = torch.tensor([[1] * 20 + [2] * 22 + [0] * 6], device=device)
+    expected = ((i[:, None] - i[None, :]).abs() <= half) & (packed[0].cpu()[:, None] == packed[0].cpu()[None, :])
+    for kind in ("sdpa", "flex_attention", "varlen"):
+        if not attention.unavailable(kind, ModernBertConfig(), device):
+            assert torch.equal(seen_keys(packed, half, kind, torch.bfloat16)[0], expected), kind
+    config = ModernBertConfig(vocab_size=VOCAB, hidden_size=256, num_layers=4, num_heads=4, intermediate_size=384,
+                              local_attention=16)
+    torch.manual_seed(0)
+    model = ModernBert(config).eval()
+    parts = instances()
+    batch = packed_rows(parts, PACKING)
+    with torch.no_grad():
+        reference = model(**batch)["mlm_logits"]
+    model.to(device)
+    cuda_batch = {name: t.to(device) for name, t in batch.items()}
+    for kind in ("sdpa", "flex_attention", "varlen"):
+        if attention.unavailable(kind, config, device):
+            continue
+        model.packed_attention = kind
+        for run in (model, torch.compile(model)):
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = run(**cuda_batch)["mlm_logits"].float().cpu()
+            real = batch["masked_lm_positions"] > 0
+            real[:, 0] = True
+            assert (logits - reference)[real].abs().max() <= 3e-2 * reference.abs().max(), kind
