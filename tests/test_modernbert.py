@@ -31,8 +31,9 @@ VARIANTS = {"defaults": {},
             "biases, untied": dict(norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
                                    decoder_bias=False, tie_word_embeddings=False, hidden_activation="gelu_pytorch_tanh",
                                    classifier_activation="silu", layer_types=[SLIDING, FULL, SLIDING, SLIDING]),
-            # 70 each side: padded rows (T = 61) take the full layers' mask, packed ones (L = 72) the window
-            "window at the rows' length": dict(local_attention=140)}
+            # 60 each side: padded rows (T = 61) take the full layers' mask, every key in the window; 59: the
+            # longest instance (61) one key past it
+            "window of the longest": dict(local_attention=120), "one key short": dict(local_attention=118)}
 
 
 def hf_config(**overrides) -> transformers.ModernBertConfig:
@@ -119,7 +120,7 @@ def test_transformers_model_loads_and_gives_its_logits_padded_and_packed(tmp_pat
     window one key narrower or wider each side, or local_attention taken as its half width; each kind's bound <
     for <=; the rotary bases swapped, or either left at transformers' default; the rotation turned the other way;
     layer 0 given an attention norm; an unpacked row's sliding layers seeing its padding; the head's activation
-    ignored (the second variant); a row of window + 2 taken as inside the window (the third)."""
+    ignored (the second variant); a row of window + 2 taken as inside the window (the last)."""
     path, theirs = saved_hf_model(tmp_path / "hf", **VARIANTS[variant])
     ours, lines = ours_from(path)
     assert lines[0].startswith("init: Hugging Face ModernBertForMaskedLM") and "loaded" in lines[0]
