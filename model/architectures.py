@@ -9,6 +9,7 @@ config written before the choice is), and its entry says the rest:
                          model.initialise(names) draws the same init for the named tensors (a source's missing heads);
                          model.packed_attention, the kernel packed rows run (model/attention.py); model.num_params()
     objectives, packed   what it trains: the shards' objectives, and whether packed rows
+    rotary               whether its positions are rotary (bases --rope-theta and --rope-theta-local set), not a table
     shape                the config fields a --model beside --init-from must match
     position_table, output_bias, sentence_classifier   the tensors init_from grows, cuts to the tokenizer's rows, or
                          reports as a sentence head taken over
@@ -34,7 +35,7 @@ import torch
 from model import config as config_lib
 from model import hf
 from model.bert import Bert
-from model.plan import RunError
+from model.plan import ModelPlan, RunError, flag_of
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,13 @@ class HuggingFace:
     tied: Mapping[str, str]                           # HF's tied tensor -> ours: left to HF's tying by export-hf
     weights_from: Callable[[dict, object, list | None], hf.Weights]   # (a directory's tensors, config, its
                                                       # `architectures`) -> ours, every tensor accounted for
+    # config.json's fields naming the tokenizer's special ids -> their role (cls_token_id -> cls, ...: export-hf
+    # writes the tokenizer's, --init-from holds a directory's to the data's); none where they say nothing
+    # (transformers' BertConfig writes pad_token_id 0 whatever the vocab)
+    special_ids: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # tokenizer_config.json's model_input_names where the model's forward is not BERT's (no token_type_ids); None:
+    # the tokenizer's own (BERT's)
+    input_names: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,8 @@ class Architecture:
     sentence_classifier: str | None
     describe: Callable[[list[str]], str]
     hf: HuggingFace
+    rotary: bool = False      # rotary positions: its config's rope_theta and rope_theta_local, --rope-theta's and
+                              # --rope-theta-local's, are the bases of its full-attention and sliding-window layers
 
 
 BERT = Architecture(
@@ -160,6 +170,31 @@ def check_trainable(config, objective: str, packed: bool) -> None:
     if packed and not entry.packed:
         raise RunError(f"--data holds packed rows and {entry.name} trains unpacked rows only: give shards made "
                        "without --pack")
+
+
+# ModelPlan's fields that set a rotary architecture's config fields of the same names (--rope-theta,
+# --rope-theta-local)
+ROPE_BASES = ("rope_theta", "rope_theta_local")
+
+
+def with_rope_bases(config, model_plan: ModelPlan):
+    """`config` with the rotary bases the plan gives (--rope-theta, --rope-theta-local); RunError, one line, for an
+    architecture with no rotary positions."""
+    given = {name: getattr(model_plan, name) for name in ROPE_BASES if getattr(model_plan, name) is not None}
+    if not given:
+        return config
+    entry = of(config)
+    if not entry.rotary:
+        rotary = " and ".join(e.name for e in ARCHITECTURES.values() if e.rotary) or "no architecture"
+        raise RunError(f"{' and '.join(f'{flag_of(n)} {v:g}' for n, v in given.items())} for a {entry.name} model: it "
+                       "has learned positions (a table of max_position_embeddings rows), no rotary base; the flag is "
+                       f"for {rotary} models")
+    return dataclasses.replace(config, **given)
+
+
+def rope_bases(config) -> dict[str, float]:
+    """A rotary config's bases by ModelPlan's field names ({} for an architecture without)."""
+    return {name: getattr(config, name) for name in ROPE_BASES} if of(config).rotary else {}
 
 
 def for_hf(model_type) -> Architecture | None:

@@ -108,6 +108,13 @@ def checkpoint_to_export(run_dir: str, given: str | None = None) -> str:
     return path
 
 
+def special_ids(architecture: architectures.HuggingFace, vocab: vocabularies.Vocabulary) -> dict[str, int]:
+    """config.json's special ids the architecture's config names (cls_token_id, ...: `special_ids`), the tokenizer's,
+    which --init-from holds a directory's to."""
+    roles = vocab.role_ids()
+    return {name: roles[role] for name, role in architecture.special_ids.items() if role in roles}
+
+
 @dataclass(frozen=True)
 class Exported:
     architecture: str              # the HF class that loads the weights
@@ -135,11 +142,13 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     max_seq_length = ckpt.get("positions_trained", max_seq_length)
     model_max_length = max_seq_length or config.max_position_embeddings
     try:
-        vocab = vocabularies.for_export(entry, vocab_path, tokenizer_path).exported(
-            config.vocab_size, config.num_tokens, model_max_length, given=bool(vocab_path or tokenizer_path))
+        exporting = vocabularies.for_export(entry, vocab_path, tokenizer_path)
+        vocab = exporting.exported(config.vocab_size, config.num_tokens, model_max_length,
+                                   given=bool(vocab_path or tokenizer_path), input_names=architecture.input_names)
+        fields = {**architecture.config_to(config, objective, vocab.pad_id), **special_ids(architecture, exporting)}
     except vocabularies.VocabularyError as e:
         raise ExportError(str(e)) from None
-    files = {CONFIG: _json(architecture.config_to(config, objective, vocab.pad_id)), **vocab.files}
+    files = {CONFIG: _json(fields), **vocab.files}
     tensors = {k: v.float() for k, v in architecture.state_to(ckpt["model"], config).items()
                if k not in architecture.tied}
     os.makedirs(out_dir, exist_ok=True)
