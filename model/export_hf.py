@@ -44,6 +44,12 @@ own (pipeline/text/tokenization.py): transformers 5 rebuilds a BertTokenizer fro
 tokenizer.json holds, so this file is what either version runs. Their ids differ only on rare characters (that
 module lists them) and on words of 101-200 characters, [UNK] in HF and WordPieces in google's data.
 
+A ModernBERT run (model/modernbert_hf.py) is written as a `ModernBertForMaskedLM` (config.json's model_type
+modernbert, its cls, sep and pad ids the tokenizer's: `special_ids`) with the same tokenizer files, whose
+tokenizer_config.json gives ModernBERT's inputs (input_ids and attention_mask: its forward takes no token_type_ids),
+so that AutoModelForMaskedLM, AutoModelForSequenceClassification (its classifier fresh) and the fill-mask pipeline
+load it with no key missing or unexpected.
+
 An OUT_DIR that holds anything is refused unless --overwrite, which replaces the files above and leaves the rest.
 """
 from __future__ import annotations

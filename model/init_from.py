@@ -9,10 +9,12 @@ The run is new (step 0, its own schedule and, by default, a fresh optimizer); on
 source's. In the order the trainer calls them:
     open_source   reads SOURCE and checks it alone: an architecture we build, weights that read, a tied decoder
                   that is tied
-    config_for    the run's model config: the source's (--model may only name the same shape), its position table
-                  grown to --max-position-embeddings
+    config_for    the run's model config: the source's (--model may only name the same shape and architecture),
+                  its position table grown to --max-position-embeddings (a rotary model's limit raised to it), its
+                  rotary bases --rope-theta's and --rope-theta-local's
     check_data    the source against the shards: the same vocabulary (sha256 of vocab.txt or tokenizer.json, or
-                  their tokens), the same casing, L within the position table
+                  their tokens), the special ids its config.json names (a ModernBERT's cls, sep, pad: the data's),
+                  the same casing, L within its positions
     load          the weights into the built model, the optimizer's moments with --init-optimizer-state (a bertprep
                   source only), and the lines that account for every tensor: loaded, fresh and why, unused and why
 Each refusal is a RunError, one line, raised before the first step and before anything is written to --output.

@@ -206,3 +206,127 @@ def test_rope_and_position_flags_that_do_not_fit_are_one_line(made, tmp_path, ca
     assert err == ("bertprep train: error: shards have max_seq_length 256, the model max_position_embeddings 128: "
                    "give --model a config JSON with max_position_embeddings 256 (or more), or --init-from a run with "
                    "--max-position-embeddings 256"), err
+
+
+# ---- --init-from a transformers ModernBERT directory ---------------------------------------------------------------
+
+# a tiny transformers ModernBERT of the tokenizer's 50,304 ids, its special ids the tokenizer's
+HF_SHAPE = dict(vocab_size=50304, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=2,
+                max_position_embeddings=256, local_attention=16, cls_token_id=CLS, sep_token_id=SEP,
+                pad_token_id=PAD, bos_token_id=CLS, eos_token_id=SEP)
+
+
+def hf_directory(path, tok, cls="ModernBertForMaskedLM", sharded=False, **config):
+    """transformers' `cls` of HF_SHAPE (and `config`) saved with save_pretrained (`sharded`: into several
+    safetensors files and their index), beside the tokenizer.json `tok`."""
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(transformers.ModernBertConfig(**{**HF_SHAPE, **config}))
+    model.save_pretrained(str(path), **({"max_shard_size": "1MB"} if sharded else {}))
+    shutil.copy(tok, path / "tokenizer.json")
+    return model
+
+
+def source_argv(made, output, source, *extra) -> list:
+    return ["train", "--data", made["shards"], "--output", output, "--init-from", source, "--steps", "1", *RUN,
+            *extra]
+
+
+@pytest.mark.parametrize("cls, sharded, fresh", [
+    ("ModernBertForMaskedLM", False, None),
+    ("ModernBertModel", True, "init: fresh: "),
+])
+def test_a_transformers_directory_starts_a_run_every_tensor_accounted_for(made, tmp_path, capsys, cls, sharded,
+                                                                          fresh):
+    """Its tokenizer.json the data's (another file's bytes with the same tokens and ids are the same tokenizer);
+    masked-LM weights load whole, a bare ModernBertModel's (sharded) leave the head fresh, and say so."""
+    hf_directory(tmp_path / "hf", made["tok"], cls, sharded)
+    if sharded:
+        assert (tmp_path / "hf" / "model.safetensors.index.json").exists()
+        spec = json.loads((tmp_path / "hf" / "tokenizer.json").read_text())
+        (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(spec))   # other bytes, the same tokens
+    capsys.readouterr()
+    assert cli.main([str(a) for a in source_argv(made, tmp_path / "run", tmp_path / "hf")]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("init:")]
+    assert lines[0].startswith(f"init: Hugging Face {cls} {tmp_path / 'hf'}"), lines
+    assert (fresh is None) == (not any(line.startswith("init: fresh: ") for line in lines)), lines
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["architecture"], config["hidden_size"], config["local_attention"]) == ("modernbert", 32, 16)
+
+
+def test_a_directory_of_another_tokenizer_or_special_ids_or_architecture_is_refused(made, tmp_path, capsys):
+    hf = tmp_path / "hf"
+    hf_directory(hf, made["tok"])
+    spec = json.loads((hf / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = (token for token, i in vocab.items() if i in (300, 301))
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (tmp_path / "other.json").write_text(json.dumps(spec))
+    config = json.loads((hf / "config.json").read_text())
+    cases = {
+        "other tokens": ({"tokenizer.json": tmp_path / "other.json"},
+                         f"its vocab {hf / 'tokenizer.json'} (50,304 tokens) is not the tokenizer --data was made "
+                         f"with"),
+        "other ids": ({"config.json": {**config, "cls_token_id": 50281, "mask_token_id": 7}},
+                      f"config.json says cls_token_id 50281 where --data's cls id is {CLS}; mask_token_id 7 where "
+                      f"--data's mask id is {MASK} (tokenizer {made['tok']}): the model knows its special tokens at "
+                      "other ids"),
+    }
+    for name, (files, expected) in cases.items():
+        shutil.copytree(hf, tmp_path / name)
+        for file, content in files.items():
+            if isinstance(content, dict):
+                (tmp_path / name / file).write_text(json.dumps(content))
+            else:
+                shutil.copy(content, tmp_path / name / file)
+        err = refusal(capsys, *source_argv(made, tmp_path / "run", tmp_path / name))
+        assert f"--init-from {tmp_path / name}: " in err and expected in err, (name, err)
+        assert not (tmp_path / "run").exists()
+    # BERT weights into ModernBERT and the reverse: the architecture is the source's
+    bert = tmp_path / "bert"
+    transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=50304, hidden_size=32, num_hidden_layers=1,
+                                                         num_attention_heads=2, intermediate_size=37,
+                                                         max_position_embeddings=128)).save_pretrained(str(bert))
+    shutil.copy(made["tok"], bert / "tokenizer.json")
+    for source, model, theirs in ((bert, "modernbert-tiny", "bert"), (hf, "tiny", "modernbert")):
+        ours = "bert" if theirs == "modernbert" else "modernbert"
+        err = refusal(capsys, *source_argv(made, tmp_path / "run", source, "--model", model))
+        assert err == (f"bertprep train: error: --model {model} is a {ours} model and --init-from {source} a {theirs} "
+                       "one: the architecture comes from the source; drop --model"), err
+    # BERT's weights under a config.json that says modernbert
+    config = json.loads((hf / "config.json").read_text())
+    shutil.copytree(bert, tmp_path / "posing")
+    (tmp_path / "posing" / "config.json").write_text(json.dumps(config))
+    err = refusal(capsys, *source_argv(made, tmp_path / "run", tmp_path / "posing"))
+    assert "is a modernbert model's" in err and "weights of another architecture" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+# ---- export-hf -----------------------------------------------------------------------------------------------------
+
+def test_export_loads_in_transformers_auto_classes_and_fill_mask(made, tmp_path, capsys):
+    """A 1-step modernbert-tiny run exported: config.json says modernbert; AutoModelForMaskedLM loads every tensor
+    (nothing missing or unexpected) and gives our logits; AutoModelForSequenceClassification finds only its
+    classifier fresh; the fill-mask pipeline runs; AutoTokenizer gives the tokenizer's ids, without token_type_ids
+    (ModernBERT's forward has none)."""
+    from tokenizers import Tokenizer
+
+    assert train(made["shards"], tmp_path / "run", "--model", "modernbert-tiny", "--steps", "1") == 0
+    assert cli.main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
+    out = tmp_path / "hf"
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "modernbert" and config["architectures"] == ["ModernBertForMaskedLM"]
+    assert (config["cls_token_id"], config["sep_token_id"], config["pad_token_id"]) == (CLS, SEP, PAD)
+    model, info = transformers.AutoModelForMaskedLM.from_pretrained(str(out), output_loading_info=True)
+    assert type(model).__name__ == "ModernBertForMaskedLM"
+    assert (info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"]) == ([], [], []), info
+    classifier, info = transformers.AutoModelForSequenceClassification.from_pretrained(str(out), num_labels=3,
+                                                                                       output_loading_info=True)
+    assert sorted(info["missing_keys"]) == ["classifier.bias", "classifier.weight"], info
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    text = "Alice was beginning to get very tired of sitting by her sister on the bank."
+    encoded = tokenizer(text)
+    assert encoded["input_ids"] == Tokenizer.from_file(str(made["tok"])).encode(text).ids
+    assert set(encoded) == {"input_ids", "attention_mask"}
+    fill = transformers.pipeline("fill-mask", model=str(out))
+    assert len(fill(f"Alice was beginning to get very {tokenizer.mask_token} of sitting.")) == 5
