@@ -57,9 +57,9 @@ class HuggingFace:
                                                       # export-hf
     weights_from: Callable[[dict, object, list | None], hf.Weights]   # (a directory's tensors, config, its
                                                       # `architectures`) -> ours, every tensor accounted for
-    # config.json's fields naming the tokenizer's special ids -> their role (cls_token_id -> cls, ...: export-hf
-    # writes the tokenizer's, --init-from holds a directory's to the data's); none where they say nothing
-    # (transformers' BertConfig writes pad_token_id 0 whatever the vocab)
+    # config.json's fields naming the tokenizer's special ids -> their role (cls_token_id -> cls, ...): config_to
+    # takes the tokenizer's by these names (export-hf), --init-from holds a directory's to the data's; none where
+    # they say nothing (transformers' BertConfig writes pad_token_id 0 whatever the vocab)
     special_ids: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # tokenizer_config.json's model_input_names where the model's forward is not BERT's (no token_type_ids); None:
     # the tokenizer's own (BERT's)
@@ -109,7 +109,9 @@ MODERNBERT = Architecture(
                          "ModernBertModel weights)",
                    class_for=modernbert_hf.class_for, config_to=modernbert_hf.config_to,
                    config_from=modernbert_hf.config_from, state_to=modernbert_hf.state_to, tied=modernbert_hf.tied,
-                   weights_from=modernbert_hf.weights_from))
+                   weights_from=modernbert_hf.weights_from, special_ids=modernbert_hf.SPECIAL_IDS,
+                   input_names=modernbert_hf.INPUTS),
+    rotary=True)
 
 ARCHITECTURES = {entry.name: entry for entry in (BERT, MODERNBERT)}
 

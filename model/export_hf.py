@@ -115,8 +115,8 @@ def checkpoint_to_export(run_dir: str, given: str | None = None) -> str:
 
 
 def special_ids(architecture: architectures.HuggingFace, vocab: vocabularies.Vocabulary) -> dict[str, int]:
-    """config.json's special ids the architecture's config names (cls_token_id, ...: `special_ids`), the tokenizer's,
-    which --init-from holds a directory's to."""
+    """config.json's special ids the architecture's config states (cls_token_id, ...: its `special_ids`), the
+    tokenizer's, by config_to's argument names; --init-from holds a directory's to the data's."""
     roles = vocab.role_ids()
     return {name: roles[role] for name, role in architecture.special_ids.items() if role in roles}
 
@@ -151,7 +151,8 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
         exporting = vocabularies.for_export(entry, vocab_path, tokenizer_path)
         vocab = exporting.exported(config.vocab_size, config.num_tokens, model_max_length,
                                    given=bool(vocab_path or tokenizer_path), input_names=architecture.input_names)
-        fields = {**architecture.config_to(config, objective, vocab.pad_id), **special_ids(architecture, exporting)}
+        fields = architecture.config_to(config, objective, **{"pad_token_id": vocab.pad_id,
+                                                              **special_ids(architecture, exporting)})
     except vocabularies.VocabularyError as e:
         raise ExportError(str(e)) from None
     files = {CONFIG: _json(fields), **vocab.files}
