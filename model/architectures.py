@@ -196,8 +196,9 @@ def check_trainable(config, objective: str, packed: bool) -> None:
 
 
 # ModelPlan's fields that set a rotary architecture's config fields of the same names (--rope-theta,
-# --rope-theta-local)
-ROPE_BASES = ("rope_theta", "rope_theta_local")
+# --rope-theta-local), in words
+ROPE_BASES = {"rope_theta": "the full-attention layers' rotary base",
+              "rope_theta_local": "the sliding-window layers' rotary base"}
 
 
 def with_rope_bases(config, model_plan: ModelPlan):
