@@ -27,9 +27,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 GPT2 = REPO / "tests" / "data" / "tokenizers" / "gpt2-tokenizer.json"
 BOOKS = SAMPLES / "books"
 ONE = ["--preset", "local-1"]
-# the extended tokenizer's ids (`vocab --extend` prints them): [CLS] [SEP] [PAD] [MASK]
+# the extended tokenizer's ids (`vocab --extend` prints them): [CLS] [SEP] [PAD] [MASK]; the flags of every run (one
+# step, where a refusal is expected and a break would train on)
 CLS, SEP, PAD, MASK = 50258, 50259, 50260, 50261
-RUN = ["--batch-size", "4", "--lr", "1e-3", "--warmup-steps", "1", "--log-every", "1", "--checkpoint-every", "0",
+RUN = ["--steps", "1", "--batch-size", "4", "--lr", "1e-3", "--warmup-steps", "1", "--log-every", "1", "--checkpoint-every", "0",
        "--seed", "5", "--num-workers", "0", "--device", "cpu"]
 
 
@@ -133,8 +134,8 @@ def test_two_ranks_train_modernbert(made, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv = ["--data", str(made["shards"]), "--output", str(tmp_path / "run"), "--model", "modernbert-tiny",
-            "--steps", "2", *RUN]
+    argv = ["--data", str(made["shards"]), "--output", str(tmp_path / "run"), "--model", "modernbert-tiny", *RUN,
+            "--steps", "2"]
     ctx = multiprocessing.get_context("spawn")   # not fork: see tests/test_train.py
     ranks = [ctx.Process(target=_run_rank, args=(r, 2, port, argv)) for r in range(2)]
     for p in ranks:
@@ -235,7 +236,8 @@ def source_argv(made, output, source, *extra) -> list:
 
 @pytest.mark.parametrize("cls, sharded, fresh", [
     ("ModernBertForMaskedLM", False, None),
-    ("ModernBertModel", True, "init: fresh: "),
+    ("ModernBertModel", True, "init: fresh: MLM head transform and MLM decoder ({hf} holds ModernBertModel weights, "
+                              "which have no MLM head)"),
 ])
 def test_a_transformers_directory_starts_a_run_every_tensor_accounted_for(made, tmp_path, capsys, cls, sharded,
                                                                           fresh):
@@ -250,8 +252,11 @@ def test_a_transformers_directory_starts_a_run_every_tensor_accounted_for(made, 
     assert cli.main([str(a) for a in source_argv(made, tmp_path / "run", tmp_path / "hf")]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("init:")]
-    assert lines[0].startswith(f"init: Hugging Face {cls} {tmp_path / 'hf'}"), lines
-    assert (fresh is None) == (not any(line.startswith("init: fresh: ") for line in lines)), lines
+    files = "model.safetensors.index.json: 2 files" if sharded else "model.safetensors"
+    loaded = ("20 tensors (embeddings, 3 encoder layers and final norm)" if fresh else
+              "23 tensors (embeddings, 3 encoder layers, final norm, MLM head transform and MLM decoder)")
+    assert lines[0] == f"init: Hugging Face {cls} {tmp_path / 'hf'} ({files}): loaded {loaded}", lines
+    assert lines[1:] == ([fresh.format(hf=tmp_path / "hf")] if fresh else []), lines
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (config["architecture"], config["hidden_size"], config["local_attention"]) == ("modernbert", 32, 16)
 
