@@ -171,6 +171,14 @@ def test_context_extension_from_a_run_raises_the_bases_and_the_limit(made, tmp_p
                    "positions: no table to grow; --rope-theta raises the full-attention layers' base with it, as "
                    "ModernBERT's context extension did)"), err
     assert not (tmp_path / "p2").exists()
+    err = refusal(capsys, "train", *phase2, *RUN, "--max-position-embeddings", "64")
+    assert err.endswith("has max_position_embeddings 128 and --max-position-embeddings 64 would lower it: it only "
+                        "raises the limit"), err
+    # the bases are the run's: another on a resume is refused (a new run, as here, takes it)
+    err = refusal(capsys, "train", "--data", made["shards"], "--output", tmp_path / "p1", "--resume", "--rope-theta",
+                  "1000")
+    assert ("--rope-theta 1000.0 (the run has 160000.0: its model's config has it: another base is a new run, "
+            "--init-from)") in err, err
     assert cli.main(["train", *map(str, phase2), *RUN, "--steps", "1", "--max-position-embeddings", "256",
                      "--rope-theta", "40000", "--rope-theta-local", "20000"]) == 0
     out = capsys.readouterr().out
