@@ -86,17 +86,18 @@ def refusal(capsys, *argv) -> str:
 
 def test_modernbert_tiny_trains_evaluates_checkpoints_and_resumes_bitwise(made, tmp_path, capsys):
     """The preset reaches the registry: a ModernBERT of the data's vocab (the tokenizer's 50,304 ids in as many
-    rows), masked LM only (no sentence metrics), the held-out file evaluated at --eval-every and the end, its config,
+    rows; --rope-theta its full-attention layers' base), masked LM only (no sentence metrics), the held-out file evaluated at --eval-every and the end, its config,
     TensorBoard events and checkpoints written; stopped after 2 steps and resumed, the losses of the uninterrupted
     run, bitwise."""
     args = ["--model", "modernbert-tiny", "--steps", "4", "--eval-every", "2", "--eval-batches", "1",
-            "--checkpoint-every", "2"]
+            "--checkpoint-every", "2", "--rope-theta", "10000"]   # ModernBERT's phase 1 base, on a fresh model
     assert train(made["shards"], tmp_path / "full", *args) == 0
     out = capsys.readouterr().out
     assert "(modernbert-tiny)" in out and "objective none" in out, out
     run = tmp_path / "full"
     config = json.loads((run / "config.json").read_text())
     assert config["architecture"] == "modernbert" and config["vocab_size"] == 50304 and config["num_layers"] == 6
+    assert (config["rope_theta"], config["rope_theta_local"]) == (10000.0, 10000.0)
     records = logged(run)
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     assert all(math.isfinite(r["mlm_loss"]) and not any(k.startswith(("nsp", "sop")) for k in r) for r in records)
@@ -106,7 +107,7 @@ def test_modernbert_tiny_trains_evaluates_checkpoints_and_resumes_bitwise(made, 
     assert os.listdir(run / "tb")
     assert train(made["shards"], tmp_path / "cut", *args, "--stop-after", "2") == 0
     capsys.readouterr()
-    assert train(made["shards"], tmp_path / "cut", "--resume") == 0
+    assert train(made["shards"], tmp_path / "cut", "--resume", "--steps", "4") == 0   # the run's own settings
     assert "step 2/4" in capsys.readouterr().out
     assert [r["loss"] for r in logged(tmp_path / "cut")] == [r["loss"] for r in records]
     assert [r["mlm_loss"] for r in logged(tmp_path / "cut", "eval")] == [r["mlm_loss"] for r in logged(run, "eval")]
