@@ -16,7 +16,7 @@ import socket
 import pytest
 import torch
 
-from model import checkpoints
+from model import architectures, checkpoints
 from pipeline.commands import cli
 from tests.conftest import REPO, SAMPLES
 from tests.test_train import _run_rank, join_ranks, write_shards
@@ -333,6 +333,9 @@ def test_export_loads_in_transformers_auto_classes_and_fill_mask(made, tmp_path,
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "modernbert" and config["architectures"] == ["ModernBertForMaskedLM"]
     assert (config["cls_token_id"], config["sep_token_id"], config["pad_token_id"]) == (CLS, SEP, PAD)
+    # --model takes it back: a fresh model of the run's config
+    assert architectures.from_name_or_json(str(out / "config.json")) == architectures.config_from_json(
+        (tmp_path / "run" / "config.json").read_text())
     model, info = transformers.AutoModelForMaskedLM.from_pretrained(str(out), output_loading_info=True)
     assert type(model).__name__ == "ModernBertForMaskedLM"
     assert not (info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"]), info
