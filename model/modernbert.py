@@ -331,13 +331,17 @@ class ModernBert(nn.Module):
 
     def attention_masks(self, input_mask, packed: bool, slots: int) -> dict:
         """Each kind of layer's mask, built once a forward: full layers attention.rows_mask's (Bert's), sliding
-        layers attention.window_mask's over the same instances (an unpacked row: input_mask's 1 and 0)."""
+        layers attention.window_mask's over the same instances (an unpacked row: input_mask's 1 and 0), or the full
+        layers' where the window holds the whole row (T - 1 <= window: the same keys, at T^2 <= 3 T window)."""
         dropout = self.config.attention_probs_dropout if self.training else 0.0
         kinds = set(self.config.types)
+        whole = SLIDING in kinds and input_mask.size(1) - 1 <= self.config.window
         masks = {}
-        if FULL in kinds:
+        if FULL in kinds or whole:
             masks[FULL] = attention.rows_mask(input_mask, packed, slots, self.packed_attention, dropout)
-        if SLIDING in kinds:
+        if whole:
+            masks[SLIDING] = masks[FULL]
+        elif SLIDING in kinds:
             kind = self.packed_attention if packed else "sdpa"
             masks[SLIDING] = attention.window_mask(input_mask.long(), self.config.window, kind, slots, dropout)
         return masks

@@ -30,7 +30,10 @@ ROPE = {FULL: {"rope_type": "default", "rope_theta": 5000.0}, SLIDING: {"rope_ty
 VARIANTS = {"defaults": {},
             "biases, untied": dict(norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
                                    decoder_bias=False, tie_word_embeddings=False, hidden_activation="gelu_pytorch_tanh",
-                                   classifier_activation="silu", layer_types=[SLIDING, FULL, SLIDING, SLIDING])}
+                                   classifier_activation="silu", layer_types=[SLIDING, FULL, SLIDING, SLIDING]),
+            # 60 each side: padded rows (T = 61) take the full layers' mask, every key in the window; 59: the
+            # longest instance (61) one key past it
+            "window of the longest": dict(local_attention=120), "one key short": dict(local_attention=118)}
 
 
 def hf_config(**overrides) -> transformers.ModernBertConfig:
@@ -117,7 +120,7 @@ def test_transformers_model_loads_and_gives_its_logits_padded_and_packed(tmp_pat
     window one key narrower or wider each side, or local_attention taken as its half width; each kind's bound <
     for <=; the rotary bases swapped, or either left at transformers' default; the rotation turned the other way;
     layer 0 given an attention norm; an unpacked row's sliding layers seeing its padding; the head's activation
-    ignored (the second variant)."""
+    ignored (the second variant); a row of window + 2 taken as inside the window (the last)."""
     path, theirs = saved_hf_model(tmp_path / "hf", **VARIANTS[variant])
     ours, lines = ours_from(path)
     assert lines[0].startswith("init: Hugging Face ModernBertForMaskedLM") and "loaded" in lines[0]
@@ -380,8 +383,9 @@ def test_our_config_json_round_trips_and_refuses_what_it_cannot_build():
 def test_the_entry_builds_initialises_and_trains_masked_lm_only():
     """ModernBERT's entry: its presets build (no sentence head, which it refuses), initialised as transformers
     initialises ModernBERT (each tensor's std within 10% of transformers' fresh model's, norms 1, biases 0), the
-    init redrawn for named tensors only; packed rows of objective none only; a sliding window costs less than full
-    attention in the FLOPs. Break seen caught: the residual projections given initializer_range (std x 2.8)."""
+    init redrawn for named tensors only; packed rows of objective none only; a sliding layer takes the full layers'
+    mask where its window holds the row; a sliding window costs less than full attention in the FLOPs. Breaks seen
+    caught: the residual projections given initializer_range (std x 2.8); the whole-row mask never taken."""
     entry = architectures.MODERNBERT
     assert architectures.presets()["modernbert-base"] is entry and architectures.for_hf("modernbert") is entry
     config = ModernBertConfig(vocab_size=VOCAB, hidden_size=128, num_layers=4, num_heads=4, intermediate_size=192)
@@ -406,6 +410,8 @@ def test_the_entry_builds_initialises_and_trains_masked_lm_only():
     architectures.check_trainable(config, "none", packed=True)
     with pytest.raises(RunError, match="modernbert trains objective none only: prepare them with --objective none"):
         architectures.check_trainable(config, "nsp", packed=True)
+    rows = [model.attention_masks(torch.ones(2, T, dtype=torch.long), False, 1) for T in (65, 66)]   # window 64
+    assert rows[0][SLIDING] is rows[0][FULL] and isinstance(rows[1][SLIDING], attention.Band)
     everywhere = dataclasses.replace(config, layer_types=[FULL] * 4)
     assert pretraining_flops(config, 8192, 20) < 0.75 * pretraining_flops(everywhere, 8192, 20)
     assert entry.position_table is None and entry.output_bias in ours
