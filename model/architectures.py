@@ -5,19 +5,24 @@ A model config names its architecture (its `architecture` field; a config JSON w
 config written before the choice is), and its entry says the rest:
 
     config, presets      its config dataclass (to_json / from_json) and the --model names of its sizes
+    keys                 its config JSON's keys, in words (`train --help`, the README)
     model                its nn.Module: model(config, sentence_head), initialised as the architecture initialises;
                          model.initialise(names) draws the same init for the named tensors (a source's missing heads);
                          model.packed_attention, the kernel packed rows run (model/attention.py); model.num_params()
+    flops                pretraining_flops(config, L, P): a row's training FLOPs, for MFU
     objectives, packed   what it trains: the shards' objectives, and whether packed rows
     shape                the config fields a --model beside --init-from must match
-    position_table, output_bias, sentence_classifier   the tensors init_from grows, cuts to the tokenizer's rows, or
-                         reports as a sentence head taken over
+    position_table, output_bias, sentence_classifier   the tensors init_from grows (None: rotary positions, no
+                         table), cuts to the tokenizer's rows, or reports as a sentence head taken over
     describe             our tensor names as the parts they make, in words (the run's first lines)
     hf                   transformers' side: model_type, the class of an objective, config.json both ways, the tensor
-                         names both ways (one table serves export and import), the tied tensors
+                         names both ways (one table serves export and import), the tied tensors of a config
 
 Every config has vocab_size, tokenizer_size and num_tokens (padded embedding rows, model/config.py),
-max_position_embeddings, num_heads, hidden_size and attention_probs_dropout (model/attention.py asks them).
+max_position_embeddings, num_heads, hidden_size and attention_probs_dropout (model/attention.py asks them; and
+`window`, where it has sliding-window layers).
+
+The entries: BERT (model/bert.py, config.py, hf.py) and ModernBERT (model/modernbert.py, modernbert_hf.py).
 """
 from __future__ import annotations
 
@@ -31,8 +36,8 @@ from typing import Callable, Mapping
 
 import torch
 
+from model import bert, hf, modernbert, modernbert_hf
 from model import config as config_lib
-from model import hf
 from model.bert import Bert
 from model.plan import RunError
 
@@ -47,7 +52,8 @@ class HuggingFace:
     config_from: Callable[[dict], object]             # config.json's fields -> our config; ValueError naming a
                                                       # value this model does not compute
     state_to: Callable[[dict, object], dict]          # (our state dict, config) -> HF's names, tied copies included
-    tied: Mapping[str, str]                           # HF's tied tensor -> ours: left to HF's tying by export-hf
+    tied: Callable[[object], Mapping[str, str]]       # config -> HF's tied tensors -> ours: left to HF's tying by
+                                                      # export-hf
     weights_from: Callable[[dict, object, list | None], hf.Weights]   # (a directory's tensors, config, its
                                                       # `architectures`) -> ours, every tensor accounted for
 
@@ -58,7 +64,9 @@ class Architecture:
     name: str
     config: type
     presets: Mapping[str, dict]
+    keys: Mapping[str, str]
     model: type
+    flops: Callable[[object, int, int], float]
     objectives: tuple[str, ...]
     packed: bool
     shape: tuple[str, ...]
@@ -70,7 +78,8 @@ class Architecture:
 
 
 BERT = Architecture(
-    name="bert", config=config_lib.BertConfig, presets=config_lib.PRESETS, model=Bert,
+    name="bert", config=config_lib.BertConfig, presets=config_lib.PRESETS, keys=config_lib.KEYS, model=Bert,
+    flops=bert.pretraining_flops,
     objectives=("nsp", "sop", "none"), packed=True,
     shape=("num_layers", "hidden_size", "num_heads", "intermediate_size", "type_vocab_size"),
     position_table="embeddings.position.weight", output_bias="mlm_bias", sentence_classifier="nsp.weight",
@@ -78,9 +87,21 @@ BERT = Architecture(
     hf=HuggingFace(model_type="bert",
                    reads="BERT, model_type 'bert' (BertForPreTraining, BertForMaskedLM or BertModel weights)",
                    class_for=hf.hf_architecture, config_to=hf.hf_config, config_from=hf.from_hf_config,
-                   state_to=hf.to_hf_state_dict, tied=hf.TIED, weights_from=hf.from_hf_weights))
+                   state_to=hf.to_hf_state_dict, tied=lambda config: hf.TIED, weights_from=hf.from_hf_weights))
 
-ARCHITECTURES = {entry.name: entry for entry in (BERT,)}
+MODERNBERT = Architecture(
+    name="modernbert", config=modernbert.ModernBertConfig, presets=modernbert.PRESETS, keys=modernbert.KEYS,
+    model=modernbert.ModernBert, flops=modernbert.pretraining_flops, objectives=("none",), packed=True,
+    shape=("num_layers", "hidden_size", "num_heads", "intermediate_size", "types", "local_attention"),
+    position_table=None, output_bias="decoder.bias", sentence_classifier=None, describe=modernbert_hf.describe,
+    hf=HuggingFace(model_type="modernbert",
+                   reads="ModernBERT, Ettin or mmBERT, model_type 'modernbert' (ModernBertForMaskedLM or "
+                         "ModernBertModel weights)",
+                   class_for=modernbert_hf.class_for, config_to=modernbert_hf.config_to,
+                   config_from=modernbert_hf.config_from, state_to=modernbert_hf.state_to, tied=modernbert_hf.tied,
+                   weights_from=modernbert_hf.weights_from))
+
+ARCHITECTURES = {entry.name: entry for entry in (BERT, MODERNBERT)}
 
 
 def get(name: str) -> Architecture:

@@ -9,14 +9,22 @@ FlexAttention's document mask; "varlen", FlashAttention over the batch's instanc
 (`varlen_attn` with offsets read off input_mask: no mask, no score of one instance against another). The last two
 have no attention dropout.
 
-A config asked here has num_heads, hidden_size and attention_probs_dropout. A sliding window (a layer that sees only
-its neighbours) would be another argument of `rows_mask`, each kind's mask narrowed by it, and a model would build one
-mask per kind of layer.
+A sliding-window layer (ModernBERT's local layers) sees only the keys within `window` positions of the query, inside
+its own instance: `window_mask` builds that once a forward, from the rows' instance ids (packed rows' input_mask; an
+unpacked row's input_mask, 1 real and 0 padding), and `attend` takes it as any other mask. Its three kinds cost
+L x window, not L^2: "sdpa" runs SDPA over query blocks of `window` positions, each seeing the keys of its own block
+and its two neighbours through a small per-block mask (`Band`, any device); "flex_attention" a BlockMask of the
+same instance and the window, which skips the blocks outside it; "varlen" FlashAttention's own window
+(`varlen_attn(..., window_size=(w, w))`) over the instances (`Windowed`).
+
+A config asked here has num_heads, hidden_size and attention_probs_dropout, and, where it has sliding layers,
+`window` (their half-width; None or absent: none).
 """
 from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 from typing import NamedTuple
 
 import torch
@@ -45,6 +53,20 @@ class Segments(NamedTuple):
     max_len: int          # T: a bound on every sequence's length, known without reading cu_seq back to the host
 
 
+class Windowed(NamedTuple):
+    """The Segments of a sliding-window layer for varlen: each query sees the keys of its sequence within `window`
+    positions of it, both sides included (FlashAttention's window_size=(window, window))."""
+    segments: Segments
+    window: int
+
+
+class Band(NamedTuple):
+    """A sliding-window layer on SDPA: the row cut into n query blocks of b >= window positions, block i seeing the
+    keys of blocks i - 1, i and i + 1 (positions (i - 1) b .. (i + 2) b - 1), which hold every key within `window` of
+    its queries. Scores cost B T 3b, not B T^2."""
+    allowed: torch.Tensor  # (B * n, 1, b, 3b) bool: same instance and within the window; outside the row: no key
+
+
 def rows_mask(input_mask: torch.Tensor, packed: bool, slots: int = 0, kind: str = "sdpa", dropout: float = 0.0):
     """What each query may attend to, for `attend`: built once a forward, used by every layer.
 
@@ -70,14 +92,65 @@ def rows_mask(input_mask: torch.Tensor, packed: bool, slots: int = 0, kind: str 
     return (input_mask[:, :, None] == input_mask[:, None, :])[:, None]  # (B, 1, T, T)
 
 
+def window_mask(instances: torch.Tensor, window: int, kind: str = "sdpa", slots: int = 1, dropout: float = 0.0):
+    """What each query of a sliding-window layer may attend to, for `attend`: the keys of its own instance within
+    `window` positions (|q - k| <= window), built once a forward, used by every such layer. `instances` (B, T): the
+    instance of each position, 1-based, 0 padding (packed rows' input_mask, or an unpacked row's; padding attends to
+    padding, so that no query has every key masked); `slots`: the most instances a row holds (varlen's k). `kind` as
+    rows_mask's: "sdpa" a Band, "flex_attention" a BlockMask, "varlen" Windowed segments; ValueError where it has no
+    attention dropout and `dropout` is not 0."""
+    if kind != "sdpa" and dropout > 0:
+        raise ValueError(f"{kind} has no attention dropout and the config's is {dropout}: train with sdpa, or with "
+                         "attention_dropout 0")
+    if kind == "varlen":
+        return Windowed(varlen_segments(instances, slots), window)
+    if kind == "flex_attention":
+        def near_in_instance(b, h, q, kv):
+            return (instances[b, q] == instances[b, kv]) & ((q - kv).abs() <= window)
+        B, T = instances.shape
+        return create_block_mask(near_in_instance, B, None, T, T, device=instances.device)
+    return band(instances, window)
+
+
+def band(instances: torch.Tensor, window: int) -> Band:
+    """The Band of rows whose positions belong to `instances` (B, T) (window_mask's), for |q - k| <= window."""
+    B, T = instances.shape
+    b = max(window, 1)
+    n = -(-T // b)
+    # Position -1 is a key slot left of the row, n b .. a query and key slots past it: instance -1, which no position
+    # of the row has; a query past the row sees its own slot, so no query has every key masked.
+    ids = F.pad(instances, (b, (n + 1) * b - T), value=-1)  # (B, (n + 2) b)
+    keys = ids.unfold(1, 3 * b, b)  # (B, n, 3b): block i's keys
+    queries = ids[:, b:(n + 1) * b].view(B, n, b)  # (B, n, b)
+    offsets = torch.arange(b, device=ids.device)[:, None] - torch.arange(3 * b, device=ids.device) + b  # (b, 3b): q - k
+    allowed = (queries[..., None] == keys[:, :, None, :]) & (offsets.abs() <= window)  # (B, n, b, 3b)
+    return Band(allowed.view(B * n, 1, b, 3 * b))
+
+
+def banded_attention(q, k, v, mask: Band, dropout: float = 0.0) -> torch.Tensor:
+    """(B, T, nh * hs): attention over the Band's keys, q, k, v (B, T, nh, hs): SDPA on (B n, nh, b, hs) query
+    blocks against (B n, nh, 3b, hs) key neighbourhoods."""
+    B, T, nh, hs = q.shape
+    _, _, b, _ = mask.allowed.shape
+    n = mask.allowed.size(0) // B
+    q = F.pad(q, (0, 0, 0, 0, 0, n * b - T)).reshape(B * n, b, nh, hs).transpose(1, 2)  # (B n, nh, b, hs)
+    k, v = (F.pad(t, (0, 0, 0, 0, b, (n + 1) * b - T)).unfold(1, 3 * b, b)  # (B, n, nh, hs, 3b)
+            .reshape(B * n, nh, hs, 3 * b).transpose(2, 3) for t in (k, v))  # (B n, nh, 3b, hs)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.allowed, dropout_p=dropout)  # (B n, nh, b, hs)
+    return y.transpose(1, 2).reshape(B, n * b, nh * hs)[:, :T]  # (B, T, H)
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, dropout: float = 0.0) -> torch.Tensor:
     """(B, T, nh * hs): softmax(q k^T / sqrt(hs)) v over the keys `mask` (rows_mask's) allows, q, k, v (B, T, nh, hs)
     (views of a projection: nothing is copied on the varlen path). `dropout` on the probabilities: SDPA's only."""
     B, T, nh, hs = q.shape
-    if isinstance(mask, Segments):  # varlen: the batch is one run of B*T positions, cut into instances
+    if isinstance(mask, Band):  # a sliding-window layer on SDPA
+        return banded_attention(q, k, v, mask, dropout)
+    if isinstance(mask, (Segments, Windowed)):  # varlen: the batch is one run of B*T positions, cut into instances
         q, k, v = (t.view(B * T, nh, hs) for t in (q, k, v))  # (B*T, nh, hs), no copy
-        cu_seq, longest = mask
-        y = _varlen_attention(q.is_cuda)(q, k, v, cu_seq, cu_seq, longest, longest)  # (B*T, nh, hs)
+        window = {} if isinstance(mask, Segments) else {"window_size": (mask.window, mask.window)}
+        cu_seq, longest = mask if isinstance(mask, Segments) else mask.segments
+        y = _varlen_attention(q.is_cuda)(q, k, v, cu_seq, cu_seq, longest, longest, **window)  # (B*T, nh, hs)
         return y.view(B, T, nh * hs)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
     if not isinstance(mask, torch.Tensor):  # a BlockMask, where packed_attention_for() chose FlexAttention
@@ -105,14 +178,25 @@ def varlen_segments(input_mask: torch.Tensor, slots: int) -> Segments:
 
 
 @torch.compiler.disable  # eager even in a compiled model: traced, it would specialise on every batch's offsets
-def varlen_reference(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k):
+def varlen_reference(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k, window_size=(-1, -1)):
     """varlen_attn's computation in plain torch, one SDPA call per sequence: what the CPU runs and tests check the
-    varlen path with. q, k, v (total, nh, hs); cu_seq_q == cu_seq_k (self-attention); max_q, max_k unused."""
+    varlen path with. q, k, v (total, nh, hs); cu_seq_q == cu_seq_k (self-attention); max_q, max_k unused;
+    `window_size` (left, right) as FlashAttention's: keys from q - left to q + right (-1: no bound)."""
     bounds = cu_seq_q.tolist()  # a host read per call: fine for a reference
     assert bounds[-1] == q.size(0) and torch.equal(cu_seq_q, cu_seq_k)
-    out = [F.scaled_dot_product_attention(*(t[a:b].transpose(0, 1) for t in (q, k, v))).transpose(0, 1)
+    out = [F.scaled_dot_product_attention(*(t[a:b].transpose(0, 1) for t in (q, k, v)),
+                                          attn_mask=_window(b - a, window_size, q.device)).transpose(0, 1)
            for a, b in zip(bounds[:-1], bounds[1:]) if b > a]  # each (n, nh, hs)
     return torch.cat(out)  # (total, nh, hs)
+
+
+def _window(n: int, window_size: tuple[int, int], device) -> torch.Tensor | None:
+    """(n, n) bool: key within FlashAttention's window_size of the query; None where it has no bound."""
+    left, right = window_size
+    if left < 0 and right < 0:
+        return None
+    offset = torch.arange(n, device=device)[None, :] - torch.arange(n, device=device)[:, None]  # k - q
+    return ((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0))
 
 
 def _varlen_attention(cuda: bool):
@@ -172,6 +256,8 @@ def unavailable(kind: str, config, device: str | torch.device) -> str:
         return ""
     if varlen_attn is None:
         return f"this torch ({torch.__version__}) has no torch.nn.attention.varlen"
+    if getattr(config, "window", None) is not None and "window_size" not in inspect.signature(varlen_attn).parameters:
+        return f"this torch's ({torch.__version__}) varlen_attn has no window_size for the sliding-window layers"
     if device.type != "cuda":
         return f"varlen_attn is FlashAttention, a CUDA kernel, and the device is {device.type}"
     if not torch.cuda.is_available():

@@ -141,7 +141,7 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
         raise ExportError(str(e)) from None
     files = {CONFIG: _json(architecture.config_to(config, objective, vocab.pad_id)), **vocab.files}
     tensors = {k: v.float() for k, v in architecture.state_to(ckpt["model"], config).items()
-               if k not in architecture.tied}
+               if k not in architecture.tied(config)}
     os.makedirs(out_dir, exist_ok=True)
     for name, raw in files.items():
         _write(os.path.join(out_dir, name), raw)

@@ -214,8 +214,14 @@ def part_of(name: str) -> str:
 def describe(names: list[str]) -> str:
     """Our tensor names as the parts they make, in model order: 'embeddings, 2 encoder layers and MLM head
     transform'."""
+    return in_words(names, PARTS, part_of, lambda name: name.split(".")[1] if name.startswith("blocks.") else None)
+
+
+def in_words(names: list[str], parts: tuple[str, ...], part_of, layer_of) -> str:
+    """Tensor names as the `parts` they make (`part_of` a name), in the parts' order, "encoder layers" counted by
+    `layer_of` a name (None: not a layer's), for any architecture's `describe`."""
     found = {part_of(name) for name in names}
-    layers = len({name.split(".")[1] for name in names if name.startswith("blocks.")})
+    layers = len({layer_of(name) for name in names} - {None})
     words = [f"{layers} encoder layer{'s' if layers != 1 else ''}" if part == "encoder layers" else part
-             for part in PARTS if part in found]
+             for part in parts if part in found]
     return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]

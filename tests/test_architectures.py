@@ -31,7 +31,7 @@ OLD_TINY = ('{\n  "vocab_size": 99,\n  "hidden_size": 128,\n  "num_layers": 2,\n
             '  "initializer_range": 0.02\n}\n')
 OLD_PADDED = OLD_TINY.replace('"vocab_size": 99', '"vocab_size": 128').replace(
     '"initializer_range": 0.02\n', '"initializer_range": 0.02,\n  "tokenizer_size": 100\n')
-UNKNOWN = "unknown architecture 'gpt2' in the model config: bertprep builds bert"
+UNKNOWN = "unknown architecture 'gpt2' in the model config: bertprep builds bert and modernbert"
 
 # The flat plan of 0f69e92's TrainPlan, every field with its default (data and output had none): the names and
 # values older checkpoints hold and a resume compares with.
@@ -70,10 +70,11 @@ def test_bert_is_the_entry_its_config_names():
     config = dataclasses.replace(BertConfig(**PRESETS["tiny"]), vocab_size=99)
     entry = architectures.of(config)
     assert entry is architectures.get("bert") is architectures.BERT and entry.config is BertConfig
-    assert set(architectures.presets()) == {"tiny", "mini", "base", "large"}
+    assert set(architectures.presets()) == {"tiny", "mini", "base", "large", "modernbert-tiny", "modernbert-base",
+                                            "modernbert-large"}
     assert entry.hf.config_from(entry.hf.config_to(config, "nsp")) == config
     assert entry.hf.config_to(config, "none")["model_type"] == "bert" and architectures.for_hf("bert") is entry
-    assert architectures.for_hf("modernbert") is None
+    assert architectures.for_hf("modernbert") is architectures.MODERNBERT and architectures.for_hf("roberta") is None
     torch.manual_seed(0)
     built = architectures.build(config, sentence_head=True, device="cpu")
     torch.manual_seed(0)

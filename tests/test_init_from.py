@@ -485,7 +485,8 @@ def damage(kind, path, data_dir):
     ("no weights", "no weights: expected model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
                    "pytorch_model.bin.index.json beside config.json"),
     ("roberta", "holds a 'roberta' model (config.json model_type): --init-from reads BERT, model_type 'bert' "
-                "(BertForPreTraining, BertForMaskedLM or BertModel weights), or a bertprep run"),
+                "(BertForPreTraining, BertForMaskedLM or BertModel weights); ModernBERT, Ettin or mmBERT, model_type "
+                "'modernbert' (ModernBertForMaskedLM or ModernBertModel weights), or a bertprep run"),
     ("another vocab", "is not the vocab --data was made with"),
     ("cased", "is cased (do_lower_case false in its tokenizer_config.json) and --data's shards are uncased: prepare "
               "them again with a cased vocab (pairs and prepare take the casing from the vocab)"),

@@ -227,7 +227,7 @@ def test_model_takes_the_config_json_export_hf_writes(shards, stopped, tmp_path,
     with pytest.raises(SystemExit) as e:
         cli.main([*argv, "--model", str(other), "--output", str(tmp_path / "other")])
     assert e.value.code == (f"bertprep train: --model {other}: a transformers config.json of model_type 'roberta': "
-                            "bertprep builds bert")
+                            "bertprep builds bert and modernbert")
     assert not (tmp_path / "other").exists()
 
 
