@@ -126,13 +126,12 @@ def timed_turns(steps: dict, args, deadline: float) -> tuple[dict, int]:
 # ---- 1. the window -------------------------------------------------------------------------------------------------
 
 def window_configs(args):
-    """(the small ModernBERT with its sliding layers, the same with every layer global)."""
-    entry = architectures.get("modernbert")
-    config = entry.config(**{**entry.presets["modernbert-tiny"], "vocab_size": args.window_vocab,
-                             "hidden_size": args.window_hidden, "num_heads": args.window_hidden // 64,
-                             "intermediate_size": args.window_hidden * 3 // 2, "num_layers": 6,
-                             "max_position_embeddings": args.window_length, "global_every": 3,
-                             "local_attention": 128})
+    """(modernbert-tiny: 6 layers, global every 3rd, a window of 128, under --window-vocab; the same with every layer
+    global)."""
+    config = architectures.from_name_or_json("modernbert-tiny", vocab_size=args.window_vocab)
+    config = dataclasses.replace(config, max_position_embeddings=max(config.max_position_embeddings,
+                                                                     args.window_length))
+    assert config.num_layers >= 6 and config.global_every == 3 and config.local_attention == 128, config
     return config, dataclasses.replace(config, global_every=1)
 
 
@@ -281,8 +280,10 @@ def parse_args(argv):
                    help="seconds for the run: a section that would start past it is skipped, and a table's cases "
                         "take fewer timed steps (at least one) where --steps would run past it")
     p.add_argument("--steps", type=int, default=3, help="timed steps a case (after a warm-up step)")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                   help="torch's threads (default: torch's own, the machine's cores); 1 makes CPU seconds a measure "
+                        "of work where other processes share the cores (no thread waits on a descheduled one)")
     p.add_argument("--window-length", type=int, default=8192)
-    p.add_argument("--window-hidden", type=int, default=128, help="a multiple of 64 (heads of 64)")
     p.add_argument("--window-vocab", type=int, default=512,
                    help="small, so that the table is about the encoder, not the MLM decoder")
     p.add_argument("--speed-vocabs", type=int, nargs="+", default=[50368, 512],
@@ -305,6 +306,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     begun = time.monotonic()
     deadline = begun + args.budget_s
+    torch.set_num_threads(args.threads)
     print(f"bench_modernbert: CPU, {torch.get_num_threads()} torch thread(s), fp32; torch {torch.__version__}; "
           f"{os.cpu_count()} CPUs (a shared machine: compare within this run only)\n", flush=True)
     for name in args.only:
