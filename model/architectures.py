@@ -11,6 +11,7 @@ config written before the choice is), and its entry says the rest:
                          model.packed_attention, the kernel packed rows run (model/attention.py); model.num_params()
     flops                pretraining_flops(config, L, P): a row's training FLOPs, for MFU
     objectives, packed   what it trains: the shards' objectives, and whether packed rows
+    rotary               whether its positions are rotary (bases --rope-theta and --rope-theta-local set), not a table
     shape                the config fields a --model beside --init-from must match
     position_table, output_bias, sentence_classifier   the tensors init_from grows (None: rotary positions, no
                          table), cuts to the tokenizer's rows, or reports as a sentence head taken over
@@ -39,7 +40,7 @@ import torch
 from model import bert, hf, modernbert, modernbert_hf
 from model import config as config_lib
 from model.bert import Bert
-from model.plan import RunError
+from model.plan import ModelPlan, RunError, flag_of
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,13 @@ class HuggingFace:
                                                       # export-hf
     weights_from: Callable[[dict, object, list | None], hf.Weights]   # (a directory's tensors, config, its
                                                       # `architectures`) -> ours, every tensor accounted for
+    # config.json's fields naming the tokenizer's special ids -> their role (cls_token_id -> cls, ...): config_to
+    # takes the tokenizer's by these names (export-hf), --init-from holds a directory's to the data's; none where
+    # they say nothing (transformers' BertConfig writes pad_token_id 0 whatever the vocab)
+    special_ids: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # tokenizer_config.json's model_input_names where the model's forward is not BERT's (no token_type_ids); None:
+    # the tokenizer's own (BERT's)
+    input_names: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ class Architecture:
     sentence_classifier: str | None
     describe: Callable[[list[str]], str]
     hf: HuggingFace
+    rotary: bool = False      # rotary positions: its config's rope_theta and rope_theta_local, --rope-theta's and
+                              # --rope-theta-local's, are the bases of its full-attention and sliding-window layers
 
 
 BERT = Architecture(
@@ -99,7 +109,9 @@ MODERNBERT = Architecture(
                          "ModernBertModel weights)",
                    class_for=modernbert_hf.class_for, config_to=modernbert_hf.config_to,
                    config_from=modernbert_hf.config_from, state_to=modernbert_hf.state_to, tied=modernbert_hf.tied,
-                   weights_from=modernbert_hf.weights_from))
+                   weights_from=modernbert_hf.weights_from, special_ids=modernbert_hf.SPECIAL_IDS,
+                   input_names=modernbert_hf.INPUTS),
+    rotary=True)
 
 ARCHITECTURES = {entry.name: entry for entry in (BERT, MODERNBERT)}
 
@@ -181,6 +193,31 @@ def check_trainable(config, objective: str, packed: bool) -> None:
     if packed and not entry.packed:
         raise RunError(f"--data holds packed rows and {entry.name} trains unpacked rows only: give shards made "
                        "without --pack")
+
+
+# ModelPlan's fields that set a rotary architecture's config fields of the same names (--rope-theta,
+# --rope-theta-local)
+ROPE_BASES = ("rope_theta", "rope_theta_local")
+
+
+def with_rope_bases(config, model_plan: ModelPlan):
+    """`config` with the rotary bases the plan gives (--rope-theta, --rope-theta-local); RunError, one line, for an
+    architecture with no rotary positions."""
+    given = {name: getattr(model_plan, name) for name in ROPE_BASES if getattr(model_plan, name) is not None}
+    if not given:
+        return config
+    entry = of(config)
+    if not entry.rotary:
+        rotary = " and ".join(e.name for e in ARCHITECTURES.values() if e.rotary) or "no architecture"
+        raise RunError(f"{' and '.join(f'{flag_of(n)} {v:g}' for n, v in given.items())} for a {entry.name} model: it "
+                       "has learned positions (a table of max_position_embeddings rows), no rotary base; the flag is "
+                       f"for {rotary} models")
+    return dataclasses.replace(config, **given)
+
+
+def rope_bases(config) -> dict[str, float]:
+    """A rotary config's bases by ModelPlan's field names ({} for an architecture without)."""
+    return {name: getattr(config, name) for name in ROPE_BASES} if of(config).rotary else {}
 
 
 def for_hf(model_type) -> Architecture | None:

@@ -266,10 +266,12 @@ def _run_dir_decision(run: RunPlan) -> dict:
 
 
 def ran_plan(checkpoint: dict) -> dict:
-    """What the checkpoint's run ran, flat: its plan, the defaults for flags added since it was written, and two
-    values as they took effect: its model config's attention dropout, and its warmup steps."""
+    """What the checkpoint's run ran, flat: its plan, the defaults for flags added since it was written, and the
+    values that took effect: its model config's attention dropout (and rotary bases), and its warmup steps."""
     ran = {**TrainPlan.defaults(), **saved_plan(checkpoint)}
-    ran["attention_dropout"] = architectures.config_from_json(checkpoint["config"]).attention_probs_dropout
+    config = architectures.config_from_json(checkpoint["config"])
+    ran["attention_dropout"] = config.attention_probs_dropout
+    ran.update(architectures.rope_bases(config))   # a rotary model's bases, likewise
     if "warmup" in checkpoint:   # older checkpoints: train.schedule_warmup works it out from their plan
         ran["warmup_steps"] = checkpoint["warmup"]
     return ran

@@ -44,6 +44,12 @@ own (pipeline/text/tokenization.py): transformers 5 rebuilds a BertTokenizer fro
 tokenizer.json holds, so this file is what either version runs. Their ids differ only on rare characters (that
 module lists them) and on words of 101-200 characters, [UNK] in HF and WordPieces in google's data.
 
+A ModernBERT run (model/modernbert_hf.py) is written as a `ModernBertForMaskedLM` (config.json's model_type
+modernbert, its cls, sep and pad ids the tokenizer's: `special_ids`) with the same tokenizer files, whose
+tokenizer_config.json gives ModernBERT's inputs (input_ids and attention_mask: its forward takes no token_type_ids),
+so that AutoModelForMaskedLM, AutoModelForSequenceClassification (its classifier fresh) and the fill-mask pipeline
+load it with no key missing or unexpected.
+
 An OUT_DIR that holds anything is refused unless --overwrite, which replaces the files above and leaves the rest.
 """
 from __future__ import annotations
@@ -108,6 +114,13 @@ def checkpoint_to_export(run_dir: str, given: str | None = None) -> str:
     return path
 
 
+def special_ids(architecture: architectures.HuggingFace, vocab: vocabularies.Vocabulary) -> dict[str, int]:
+    """config.json's special ids the architecture's config states (cls_token_id, ...: its `special_ids`), the
+    tokenizer's, by config_to's argument names; --init-from holds a directory's to the data's."""
+    roles = vocab.role_ids()
+    return {name: roles[role] for name, role in architecture.special_ids.items() if role in roles}
+
+
 @dataclass(frozen=True)
 class Exported:
     architecture: str              # the HF class that loads the weights
@@ -135,11 +148,14 @@ def export(checkpoint_path: str, out_dir: str, vocab_path: str | None = None, ov
     max_seq_length = ckpt.get("positions_trained", max_seq_length)
     model_max_length = max_seq_length or config.max_position_embeddings
     try:
-        vocab = vocabularies.for_export(entry, vocab_path, tokenizer_path).exported(
-            config.vocab_size, config.num_tokens, model_max_length, given=bool(vocab_path or tokenizer_path))
+        exporting = vocabularies.for_export(entry, vocab_path, tokenizer_path)
+        vocab = exporting.exported(config.vocab_size, config.num_tokens, model_max_length,
+                                   given=bool(vocab_path or tokenizer_path), input_names=architecture.input_names)
+        fields = architecture.config_to(config, objective, **{"pad_token_id": vocab.pad_id,
+                                                              **special_ids(architecture, exporting)})
     except vocabularies.VocabularyError as e:
         raise ExportError(str(e)) from None
-    files = {CONFIG: _json(architecture.config_to(config, objective, vocab.pad_id)), **vocab.files}
+    files = {CONFIG: _json(fields), **vocab.files}
     tensors = {k: v.float() for k, v in architecture.state_to(ckpt["model"], config).items()
                if k not in architecture.tied(config)}
     os.makedirs(out_dir, exist_ok=True)

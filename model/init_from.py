@@ -9,10 +9,12 @@ The run is new (step 0, its own schedule and, by default, a fresh optimizer); on
 source's. In the order the trainer calls them:
     open_source   reads SOURCE and checks it alone: an architecture we build, weights that read, a tied decoder
                   that is tied
-    config_for    the run's model config: the source's (--model may only name the same shape), its position table
-                  grown to --max-position-embeddings
+    config_for    the run's model config: the source's (--model may only name the same shape and architecture),
+                  its position table grown to --max-position-embeddings (a rotary model's limit raised to it), its
+                  rotary bases --rope-theta's and --rope-theta-local's
     check_data    the source against the shards: the same vocabulary (sha256 of vocab.txt or tokenizer.json, or
-                  their tokens), the same casing, L within the position table
+                  their tokens), the special ids its config.json names (a ModernBERT's cls, sep, pad: the data's),
+                  the same casing, L within its positions
     load          the weights into the built model, the optimizer's moments with --init-optimizer-state (a bertprep
                   source only), and the lines that account for every tensor: loaded, fresh and why, unused and why
 Each refusal is a RunError, one line, raised before the first step and before anything is written to --output.
@@ -64,6 +66,8 @@ class Source:
     trained_length: int | None      # the positions it trained (a bertprep run's L, or its own source's if longer;
                                     # an HF directory's model_max_length, else its whole table); None: unknown
     checkpoint: dict | None = None  # a bertprep checkpoint: its optimizer state and flags (--init-optimizer-state)
+    special_ids: dict[str, int] = dataclasses.field(default_factory=dict)   # config.json's, by its field names
+                                    # (cls_token_id, ...): those its architecture's entry reads (hf.special_ids)
 
 
 def refuse(path: str, why: str) -> RunError:
@@ -139,9 +143,14 @@ def _from_hf(path: str) -> Source:
         found = entry.hf.weights_from(weights, config, fields.get("architectures"))
     except ValueError as e:
         raise refuse(path, str(e)) from None
+    if not found.tensors:   # every tensor unused: another architecture's weights under this config.json
+        example = f" (e.g. {min(weights)})" if weights else ""
+        raise refuse(path, f"none of its {len(weights)} tensors is a {entry.name} model's{example}, though "
+                           f"config.json says model_type {model_type!r}: weights of another architecture")
+    special = {name: fields[name] for name in entry.hf.special_ids if isinstance(fields.get(name), int)}
     return Source(path, f"Hugging Face {found.hf_class} {path} ({files})", config, found.tensors, found.names,
                   found.unused, f"{path} holds {found.hf_class} weights, which have {found.heads}",
-                  found.sentence_task, _hf_vocab(path), _hf_trained_length(path, config))
+                  found.sentence_task, _hf_vocab(path), _hf_trained_length(path, config), special_ids=special)
 
 
 def _hf_trained_length(path: str, config) -> int:
@@ -240,7 +249,8 @@ def _first_line(error: BaseException) -> str:
 # ---- config_for ----------------------------------------------------------------------------------------------------
 
 def config_for(source: Source, model_plan: ModelPlan, optimizer: str):
-    """The run's model config: the source's; --attention-dropout and --max-position-embeddings as given. A --model
+    """The run's model config: the source's; --attention-dropout, the rotary bases and --max-position-embeddings (a
+    table grown, or a rotary model's limit raised) as given. A --model
     of another architecture or shape is refused: the architecture is the weights'. `optimizer`: the run's, which
     --init-optimizer-state needs the source's to be."""
     config = source.config
@@ -262,12 +272,15 @@ def config_for(source: Source, model_plan: ModelPlan, optimizer: str):
                            f"({'; '.join(differ)}): the architecture comes from the source; drop --model")
     if model_plan.attention_dropout is not None:
         config = dataclasses.replace(config, attention_dropout=model_plan.attention_dropout)
+    config = architectures.with_rope_bases(config, model_plan)
     grow_to = model_plan.max_position_embeddings
     if grow_to is not None:
         if grow_to < config.max_position_embeddings:
             raise refuse(source.path, f"has {config.max_position_embeddings} position embeddings and "
                                       f"--max-position-embeddings {grow_to} would cut the trained table: it only "
-                                      "grows one")
+                                      "grows one" if architectures.of(config).position_table else
+                         f"has max_position_embeddings {config.max_position_embeddings} and "
+                         f"--max-position-embeddings {grow_to} would lower it: it only raises the limit")
         config = dataclasses.replace(config, max_position_embeddings=grow_to)
     return config
 
@@ -299,6 +312,7 @@ def check_data(source: Source, vocab: vocabularies.Vocabulary | None, length: in
             if not vocab.fits(config.vocab_size):   # a tokenizer's may have padded rows
                 raise refuse(source.path, f"has {config.vocab_size:,} token embeddings and --data's {kind} "
                                           f"{vocab.path} {vocab.size:,} tokens: another {kind}")
+        check_special_ids(source, vocab)
         lowercase = vocab.lowercase
         if lowercase is not None and source.vocab.lowercase is not None and lowercase != source.vocab.lowercase:
             casing = {True: "uncased", False: "cased"}
@@ -307,10 +321,28 @@ def check_data(source: Source, vocab: vocabularies.Vocabulary | None, length: in
     if length > config.max_position_embeddings:
         if grow_to is not None:
             raise RunError(f"--max-position-embeddings {grow_to} is below --data's L={length}")
-        raise refuse(source.path, f"has {config.max_position_embeddings} position embeddings and --data's rows are "
-                                  f"L={length}: pass --max-position-embeddings {length} (or more) to grow its table, "
-                                  "new rows copied from the trained ones")
+        if architectures.of(config).position_table:
+            raise refuse(source.path, f"has {config.max_position_embeddings} position embeddings and --data's rows "
+                                      f"are L={length}: pass --max-position-embeddings {length} (or more) to grow its "
+                                      "table, new rows copied from the trained ones")
+        raise refuse(source.path, f"has max_position_embeddings {config.max_position_embeddings} and --data's rows are "
+                                  f"L={length}: pass --max-position-embeddings {length} (or more) to raise it (rotary "
+                                  "positions: no table to grow; --rope-theta raises the full-attention layers' base "
+                                  "with it, as ModernBERT's context extension did)")
     return warnings
+
+
+def check_special_ids(source: Source, vocab: vocabularies.Vocabulary) -> None:
+    """Refuses a source whose config.json names special ids (cls_token_id, sep_token_id, pad_token_id,
+    mask_token_id) other than those --data was made with: the model learned its [CLS], [SEP], padding and [MASK]
+    at its own ids."""
+    ours, roles = vocab.role_ids(), architectures.of(source.config).hf.special_ids
+    differ = [f"{name} {value} where --data's {roles[name]} id is {ours[roles[name]]}"
+              for name, value in source.special_ids.items() if roles[name] in ours and ours[roles[name]] != value]
+    if differ:
+        raise refuse(source.path, f"config.json says {'; '.join(differ)} ({vocab.kind} {vocab.path}): the model "
+                                  f"knows its special tokens at other ids: prepare --data with the source's "
+                                  f"{vocab.kind} and special tokens (--special-tokens), or correct config.json")
 
 
 def _describe(sha256: str | None, tokens: list[str] | None, size: int | None = None) -> str:

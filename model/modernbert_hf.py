@@ -17,6 +17,10 @@ from model.modernbert import ACTIVATIONS, FULL, SLIDING, ModernBert, ModernBertC
 CLASS = "ModernBertForMaskedLM"
 TIED = {"decoder.weight": "model.embeddings.tok_embeddings.weight"}   # HF's tied tensor -> ours, where tied
 ENCODER = ("embeddings.", "layers.", "final_norm.")   # a ModernBertModel's names: ours less "model."
+# config.json's special ids (config_to's arguments) -> the tokenizer's role: ModernBERT's configs state them (50,281
+# to 50,283), which --init-from holds to the data's tokenizer. transformers' config has no mask id.
+SPECIAL_IDS = {"cls_token_id": "cls", "sep_token_id": "sep", "pad_token_id": "pad"}
+INPUTS = ("input_ids", "attention_mask")   # its forward's: no token_type_ids (tokenizer_config's model_input_names)
 
 # ---- config.json ---------------------------------------------------------------------------------------------------
 

@@ -49,7 +49,11 @@ class ModelPlan:
     init_from: str | None = None              # a bertprep run or checkpoint, or an HF directory: a new run from its
                                               # weights (model/init_from.py)
     init_optimizer_state: bool = False        # with a bertprep init_from: its optimizer's moments too
-    max_position_embeddings: int | None = None  # with init_from: its position table grown to this many rows
+    max_position_embeddings: int | None = None  # with init_from: its position table grown to this many rows (an
+                                              # architecture without a table: its limit raised to this)
+    rope_theta: float | None = None           # a rotary architecture's base of its full-attention layers; None: the
+                                              # config's (--model's, or init_from's source's)
+    rope_theta_local: float | None = None     # likewise of its sliding-window layers
     compile: bool | None = None               # None: on CUDA
     attention_dropout: float | None = None    # None: the model config's
     attention: str = "auto"                   # packed rows' attention: auto or one of attention.PACKED_ATTENTIONS
@@ -236,6 +240,7 @@ class Launch(OnResume):
 _ROWS = "the rows read and their masking are the run's"
 _ORDER = "the data order (and any masks drawn) follows from it"
 _STARTED = "it says how the run started, and a resume goes on from its checkpoint"
+_CONFIG = "its model's config has it: another base is a new run, --init-from"
 
 # Every field of TrainPlan (flat, the masking recipe's by their own names) -> what --resume does with it.
 RESUME: dict[str, OnResume] = {
@@ -248,6 +253,7 @@ RESUME: dict[str, OnResume] = {
     "model": Refused("the checkpoint holds that model's weights"), "init_from": Refused(_STARTED),
     "init_optimizer_state": Refused(_STARTED), "max_position_embeddings": Refused(_STARTED), "compile": Applied(),
     "attention_dropout": Refused("its model's config has it"), "attention": Applied(),
+    "rope_theta": Refused(_CONFIG), "rope_theta_local": Refused(_CONFIG),
     # Schedule: the lr's schedule is rebuilt from the checkpoint's step (train.continue_schedule)
     "steps": Applied(), "batch_size": Positional(), "grad_accum": Positional(), "lr": Applied(),
     "warmup_steps": Applied(), "optimizer": Refused("the checkpoint holds its optimizer's moments"),

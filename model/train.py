@@ -183,7 +183,7 @@ def model_config(model_plan: ModelPlan, optimizer: str, checkpoint: dict | None,
     config = architectures.from_name_or_json(name)
     if model_plan.attention_dropout is not None:  # recorded in config.json and every checkpoint
         config = dataclasses.replace(config, attention_dropout=model_plan.attention_dropout)
-    return config, name in architectures.presets()
+    return architectures.with_rope_bases(config, model_plan), name in architectures.presets()
 
 
 def announce(plan: TrainPlan, ranks: Ranks, config, shards: Shards, model: torch.nn.Module, micro_batch: int,
@@ -272,14 +272,21 @@ def open_data(data_plan: DataPlan, evaluation: EvalPlan, seed: int, config, pres
 
 
 def check_positions(shape: schema.Shape, config, resumed: str | None) -> None:
-    """Refuses rows longer than the model has positions; `resumed`: the run a resume goes on with, whose weights a
-    new run can take with a grown table."""
-    if shape.max_seq_length > config.max_position_embeddings:
+    """Refuses rows longer than the model has positions, naming what raises them; `resumed`: the run a resume goes on
+    with, whose weights a new run can take with a grown table (or a rotary model's raised limit)."""
+    length = shape.max_seq_length
+    if length <= config.max_position_embeddings:
+        return
+    table = architectures.of(config).position_table is not None
+    if resumed:
         pointer = (f": --resume goes on with {resumed}'s model; to go on from its weights on these rows, start a new "
-                   f"run with --init-from {resumed} --max-position-embeddings {shape.max_seq_length} --output NEW_DIR"
-                   if resumed else "")
-        raise data.ShardSpecError(f"shards have max_seq_length {shape.max_seq_length}, the model only "
-                                  f"{config.max_position_embeddings} position embeddings{pointer}")
+                   f"run with --init-from {resumed} --max-position-embeddings {length} --output NEW_DIR")
+    else:   # a new model: its config's positions (a rotary model's limit is a number in it, a table's is weights)
+        pointer = "" if table else (f": give --model a config JSON with max_position_embeddings {length} (or more), "
+                                    f"or --init-from a run with --max-position-embeddings {length}")
+    model = (f"only {config.max_position_embeddings} position embeddings" if table else
+             f"max_position_embeddings {config.max_position_embeddings}")
+    raise data.ShardSpecError(f"shards have max_seq_length {length}, the model {model}{pointer}")
 
 
 def held_out_split(data_plan: DataPlan, evaluation: EvalPlan, found: data.ShardSet,

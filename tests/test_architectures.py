@@ -44,7 +44,8 @@ OLD_FLAT = {
     "optimizer": "adamw", "weight_decay": 0.01, "clip_norm": 1.0, "output": None, "seed": 0, "log_every": 100,
     "eval_every": 0, "eval_batches": None, "checkpoint_every": 1000, "keep_checkpoints": 3, "resume": False,
     "overwrite": False, "stop_after": None, "device": None, "dist_timeout_min": 30.0,
-    "mask_token_prob": 0.8, "random_token_prob": 0.1}   # the masking recipe's replacement split, since issue 44
+    "mask_token_prob": 0.8, "random_token_prob": 0.1,   # the masking recipe's replacement split, since issue 44
+    "rope_theta": None, "rope_theta_local": None}        # a rotary model's bases, since issue 46
 
 
 # ---- the registry --------------------------------------------------------------------------------------------------

@@ -135,6 +135,11 @@ def positive_float(text: str) -> float:
     return _number(float, text, lambda v: v > 0, "must be more than 0")
 
 
+def rotary_base(text: str) -> float:
+    """A rotary embedding's base (theta): a finite number above 0."""
+    return _number(float, text, lambda v: 0 < v < float("inf"), "a rotary base is a finite number more than 0")
+
+
 def device_name(text: str) -> str:
     """A torch device the trainer can use: cpu, cuda or cuda:N."""
     if text in ("cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit()):

@@ -18,7 +18,7 @@ from model.config import KEYS
 from model.plan import DEFAULT_MODEL, RESUME, RunError, RunPlan, TrainPlan, flag_of
 from pipeline.commands import flags, groups
 from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
-                                     positive_float, positive_int, probability)
+                                     positive_float, positive_int, probability, rotary_base)
 
 
 # ---- train ---------------------------------------------------------------------------------------------------------
@@ -60,30 +60,47 @@ def _train_data_flags(g) -> None:
 
 def _train_model_flags(g) -> None:
     """`bertprep train`'s model group: the model and how it runs."""
-    from model.attention import PACKED_ATTENTIONS   # torch, which `train` imports anyway: not at this module's import
+    from model import architectures   # torch, which `train` imports anyway: not at this module's import
+    from model.attention import PACKED_ATTENTIONS
 
     keys = "; ".join(f"{key}: {meaning}" for key, meaning in KEYS.items())
-    g.add_argument("--model", help=f"tiny|mini|base|large, or a config JSON: a transformers BERT config.json (as "
-                                   "export-hf writes it) for a fresh model of its shape, or our keys, any left out "
-                                   f"BERT-base's ({keys}) (default {DEFAULT_MODEL}; with --init-from the source's, "
-                                   "and --model may only name its shape)")
+    g.add_argument("--model", help=f"{'|'.join(architectures.presets())} (BERT's sizes, and ModernBERT's: masked LM "
+                                   "only, on --objective none shards), or a config JSON: a transformers config.json of "
+                                   "model_type bert or modernbert (as export-hf and save_pretrained write it) for a "
+                                   "fresh model of its shape, or a run's config.json (its architecture field names "
+                                   "it; none: BERT), our keys, any left out BERT-base's or ModernBERT-base's (BERT's: "
+                                   f"{keys}) (default {DEFAULT_MODEL}; with --init-from the source's, and --model may "
+                                   "only name its shape)")
     g.add_argument("--init-from", metavar="SOURCE",
                    help="start a new run from trained weights (BERT's phase 2 from phase 1, continued pretraining of a "
                         "released checkpoint): a bertprep run directory (its latest checkpoint), a checkpoint file, or "
-                        "a local Hugging Face BERT directory (config.json with model.safetensors, a sharded "
-                        "model.safetensors.index.json or pytorch_model.bin; BertForPreTraining, BertForMaskedLM or "
-                        "BertModel weights). Step 0, the schedule of --steps/--warmup-steps/--lr and a fresh "
+                        "a local Hugging Face BERT or ModernBERT directory (config.json with model.safetensors, a "
+                        "sharded model.safetensors.index.json or pytorch_model.bin; BertForPreTraining, "
+                        "BertForMaskedLM or BertModel weights, ModernBertForMaskedLM or ModernBertModel ones: "
+                        "ModernBERT, Ettin, mmBERT). Step 0, the schedule of --steps/--warmup-steps/--lr and a fresh "
                         "optimizer; "
-                        "the architecture is the source's. --data must have the source's vocab and casing. The first "
+                        "the architecture is the source's. --data must have the source's vocab and casing (a "
+                        "directory's tokenizer.json: the same file, or the same tokens and ids; a ModernBERT "
+                        "config.json's cls, sep, pad and mask ids: the data's). The first "
                         "lines say which tensors loaded, which start fresh and why, which went unused. With --resume, "
                         "a run that has a checkpoint goes on from it")
     g.add_argument("--init-optimizer-state", action="store_true",
                    help="with --init-from a bertprep run: carry its optimizer's moments too (NVIDIA's phase 2 with "
                         "LAMB); the same --optimizer")
     g.add_argument("--max-position-embeddings", type=positive_int, metavar="N",
-                   help="with --init-from: grow the source's position table to N rows for longer rows than it has "
-                        "positions, the new rows copied from the trained ones in order (row i from row i mod the old "
-                        "size), as Longformer extended RoBERTa's 512 to 4,096 (default: the source's table as it is)")
+                   help="with --init-from, for rows longer than the source has positions: BERT's position table "
+                        "grown to N rows, the new rows copied from the trained ones in order (row i from row i mod the "
+                        "old size), as Longformer extended RoBERTa's 512 to 4,096; ModernBERT's limit raised to N "
+                        "(rotary positions: there is no table to grow; config.json records it; --rope-theta raises "
+                        "the base with it) (default: the source's as it is)")
+    g.add_argument("--rope-theta", type=rotary_base, metavar="THETA",
+                   help="ModernBERT: the rotary base of its full-attention layers (default: the --model config's or "
+                        "the source's; ModernBERT's 160,000). With --init-from on longer rows and "
+                        "--max-position-embeddings, ModernBERT's context extension (it trained at 1,024 with 10,000, "
+                        "then at 8,192 with 160,000); recorded in config.json")
+    g.add_argument("--rope-theta-local", type=rotary_base, metavar="THETA",
+                   help="ModernBERT: the rotary base of its sliding-window layers (default: the config's; "
+                        "ModernBERT's 10,000), likewise")
     g.add_argument("--compile", action=argparse.BooleanOptionalAction,
                    help="torch.compile the model (default: on CUDA, where it fuses the elementwise work between the "
                         "matmuls; --no-compile for eager). Shapes are fixed by the shards, so it compiles once")

@@ -40,6 +40,7 @@ VOCAB_MULTIPLE = 64   # a tokenizer.json's embedding rows: whole 64-row tiles (M
 UNKNOWN = "unknown"   # the casing of a vocab.txt named for shards made elsewhere: nobody recorded it
 HF_SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
               "mask_token": "[MASK]"}   # google's, in every BERT vocab.txt (tokenization.SPECIAL_TOKENS)
+BERT_INPUTS = ("input_ids", "token_type_ids", "attention_mask")   # what BERT's forward takes (segment B: 1)
 HF_MAX_CHARS_PER_WORD = 100   # what transformers' BertTokenizer builds (google's is 200: model/export_hf.py)
 
 
@@ -160,6 +161,15 @@ class Vocabulary:
     def ids(self) -> VocabIds:
         return VocabIds.from_json(self.entry()["ids"])
 
+    def role_ids(self) -> dict[str, int]:
+        """The ids of BERT's roles, {"cls", "sep", "mask", "pad"}, as the data was made with them (its entry's; a
+        role it cannot say left out): --init-from holds a source's config.json ids to them."""
+        recorded = self.entry().get("ids")
+        roles = {} if recorded is None else {"cls": recorded["cls_id"], "sep": recorded["sep_id"],
+                                             "mask": recorded["mask_id"]}
+        pad = self.pad_id()
+        return {**roles, **({} if pad is None else {"pad": pad})}
+
     def rows_refusal(self, rows: int, what: str) -> str | None:
         """Why a model of `rows` embedding rows cannot read data of this vocabulary (`what` starts it: "DIR:
         shards", "pairs"); None: it can."""
@@ -211,6 +221,7 @@ class Vocabulary:
     def _describe(self) -> dict: raise NotImplementedError
     def encoder(self, words: bool = True) -> Callable: raise NotImplementedError
     def unknown_id(self) -> int | None: raise NotImplementedError
+    def pad_id(self) -> int | None: raise NotImplementedError
     def word_starts(self) -> np.ndarray | None: raise NotImplementedError
     def decoder(self) -> Callable[[list[int]], str]: raise NotImplementedError
     def special_ids(self) -> tuple[int, ...]: raise NotImplementedError
@@ -222,7 +233,8 @@ class Vocabulary:
     def own_casing(self) -> bool | None: raise NotImplementedError
     def source_sha256(self) -> str | None: raise NotImplementedError
     def other_flag_refusal(self, flag: str, given: str) -> str: raise NotImplementedError
-    def exported(self, rows: int, num_tokens: int, model_max_length: int, given: bool) -> TokenizerFiles:
+    def exported(self, rows: int, num_tokens: int, model_max_length: int, given: bool,
+                 input_names: tuple[str, ...] | None = None) -> TokenizerFiles:
         raise NotImplementedError
 
 
@@ -279,6 +291,9 @@ class VocabTxt(Vocabulary):
         tokens = self.tokens()
         return tokens.index(UNK) if UNK in tokens else None
 
+    def pad_id(self) -> int:
+        return 0   # google's [PAD] (special_ids), HF's BertConfig pad_token_id
+
     def word_starts(self) -> np.ndarray:
         """(V,) bool: the ids that begin a word, not '##' pieces."""
         from pipeline.text import tokenization
@@ -322,9 +337,11 @@ class VocabTxt(Vocabulary):
         return (f"{flag} {given}: the run's shards were made with the vocab.txt {self.path}, not a tokenizer.json: "
                 "pass --vocab FILE, or neither")
 
-    def exported(self, rows: int, num_tokens: int, model_max_length: int, given: bool) -> TokenizerFiles:
+    def exported(self, rows: int, num_tokens: int, model_max_length: int, given: bool,
+                 input_names: tuple[str, ...] | None = None) -> TokenizerFiles:
         """vocab.txt (its bytes), and HF's BertTokenizer around it: tokenizer.json, tokenizer_config.json (casing
-        from the manifest, else the vocab's) and special_tokens_map.json (model/export_hf.py)."""
+        from the manifest, else the vocab's; `input_names`, a model's whose forward is not BERT's) and
+        special_tokens_map.json (model/export_hf.py)."""
         name = self._checked(given)
         tokens = self.tokens()
         if len(tokens) != rows:
@@ -336,7 +353,8 @@ class VocabTxt(Vocabulary):
         lowercase = vocab_fit.Casing.of(tokens).lowercase if recorded is None else recorded
         config = {"tokenizer_class": "BertTokenizer",   # HF picks the fast class: tokenizer.json is there
                   "do_lower_case": lowercase, "strip_accents": None, "tokenize_chinese_chars": True,
-                  "model_max_length": model_max_length, "clean_up_tokenization_spaces": True, **HF_SPECIAL}
+                  "model_max_length": model_max_length, "clean_up_tokenization_spaces": True, **HF_SPECIAL,
+                  **({} if input_names is None else {"model_input_names": list(input_names)})}
         files = {"vocab.txt": self.raw(), "tokenizer.json": hf_tokenizer(tokens, lowercase).to_str(pretty=True).encode(),
                  "tokenizer_config.json": _json(config), "special_tokens_map.json": _json(HF_SPECIAL)}
         # pad_token_id: HF's BertConfig default 0, google's [PAD]
@@ -415,6 +433,9 @@ class TokenizerJson(Vocabulary):
     def unknown_id(self) -> int | None:
         return self.entry()["tokenizer"].get("unk_id")   # None: it has none (byte-level BPE)
 
+    def pad_id(self) -> int | None:
+        return self.entry().get("tokenizer", {}).get("pad_id")
+
     def word_starts(self) -> None:
         return None   # its ids come marked (pool.WordStarts)
 
@@ -476,9 +497,10 @@ class TokenizerJson(Vocabulary):
         return (f"{flag} {given}: the run's shards were made with the tokenizer.json {self.path}: pass --tokenizer "
                 "FILE, or neither")
 
-    def exported(self, rows: int, num_tokens: int, model_max_length: int, given: bool) -> TokenizerFiles:
+    def exported(self, rows: int, num_tokens: int, model_max_length: int, given: bool,
+                 input_names: tuple[str, ...] | None = None) -> TokenizerFiles:
         """tokenizer.json (its bytes, as HF loads them), tokenizer_config.json (PreTrainedTokenizerFast, BERT's input
-        names, the special tokens by the entry's names, [MASK] taking the space before it) and
+        names or `input_names`, the special tokens by the entry's names, [MASK] taking the space before it) and
         special_tokens_map.json (model/export_hf.py)."""
         from pipeline.text import subwords
         name = self._checked(given)
@@ -504,7 +526,7 @@ class TokenizerJson(Vocabulary):
         mask = {"content": specials["mask_token"], "lstrip": True, "normalized": False, "rstrip": False,
                 "single_word": False, "special": True}
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
-                  "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+                  "model_input_names": list(input_names or BERT_INPUTS),
                   "clean_up_tokenization_spaces": False,   # decode gives the text back as the tokenizer encoded it
                   **specials, "added_tokens_decoder": {str(mask_id): mask}}
         files = {"tokenizer.json": self.raw(), "tokenizer_config.json": _json(config),
