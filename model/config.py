@@ -38,8 +38,30 @@ def config_from_json(cls, text: str):
     return cls(**fields)
 
 
+class ModelConfig:
+    """What every architecture's config dataclass shares (its fields vocab_size and tokenizer_size): the rows the MLM
+    head predicts, and its JSON."""
+
+    def check_rows(self) -> None:
+        if self.tokenizer_size is not None and not 0 < self.tokenizer_size < self.vocab_size:
+            raise ValueError(f"tokenizer_size {self.tokenizer_size} is not below vocab_size {self.vocab_size} (None: "
+                             "no padded rows)")
+
+    @property
+    def num_tokens(self) -> int:
+        """The ids the data holds and the MLM head predicts: the rows below tokenizer_size, else all of them."""
+        return self.tokenizer_size or self.vocab_size
+
+    def to_json(self) -> str:
+        return config_json(self)
+
+    @classmethod
+    def from_json(cls, text: str):
+        return config_from_json(cls, text)
+
+
 @dataclass
-class BertConfig:
+class BertConfig(ModelConfig):
     vocab_size: int = 30522              # bert-base-uncased's WordPiece vocab; the trainer sets it from the shards
     hidden_size: int = 768
     num_layers: int = 12
@@ -66,9 +88,7 @@ class BertConfig:
                              "architecture to its config)")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
-        if self.tokenizer_size is not None and not 0 < self.tokenizer_size < self.vocab_size:
-            raise ValueError(f"tokenizer_size {self.tokenizer_size} is not below vocab_size {self.vocab_size} (None: "
-                             "no padded rows)")
+        self.check_rows()
         if self.attention_dropout is not None and not 0.0 <= self.attention_dropout < 1.0:
             raise ValueError(f"attention_dropout {self.attention_dropout} is not in [0, 1)")
 
@@ -77,17 +97,6 @@ class BertConfig:
         """The dropout applied to attention probabilities: attention_dropout, or dropout where that is None."""
         return self.dropout if self.attention_dropout is None else self.attention_dropout
 
-    @property
-    def num_tokens(self) -> int:
-        """The ids the data holds and the MLM head predicts: the rows below tokenizer_size, else all of them."""
-        return self.tokenizer_size or self.vocab_size
-
-    def to_json(self) -> str:
-        return config_json(self)
-
-    @classmethod
-    def from_json(cls, text: str) -> "BertConfig":
-        return config_from_json(cls, text)
 
 
 # A --model config JSON's keys, BertConfig's fields, in words (`train --help` and the README list them); any left

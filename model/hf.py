@@ -170,12 +170,8 @@ def from_hf_weights(weights: dict[str, torch.Tensor], config: BertConfig, classe
     class config.json's `classes` names. ValueError where a stored copy of a tied tensor is another tensor."""
     tensors = hf_names(weights)
     ours, taken = from_hf_state_dict(tensors, config.num_layers)
-    for tied, own in TIED.items():   # a stored copy of a tied tensor must be that tensor
-        if tied in tensors:
-            if own not in ours or not torch.equal(tensors[tied], ours[own]):
-                raise ValueError(f"{tied} is not {own}'s tensor: an untied MLM decoder, which this BERT does not "
-                                 "have (its decoder is the word embeddings)")
-            taken.add(tied)
+    taken |= stored_ties(tensors, ours, TIED, "an untied MLM decoder, which this BERT does not have (its decoder is "
+                                              "the word embeddings)")
     unused: dict[str, list[str]] = {}
     for name in tensors:
         if name not in taken:
@@ -189,6 +185,16 @@ def from_hf_weights(weights: dict[str, torch.Tensor], config: BertConfig, classe
              (True, True): "both heads"}[has_mlm, has_nsp]
     names = {row.ours: "+".join(row.hf) for row in table(config.num_layers)}
     return Weights(ours, names, unused, hf_class, heads, "nsp" if has_nsp else None)
+
+
+def stored_ties(tensors: dict[str, torch.Tensor], ours: dict[str, torch.Tensor], tied: dict[str, str],
+                untied: str) -> set[str]:
+    """The names of `tensors` (HF's) that are stored copies of a tied tensor (`tied`: HF's name -> ours, in `ours`),
+    each checked to be that tensor; ValueError naming it, and why that is wrong (`untied`), where one is not."""
+    for theirs, own in tied.items():
+        if theirs in tensors and (own not in ours or not torch.equal(tensors[theirs], ours[own])):
+            raise ValueError(f"{theirs} is not {own}'s tensor: {untied}")
+    return {theirs for theirs in tied if theirs in tensors}
 
 
 def from_hf_state_dict(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[dict[str, torch.Tensor], set]:

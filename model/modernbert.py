@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from model import attention
-from model.config import config_from_json, config_json
+from model.config import ModelConfig
 from model.losses import mlm_loss
 
 FULL, SLIDING = "full_attention", "sliding_attention"   # transformers' layer_types
@@ -36,7 +36,7 @@ ACTIVATIONS = {"gelu": F.gelu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approxim
 
 
 @dataclass
-class ModernBertConfig:
+class ModernBertConfig(ModelConfig):
     vocab_size: int = 50368               # ModernBERT's 50,280 BPE entries rounded up to 64-row tiles
     hidden_size: int = 768
     num_layers: int = 22
@@ -94,9 +94,7 @@ class ModernBertConfig:
         for name in ("embedding_dropout", "attention_dropout", "mlp_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} {getattr(self, name)} is not in [0, 1)")
-        if self.tokenizer_size is not None and not 0 < self.tokenizer_size < self.vocab_size:
-            raise ValueError(f"tokenizer_size {self.tokenizer_size} is not below vocab_size {self.vocab_size} (None: "
-                             "no padded rows)")
+        self.check_rows()
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -112,18 +110,6 @@ class ModernBertConfig:
     def attention_probs_dropout(self) -> float:
         """The dropout on attention probabilities (model/attention.py asks every config)."""
         return self.attention_dropout
-
-    @property
-    def num_tokens(self) -> int:
-        """The ids the data holds and the decoder predicts: the rows below tokenizer_size, else all of them."""
-        return self.tokenizer_size or self.vocab_size
-
-    def to_json(self) -> str:
-        return config_json(self)
-
-    @classmethod
-    def from_json(cls, text: str) -> "ModernBertConfig":
-        return config_from_json(cls, text)
 
 
 # A --model config JSON's keys (with "architecture": "modernbert"), in words; any left out take ModernBERT-base's.
@@ -155,7 +141,7 @@ KEYS = {
     "initializer_range": "the standard deviation of the truncated normal Wqkv, Wi and the embeddings start from",
     "initializer_cutoff_factor": "where that normal is cut, in standard deviations",
     "tokenizer_size": "written by the trainer: the rows that are a tokenizer.json's tokens (leave it out)",
-    "architecture": "modernbert",
+    "architecture": "modernbert (required: a config JSON without it is BERT's)",
 }
 
 # transformers' ModernBERT-base defaults (every preset's, but the size) and ModernBERT-large; tiny for tests and CPU.

@@ -84,35 +84,49 @@ def config_from(fields: dict) -> ModernBertConfig:
     """Our config for transformers' ModernBERT config.json (its current keys, or the older global_attn_every_n_layers,
     global_rope_theta and local_rope_theta), read as transformers reads it; ValueError naming a value this model
     does not compute (a rope_type other than default, an activation, a head size). model_type is the caller's."""
+    # local_rope_theta null: the sliding layers rotate with the global base (transformers 4's ModernBERT, which such
+    # configs were written for; 5 cannot build them)
+    global_base = fields.get("local_rope_theta", 0) is None
     fields = {k: v for k, v in fields.items() if v is not None}
-    values = {RENAMED.get(k, k): int(fields.get(k, v)) for k, v in DEFAULTS.items()}
-    values.update({k: bool(fields[k]) for k in FLAGS if k in fields})
-    values.update({k: float(fields[k]) for k in NUMBERS if k in fields})
+    values = {RENAMED.get(k, k): _read(fields, k, int, v) for k, v in DEFAULTS.items()}
+    values.update({k: _read(fields, k, bool) for k in FLAGS if k in fields})
+    values.update({k: _read(fields, k, float) for k in NUMBERS if k in fields})
     for name in ("hidden_activation", "classifier_activation"):
         if name in fields:
             if fields[name] not in ACTIVATIONS:
                 raise ValueError(f"{name} {fields[name]!r} (this ModernBERT computes {', '.join(ACTIVATIONS)})")
             values[name] = fields[name]
     if fields.get("initializer_cutoff_factor", 2.0) is not None:   # transformers: None is 3
-        values["initializer_cutoff_factor"] = float(fields.get("initializer_cutoff_factor", 2.0))
+        values["initializer_cutoff_factor"] = _read(fields, "initializer_cutoff_factor", float, 2.0)
     if "head_dim" in fields and fields["head_dim"] != values["hidden_size"] // values["num_heads"]:
         raise ValueError(f"head_dim {fields['head_dim']} (this ModernBERT's heads are hidden_size / "
                          "num_attention_heads wide)")
     if "sliding_window" in fields:   # transformers' half window, where a config states it
-        half = int(fields["sliding_window"])
-        if "local_attention" in fields and int(fields["local_attention"]) // 2 != half:
+        half = _read(fields, "sliding_window", int)
+        if "local_attention" in fields and values["local_attention"] // 2 != half:
             raise ValueError(f"sliding_window {half} and local_attention {fields['local_attention']} disagree "
                              "(sliding_window is local_attention // 2)")
         if "local_attention" not in fields:
             values["local_attention"] = 2 * half
     values.update(_layer_types(fields, values["num_layers"]))
     values["rope_theta"], values["rope_theta_local"] = _rope_thetas(fields)
+    if global_base and SLIDING not in (fields.get("rope_parameters") or {}):
+        values["rope_theta_local"] = values["rope_theta"]
     return ModernBertConfig(**values)
+
+
+def _read(fields: dict, key: str, kind: type, default=None):
+    """fields[key] (else `default`) as a `kind` (int, float or bool, as JSON writes them); ValueError naming it."""
+    value = fields.get(key, default)
+    exact = {int: (int,), float: (int, float), bool: (bool,)}[kind]
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, exact):
+        raise ValueError(f"{key} {value!r} is not {'an' if kind is int else 'a'} {kind.__name__}")
+    return kind(value)
 
 
 def _layer_types(fields: dict, num_layers: int) -> dict:
     """global_every, or layer_types where they are not its rule (transformers': every N-th full from layer 0)."""
-    every = int(fields.get("global_attn_every_n_layers", 3))
+    every = _read(fields, "global_attn_every_n_layers", int, 3)
     rule = [SLIDING if i % every else FULL for i in range(num_layers)]
     given = fields.get("layer_types")
     if given is None or list(given) == rule:
@@ -173,13 +187,8 @@ def weights_from(weights: dict[str, torch.Tensor], config: ModernBertConfig, cla
     for; `classes`: config.json's architectures. ValueError where a stored tied decoder is another tensor."""
     tensors = {("model." + k if k.startswith(ENCODER) else k): v for k, v in weights.items()}
     ours = {name: tensors[name] for name in names(config) if name in tensors}
-    taken = set(ours)
-    for theirs, own in tied(config).items():   # a stored copy of a tied tensor must be that tensor
-        if theirs in tensors:
-            if own not in ours or not torch.equal(tensors[theirs], ours[own]):
-                raise ValueError(f"{theirs} is not {own}: an untied decoder, and config.json's tie_word_embeddings "
-                                 "is true")
-            taken.add(theirs)
+    taken = set(ours) | hf.stored_ties(tensors, ours, tied(config), "an untied decoder, and config.json's "
+                                                                    "tie_word_embeddings is true")
     unused: dict[str, list[str]] = {}
     for name in tensors:
         if name not in taken:

@@ -113,9 +113,11 @@ def test_transformers_model_loads_and_gives_its_logits_padded_and_packed(tmp_pat
     """A transformers ModernBertForMaskedLM saved with save_pretrained, loaded with --init-from's functions: MLM
     logits at every real position equal transformers' within 1e-5 of their scale, on padded rows (lengths 9-61) and
     on the same instances packed two a row (sdpa, flex_attention and varlen as a CPU runs them), and state_to gives
-    back every tensor of transformers' state dict within 1e-6, none missing or extra. Breaks seen caught: see
-    the module's mutants in the report of issue 46 (window off by one either way, each rotary base swapped or
-    wrong, layer 0 given a norm, positions not restarted in packed rows)."""
+    back every tensor of transformers' state dict within 1e-6, none missing or extra. Breaks seen caught: the
+    window one key narrower or wider each side, or local_attention taken as its half width; each kind's bound <
+    for <=; the rotary bases swapped, or either left at transformers' default; the rotation turned the other way;
+    layer 0 given an attention norm; an unpacked row's sliding layers seeing its padding; the head's activation
+    ignored (the second variant)."""
     path, theirs = saved_hf_model(tmp_path / "hf", **VARIANTS[variant])
     ours, lines = ours_from(path)
     assert lines[0].startswith("init: Hugging Face ModernBertForMaskedLM") and "loaded" in lines[0]
@@ -161,7 +163,7 @@ def test_a_bare_encoder_loads_with_a_fresh_head_and_a_tied_copy_is_checked(tmp_p
     assert architectures.MODERNBERT.describe(fresh) == "MLM head transform and MLM decoder"
     assert architectures.MODERNBERT.describe(list(found.tensors)) == "embeddings, 4 encoder layers and final norm"
     full = {**{"model." + k: v for k, v in encoder.items()}, "decoder.weight": torch.zeros(VOCAB, 64)}
-    with pytest.raises(ValueError, match="decoder.weight is not model.embeddings.tok_embeddings.weight"):
+    with pytest.raises(ValueError, match="decoder.weight is not model.embeddings.tok_embeddings.weight's tensor: an untied decoder"):
         modernbert_hf.weights_from(full, config, ["ModernBertForMaskedLM"])
 
 
@@ -181,8 +183,8 @@ def seen_keys(instances: torch.Tensor, window: int, kind: str) -> torch.Tensor:
 def test_the_window_is_transformers_to_the_edge(kind):
     """A sliding layer of local_attention 16 sees transformers' keys exactly: |q - k| <= sliding_window (8), by
     masking_utils' own overlay, at every distance (8 seen, 9 not), on a row longer than 3 blocks and not a whole
-    number of them; inside its own instance when packed. Breaks seen caught: the bound < (7 each side), local_attention
-    itself as the half width."""
+    number of them; inside its own instance when packed. Breaks seen caught: each kind's bound < for <= (7 each
+    side); the SDPA path's blocks narrower than the window."""
     half = hf_config().sliding_window
     T = 43
     overlay = sliding_window_bidirectional_overlay(half)
@@ -195,11 +197,25 @@ def test_the_window_is_transformers_to_the_edge(kind):
     assert torch.equal(seen_keys(packed, half, kind)[0], near & same)
 
 
+def test_varlen_is_unavailable_to_sliding_layers_where_torch_has_no_window(monkeypatch):
+    """A torch whose varlen_attn takes no window_size: varlen runs BERT's layers (on CUDA) and is refused to a model
+    with sliding-window layers, in a few words; a model of full layers only is not asked. Break seen caught: the
+    check left out (the kernel would get an argument it does not take)."""
+    config = ModernBertConfig(vocab_size=VOCAB, hidden_size=64, num_layers=3, num_heads=4, intermediate_size=96)
+    monkeypatch.setattr(attention, "varlen_attn", lambda q, k, v, cu_seq_q, cu_seq_k, max_q, max_k: q)
+    assert attention.unavailable("varlen", config, "cuda") == (
+        f"this torch's ({torch.__version__}) varlen_attn has no window_size for the sliding-window layers")
+    assert attention.packed_attention_for(config, "cuda", "varlen") == "sdpa"
+    full = dataclasses.replace(config, global_every=1)
+    assert "window_size" not in attention.unavailable("varlen", full, "cuda")
+
+
 @pytest.mark.parametrize("window", [1, 3, 8, 40])
 def test_the_banded_path_equals_a_dense_masked_reference(window):
     """The CPU's sliding path (query blocks against their 3-block neighbourhood) equals SDPA with the whole (T, T)
     mask, instance and window, on random q, k, v, forward and backward, packed rows with padding and an unpacked
-    one, a window of 1 to past the row; its mask holds T x 3 window entries, not T^2."""
+    one, a window of 1 to past the row; its mask holds T x 3 window entries, not T^2. Breaks seen caught: the
+    bound < for <=; blocks narrower than the window (keys two blocks away never seen)."""
     torch.manual_seed(0)
     instances = torch.tensor([[1] * 11 + [2] * 9 + [3] * 7 + [0] * 3, [1] * 30, [1] * 19 + [0] * 11])
     B, T, nh, hs = 3, 30, 2, 8
@@ -219,8 +235,9 @@ def test_the_banded_path_equals_a_dense_masked_reference(window):
 
 def test_packed_and_unpacked_rows_give_the_same_loss():
     """The same instances one a row and packed two a row, 15% of positions predicted: the MLM loss agrees within 1e-5
-    (fresh modernbert-tiny-like model, window shorter than the rows). Break seen caught: packed rows' positions
-    counted along the row (not restarted)."""
+    (fresh modernbert-tiny-like model, window shorter than the rows). Break seen caught: an unpacked row's sliding
+    layers seeing its padding. (Positions counted along a packed row instead of restarted give the same numbers:
+    rotary scores depend on q - k only.)"""
     config = ModernBertConfig(vocab_size=VOCAB, hidden_size=64, num_layers=3, num_heads=4, intermediate_size=96,
                               local_attention=16)
     torch.manual_seed(0)
@@ -266,13 +283,17 @@ ETTIN_LIKE = {**MODERNBERT_BASE, "hidden_size": 384, "intermediate_size": 576, "
               "repad_logits_with_grad": False}
 MMBERT_LIKE = {**ETTIN_LIKE, "vocab_size": 256000, "pad_token_id": 0, "cls_token_id": 1, "sep_token_id": 1,
                "bos_token_id": 2, "eos_token_id": 1, "max_position_embeddings": 8192}
+MINIMAL = {"model_type": "modernbert", "vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 5,
+           "num_attention_heads": 4, "intermediate_size": 96, "pad_token_id": 0}   # transformers' defaults the rest
 
 
-@pytest.mark.parametrize("fields", [MODERNBERT_BASE, ETTIN_LIKE, MMBERT_LIKE], ids=["modernbert", "ettin", "mmbert"])
+@pytest.mark.parametrize("fields", [MODERNBERT_BASE, ETTIN_LIKE, MMBERT_LIKE, MINIMAL],
+                         ids=["modernbert", "ettin", "mmbert", "minimal"])
 def test_released_configs_read_as_transformers_reads_them(fields):
     """Each config.json gives the layer kinds, window, bases, sizes and switches transformers' ModernBertConfig
     makes of it; ModernBERT-base's is our modernbert-base preset; written back (config_to), transformers reads the
-    same again and so do we. Break seen caught: global_rope_theta read for the sliding layers."""
+    same again and so do we. Breaks seen caught: global_rope_theta read for the sliding layers; global every 2nd
+    layer where config.json does not say."""
     ours = modernbert_hf.config_from(fields)
     theirs = transformers.ModernBertConfig(**{k: v for k, v in fields.items() if k != "model_type"})
     assert_same(ours, theirs)
@@ -281,7 +302,7 @@ def test_released_configs_read_as_transformers_reads_them(fields):
     written = modernbert_hf.config_to(ours, "none", 0, 1, 2)
     assert_same(ours, transformers.ModernBertConfig(**{k: v for k, v in written.items() if k != "model_type"}))
     assert modernbert_hf.config_from(json.loads(json.dumps(written))) == ours
-    explicit = dataclasses.replace(ours, layer_types=(SLIDING, FULL) * (ours.num_layers // 2))
+    explicit = dataclasses.replace(ours, layer_types=[(SLIDING, FULL)[i % 2] for i in range(ours.num_layers)])
     assert modernbert_hf.config_from(modernbert_hf.config_to(explicit)) == explicit
 
 
@@ -300,6 +321,15 @@ def assert_same(ours: ModernBertConfig, theirs) -> None:
         assert getattr(ours, name) == getattr(theirs, theirs_name), name
 
 
+def test_a_null_local_base_is_the_global_one():
+    """local_rope_theta null (configs written for transformers 4, whose sliding layers then took global_rope_theta;
+    transformers 5 builds no model of it): the sliding layers' base is the full layers'. Break seen caught: null read
+    as left out (10,000)."""
+    config = modernbert_hf.config_from({**ETTIN_LIKE, "global_rope_theta": 150000.0, "local_rope_theta": None})
+    assert config.rope_theta == config.rope_theta_local == 150000.0
+    assert modernbert_hf.config_from({**ETTIN_LIKE, "global_rope_theta": 150000.0}).rope_theta_local == 160000.0
+
+
 @pytest.mark.parametrize("change, named", [
     ({"rope_parameters": {FULL: {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}},
      "rope_parameters.full_attention.rope_type 'yarn' (this ModernBERT computes rope_type default only)"),
@@ -309,6 +339,8 @@ def assert_same(ours: ModernBertConfig, theirs) -> None:
     ({"layer_types": ["full_attention", "chunked_attention"] * 11}, "layer_types ['chunked_attention']"),
     ({"local_attention": 1}, "local_attention 1 sees no key beside the query"),
     ({"mlp_dropout": 1.5}, "mlp_dropout 1.5 is not in [0, 1)"),
+    ({"num_hidden_layers": "22"}, "num_hidden_layers '22' is not an int"),
+    ({"norm_bias": 0}, "norm_bias 0 is not a bool"),
 ])
 def test_a_value_this_model_cannot_compute_is_refused_naming_it(tmp_path, change, named):
     """config.json's values ModernBERT here does not compute: ValueError starting with the key and value; as
@@ -374,3 +406,34 @@ def test_the_entry_builds_initialises_and_trains_masked_lm_only():
     everywhere = dataclasses.replace(config, layer_types=[FULL] * 4)
     assert pretraining_flops(config, 8192, 20) < 0.75 * pretraining_flops(everywhere, 8192, 20)
     assert entry.position_table is None and entry.output_bias in ours
+
+
+def test_padded_rows_are_never_predicted_here_and_improbable_in_transformers():
+    """A tokenizer of 90 entries in 100 embedding rows: our logits cover its 90; state_to gives transformers the
+    decoder bias of all 100, the padded rows at UNPREDICTED_BIAS, and transformers' model with those tensors gives
+    our logits on the 90 and probability 0 to the rest; init_from cuts the bias back. Break seen caught: the bias
+    handed over unpadded (transformers refuses its shape)."""
+    config = ModernBertConfig(vocab_size=VOCAB, tokenizer_size=90, hidden_size=64, num_layers=3, num_heads=4,
+                              intermediate_size=96, local_attention=16)
+    torch.manual_seed(0)
+    ours = ModernBert(config).eval()
+    with torch.no_grad():
+        ours.decoder.bias.normal_()
+    state = modernbert_hf.state_to(ours.state_dict(), config)
+    assert state["decoder.bias"].shape == (VOCAB,) and bool((state["decoder.bias"][90:] == -1e4).all())
+    fields = {k: v for k, v in modernbert_hf.config_to(config, "none", 0, 1, 2).items() if k != "model_type"}
+    theirs = transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(**fields, attn_implementation="eager"))
+    theirs.load_state_dict(state, strict=True)
+    batch = padded_rows(instances()[:2])
+    with torch.no_grad():
+        logits = ours(**batch)["mlm_logits"]
+        expected = theirs.eval()(input_ids=batch["input_ids"], attention_mask=batch["input_mask"]).logits
+    assert logits.shape[-1] == 90
+    close(logits[0], expected[0, :, :90], "tokenizer rows")
+    assert float(expected.softmax(-1)[..., 90:].max()) == 0.0
+    found = modernbert_hf.weights_from(state, config, None)
+    model = architectures.build(config, sentence_head=False, device="cpu", empty=True)
+    source = init_from.Source("hf", "a test", config, found.tensors, found.names, found.unused, "", None,
+                              init_from.SourceVocab(None, None, None, None), None)
+    init_from.load(source, model, "none", 64)
+    assert torch.equal(model.decoder.bias, ours.decoder.bias)
