@@ -49,7 +49,8 @@ class HuggingFace:
     model_type: str                                   # config.json's model_type
     reads: str                                        # what --init-from reads of it, in words (for a refusal)
     class_for: Callable[[str], str]                   # objective -> the class export-hf names in config.json
-    config_to: Callable[..., dict]                    # (config, objective, pad id) -> config.json's fields
+    config_to: Callable[..., dict]                    # (config, objective, pad_token_id=, special_ids' names=)
+                                                      # -> config.json's fields
     config_from: Callable[[dict], object]             # config.json's fields -> our config; ValueError naming a
                                                       # value this model does not compute
     state_to: Callable[[dict, object], dict]          # (our state dict, config) -> HF's names, tied copies included
@@ -196,8 +197,9 @@ def check_trainable(config, objective: str, packed: bool) -> None:
 
 
 # ModelPlan's fields that set a rotary architecture's config fields of the same names (--rope-theta,
-# --rope-theta-local)
-ROPE_BASES = ("rope_theta", "rope_theta_local")
+# --rope-theta-local), in words
+ROPE_BASES = {"rope_theta": "the full-attention layers' rotary base",
+              "rope_theta_local": "the sliding-window layers' rotary base"}
 
 
 def with_rope_bases(config, model_plan: ModelPlan):

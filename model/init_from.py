@@ -33,7 +33,7 @@ import safetensors.torch
 import torch
 
 from model import architectures, checkpoints
-from model.plan import ModelPlan, RunError
+from model.plan import ModelPlan, RunError, flag_of
 from pipeline.text import vocab_fit, vocabularies
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -395,6 +395,7 @@ def load(source: Source, model: torch.nn.Module, objective: str, length: int, op
     if grown:
         lines.append(f"init: position embeddings grown from {grown[0]} to {grown[1]} rows (--max-position-embeddings):"
                      f" rows {grown[0]}-{grown[1] - 1} copied from rows 0-{grown[0] - 1} in order, as Longformer did")
+    lines += rotary_changes(source.config, model.config)
     line = untrained_positions(source.trained_length, length, model.config.max_position_embeddings, grown is not None)
     if line:
         lines.append(line)
@@ -404,6 +405,19 @@ def load(source: Source, model: torch.nn.Module, objective: str, length: int, op
                      f"{'sentence order' if objective == 'sop' else 'next sentence'} now)")
     if optimizer is not None:
         lines.append(carry_optimizer_state(source, target, optimizer, optimizer_name))
+    return lines
+
+
+def rotary_changes(before, after) -> list[str]:
+    """The lines naming what the run changed of a rotary source's positions: its bases (--rope-theta,
+    --rope-theta-local) and its limit (--max-position-embeddings, where there is no table to grow)."""
+    was, now = architectures.rope_bases(before), architectures.rope_bases(after)
+    lines = [f"init: {flag_of(name)} {now[name]:g}: {architectures.ROPE_BASES[name]}, the source's {was[name]:g}"
+             for name in now if now[name] != was.get(name)]
+    raised = (before.max_position_embeddings, after.max_position_embeddings)
+    if raised[1] > raised[0] and architectures.of(after).position_table is None:
+        lines.append(f"init: max_position_embeddings raised from {raised[0]} to {raised[1]} "
+                     "(--max-position-embeddings): rotary positions, no table to grow")
     return lines
 
 

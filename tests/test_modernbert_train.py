@@ -174,6 +174,10 @@ def test_context_extension_from_a_run_raises_the_bases_and_the_limit(made, tmp_p
                      "--rope-theta", "40000", "--rope-theta-local", "20000"]) == 0
     out = capsys.readouterr().out
     assert "init: bertprep run" in out and "init: fresh" not in out, out
+    assert ("init: --rope-theta 40000: the full-attention layers' rotary base, the source's 160000\n"
+            "init: --rope-theta-local 20000: the sliding-window layers' rotary base, the source's 10000\n"
+            "init: max_position_embeddings raised from 128 to 256 (--max-position-embeddings): rotary positions, no "
+            "table to grow\n") in out, out
     for config in (json.loads((tmp_path / "p2" / "config.json").read_text()),
                    json.loads(checkpoints.load(checkpoints.latest_checkpoint(str(tmp_path / "p2")))["config"])):
         assert (config["max_position_embeddings"], config["rope_theta"], config["rope_theta_local"]) == (

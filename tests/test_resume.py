@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from model import checkpoints
+from model import architectures, checkpoints
 from model.config import KEYS, BertConfig
 from model.plan import RESUME, TrainPlan
 from pipeline.commands import cli, flags, training
@@ -232,13 +232,16 @@ def test_model_takes_the_config_json_export_hf_writes(shards, stopped, tmp_path,
 
 
 def test_the_model_keys_are_documented_in_help_and_readme(capsys):
-    """Every BertConfig field has its words (config.KEYS), in --help and the README. Break seen caught: a key's words
-    left out."""
+    """Every field of each architecture's config has its words (BERT's config.KEYS, its entry's keys), in --help and
+    the README. Break seen caught: a key's words left out."""
     assert set(KEYS) == set(BertConfig.__dataclass_fields__)
+    for entry in architectures.ARCHITECTURES.values():
+        assert set(entry.keys) == set(entry.config.__dataclass_fields__), entry.name
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     readme = (REPO / "README.md").read_text()
-    for key, meaning in KEYS.items():
-        assert f"{key}: {' '.join(meaning.split())}" in text.replace("- ", "-"), key
-        assert f"`{key}`" in readme, key
+    for entry in architectures.ARCHITECTURES.values():   # BERT's, and ModernBERT's in its own section
+        for key, meaning in entry.keys.items():
+            assert f"{key}: {' '.join(meaning.split())}" in text.replace("- ", "-"), key
+            assert f"`{key}`" in readme, key

@@ -14,7 +14,6 @@ import signal
 import sys
 
 from model import plot
-from model.config import KEYS
 from model.plan import DEFAULT_MODEL, RESUME, RunError, RunPlan, TrainPlan, flag_of
 from pipeline.commands import flags, groups
 from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
@@ -63,14 +62,14 @@ def _train_model_flags(g) -> None:
     from model import architectures   # torch, which `train` imports anyway: not at this module's import
     from model.attention import PACKED_ATTENTIONS
 
-    keys = "; ".join(f"{key}: {meaning}" for key, meaning in KEYS.items())
+    keys = "; ".join(f"{entry.name}'s, any left out its base size's ({'; '.join(f'{k}: {v}' for k, v in entry.keys.items())})"
+                     for entry in architectures.ARCHITECTURES.values())
     g.add_argument("--model", help=f"{'|'.join(architectures.presets())} (BERT's sizes, and ModernBERT's: masked LM "
                                    "only, on --objective none shards), or a config JSON: a transformers config.json of "
                                    "model_type bert or modernbert (as export-hf and save_pretrained write it) for a "
-                                   "fresh model of its shape, or a run's config.json (its architecture field names "
-                                   "it; none: BERT), our keys, any left out BERT-base's or ModernBERT-base's (BERT's: "
-                                   f"{keys}) (default {DEFAULT_MODEL}; with --init-from the source's, and --model may "
-                                   "only name its shape)")
+                                   "fresh model of its shape, or our keys (a run's config.json; its architecture "
+                                   f"field names it, none: bert): {keys} (default {DEFAULT_MODEL}; with --init-from "
+                                   "the source's, and --model may only name its shape)")
     g.add_argument("--init-from", metavar="SOURCE",
                    help="start a new run from trained weights (BERT's phase 2 from phase 1, continued pretraining of a "
                         "released checkpoint): a bertprep run directory (its latest checkpoint), a checkpoint file, or "
