@@ -19,12 +19,13 @@ at L=512: README, `bench/bench_packing.py`), --masked-lm-prob (15%) masked by go
 batches are the same for its (L, layout). A model whose architecture trains no sentence objective (ModernBERT) has
 no sentence head and ignores the rows' NSP labels.
 
-MFU = pretraining_flops(config, L, P) of the model's own module x rows per second / peak (989 TFLOP/s, H100/H200
-dense bf16; --peak-tflops). For BERT (model.bert) a row is 6 x layers x (4H^2 + 2HI) x L (the encoder's matmuls,
-every position) + 12 x layers x H x L^2 (QK^T and AV over the row) + 6 x (H^2 + P x (H^2 + HV)) (pooler; MLM head on
-the P masked slots): PaLM's 6N + 12 x layers x H x L per position, forward + backward; ModernBERT's module says its
-own. Packed rows are credited the same FLOPs whichever attention runs (varlen computes only each instance's
-scores), so within a layout MFU compares as speed.
+MFU = the architecture's flops (its pretraining_flops(config, L, P): model/architectures.py) x rows per second / peak
+(989 TFLOP/s, H100/H200 dense bf16; --peak-tflops). For BERT (model.bert) a row is 6 x layers x (4H^2 + 2HI) x L (the
+encoder's matmuls, every position) + 12 x layers x H x L^2 (QK^T and AV over the row) + 6 x (H^2 + P x (H^2 + HV))
+(pooler; MLM head on the P masked slots): PaLM's 6N + 12 x layers x H x L per position, forward + backward;
+ModernBERT's (model.modernbert) counts its GeGLU and, in sliding layers, the window's keys only. Packed rows are
+credited the same FLOPs whichever attention runs (varlen computes only each instance's scores), so within a layout
+MFU compares as speed.
 
 Measured in priority order under --budget-s (the issue's comparisons first: packed L=512 eager, then compiled), a
 row that would not finish in it is listed as skipped; a row that fails is listed with its error and the rest go
@@ -170,7 +171,7 @@ def measure(case: Case, config, files: list[str], shape: schema.Shape, batch_siz
         torch.cuda.reset_peak_memory_stats()
     warmup_s, seconds, waited, real = timed(step, loader, args.warmup, args.steps, device)
     rows = args.steps * batch_size
-    flops = pretraining_flops(config)(config, case.L, shape.max_predictions_per_seq) * rows
+    flops = architectures.of(config).flops(config, case.L, shape.max_predictions_per_seq) * rows
     return {"attn_dropout": config.attention_probs_dropout, "step_ms": 1e3 * seconds / args.steps,
             "tokens_s": rows * case.L / seconds, "real_tokens_s": real / seconds,
             "mfu": flops / seconds / (args.peak_tflops * 1e12) if args.peak_tflops else None,
@@ -181,12 +182,6 @@ def measure(case: Case, config, files: list[str], shape: schema.Shape, batch_siz
 def sentence_head(config) -> bool:
     """Whether the model has a sentence head: where its architecture trains a sentence objective (BERT's NSP)."""
     return "nsp" in architectures.of(config).objectives
-
-
-def pretraining_flops(config):
-    """The training FLOPs of a row of `config`'s model: the pretraining_flops its architecture's module defines
-    (model/bert.py's, model/modernbert.py's), for MFU."""
-    return sys.modules[architectures.of(config).model.__module__].pretraining_flops
 
 
 def timed(step, loader: data.Loader, warmup: int, steps: int, device: str) -> tuple[float, float, float, int]:
@@ -283,7 +278,7 @@ def main(argv=None) -> int:
     for line in targets(rows, args):
         print(line)
     print(f"MFU = pretraining_flops(config, L, P) x rows/s / {args.peak_tflops or '(no peak: --peak-tflops)'} "
-          f"TFLOP/s, pretraining_flops of {architectures.of(config).model.__module__}; for BERT per row 6 x layers "
+          f"TFLOP/s, pretraining_flops of {architectures.of(config).name}; for BERT per row 6 x layers "
           "x (4H^2 + 2HI) x L + 12 x layers x H x L^2 + 6 x (H^2 + P(H^2 + HV)), forward + backward (PaLM's 6N + "
           "12 x layers x H x L per position); packed rows get the same FLOPs with any attention. loader wait: share "
           "of the timed steps' wall time in next(loader).")

@@ -44,9 +44,9 @@ def test_without_cuda_it_says_so_in_one_line():
 def test_a_modernbert_row_trains_packed_rows_and_takes_its_own_flops(tmp_path):
     """ModernBERT's rows (issue 46 item 8): a packed eager sdpa row of a small ModernBERT (sliding layers narrower
     than the row) trains from the loader, 30% of its tokens predicted, and its MFU counts model.modernbert's
-    pretraining_flops, not BERT's. Breaks seen caught: MFU from bert.pretraining_flops (267,864 FLOPs a position
-    for 259,320); a sentence head asked of ModernBERT (ValueError); P of 15% of L (10 of 64, which caps the
-    predictions)."""
+    pretraining_flops (its entry's flops), not BERT's. Breaks seen caught: MFU from bert.pretraining_flops (267,864
+    FLOPs a position for 259,320); a sentence head asked of ModernBERT (ValueError); P of 15% of L (10 of 64, which
+    caps the predictions)."""
     config = modernbert.ModernBertConfig(vocab_size=1000, hidden_size=32, num_layers=3, num_heads=2,
                                          intermediate_size=48, local_attention=16, max_position_embeddings=64)
     files, shape, _ = bench_gpu.write_shards(str(tmp_path), 64, True, rows=6, files=1, vocab_size=1000, k=4,
