@@ -109,7 +109,7 @@ class PeakMemory:
 
 
 def num_params(config) -> int:
-    return sum(p.numel() for p in architectures.build(config, False, "meta").parameters())
+    return sum(p.numel() for p in architectures.build(config, False, "meta", empty=True).parameters())
 
 
 def timed_turns(steps: dict, args, deadline: float) -> tuple[dict, int]:
