@@ -109,6 +109,7 @@ class PeakMemory:
 
 
 def num_params(config) -> int:
+    """A model of `config`'s parameters, counted on the meta device (no values drawn)."""
     return sum(p.numel() for p in architectures.build(config, False, "meta", empty=True).parameters())
 
 
@@ -137,6 +138,7 @@ def window_configs(args):
 
 
 def window(args, deadline: float) -> str:
+    """Time and step peak memory of the two window_configs at --window-length, taking turns; their ratios."""
     windowed, full = window_configs(args)
     L = args.window_length
     batch = rows(1, L, windowed.vocab_size)
@@ -250,7 +252,7 @@ def learning(args, deadline: float) -> str:
                 args.phase1_rope_theta)
     seconds = time.monotonic() - begun
     evals = {r["step"]: r["mlm_loss"] for r in log if r["split"] == "eval"}
-    curve = [[r["step"], r["mlm_loss"], evals.get(r["step"], ""), r["mlm_accuracy"], r["tokens_per_s"]]
+    curve = [[r["step"], r["mlm_loss"], evals.get(r["step"], ""), r["mlm_accuracy"], f"{r['tokens_per_s']:,.0f}"]
              for r in log if r["split"] == "train"]
     last, lnv = evals[max(evals)], math.log(V)
     phase2 = prepare(out, tokenizer, args.phase2_length, 1)

@@ -46,7 +46,8 @@ def test_the_speed_tables_models_have_one_parameter_count():
         bert = config_lib.BertConfig(**config_lib.PRESETS["tiny"], vocab_size=V)
         modern = bench.equal_modernbert(bert, 8192)
         with torch.device("meta"):   # counts need no values
-            counts = [sum(p.numel() for p in m.parameters()) for m in (Bert(bert, False), modernbert.ModernBert(modern))]
+            models = Bert(bert, False), modernbert.ModernBert(modern)
+        counts = [sum(p.numel() for p in m.parameters()) for m in models]
         assert abs(counts[1] - counts[0]) <= 0.001 * counts[0], counts
         assert (modern.num_layers, modern.hidden_size, modern.num_heads) == (2, 128, 2)
 
