@@ -1,5 +1,5 @@
 """The architectures the trainer builds, by name: one entry each, and the questions `train`, `init_from`, `export_hf`
-and `checkpoints` ask of a model config through it. BERT is the one entry.
+and `checkpoints` ask of a model config through it: BERT's and ModernBERT's.
 
 A model config names its architecture (its `architecture` field; a config JSON without one is BERT's, as every
 config written before the choice is), and its entry says the rest:

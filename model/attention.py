@@ -129,13 +129,17 @@ def band(instances: torch.Tensor, window: int) -> Band:
 
 def banded_attention(q, k, v, mask: Band, dropout: float = 0.0) -> torch.Tensor:
     """(B, T, nh * hs): attention over the Band's keys, q, k, v (B, T, nh, hs): SDPA on (B n, nh, b, hs) query
-    blocks against (B n, nh, 3b, hs) key neighbourhoods."""
+    blocks against (B n, nh, 3b, hs) key neighbourhoods, each block's keys its neighbours' and its own side by side
+    (one copy of k and v, three times over, each head's rows contiguous as SDPA's CPU kernel reads them)."""
     B, T, nh, hs = q.shape
-    _, _, b, _ = mask.allowed.shape
+    b = mask.allowed.size(2)
     n = mask.allowed.size(0) // B
-    q = F.pad(q, (0, 0, 0, 0, 0, n * b - T)).reshape(B * n, b, nh, hs).transpose(1, 2)  # (B n, nh, b, hs)
-    k, v = (F.pad(t, (0, 0, 0, 0, b, (n + 1) * b - T)).unfold(1, 3 * b, b)  # (B, n, nh, hs, 3b)
-            .reshape(B * n, nh, hs, 3 * b).transpose(2, 3) for t in (k, v))  # (B n, nh, 3b, hs)
+    if n * b > T:  # the last block filled out past the row: positions the Band gives no key of the row
+        q, k, v = (F.pad(t, (0, 0, 0, 0, 0, n * b - T)) for t in (q, k, v))
+    q = q.reshape(B * n, b, nh, hs).transpose(1, 2)  # (B n, nh, b, hs)
+    k, v = (F.pad(t.reshape(B, n, b, nh, hs), (0, 0, 0, 0, 0, 0, 1, 1)) for t in (k, v))  # (B, n + 2, b, nh, hs)
+    k, v = (torch.cat([t[:, :-2], t[:, 1:-1], t[:, 2:]], 2)  # (B, n, 3b, nh, hs): blocks i - 1, i, i + 1
+            .view(B * n, 3 * b, nh, hs).transpose(1, 2) for t in (k, v))  # (B n, nh, 3b, hs)
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.allowed, dropout_p=dropout)  # (B n, nh, b, hs)
     return y.transpose(1, 2).reshape(B, n * b, nh * hs)[:, :T]  # (B, T, H)
 

@@ -159,21 +159,18 @@ def layer_norm(config: ModernBertConfig) -> nn.LayerNorm:
 
 
 def rotary(position_ids: torch.Tensor, head_size: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin), each (B, T, 1, hs) float32: the angles position / base^(2i / hs), each twice (both halves)."""
+    """(cos, sin), each (B, T, 1, hs / 2) float32, of the angles position / base^(2i / hs)."""
     inv_freq = 1.0 / (base ** (torch.arange(0, head_size, 2, dtype=torch.float32, device=position_ids.device)
                                / head_size))  # (hs / 2,)
-    angles = position_ids[..., None].float() * inv_freq  # (B, T, hs / 2)
-    angles = torch.cat([angles, angles], -1)[:, :, None]  # (B, T, 1, hs)
+    angles = (position_ids[..., None].float() * inv_freq)[:, :, None]  # (B, T, 1, hs / 2)
     return angles.cos(), angles.sin()
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (B, T, nh, hs) rotated by the angles (rotate-half pairing: dimension i with i + hs/2), in float32 as
-    transformers does, then back to x's dtype."""
-    x32 = x.float()
-    half = x32.size(-1) // 2
-    turned = torch.cat([-x32[..., half:], x32[..., :half]], -1)
-    return (x32 * cos + turned * sin).to(x.dtype)
+    """x (B, T, nh, hs), q or k, each head's dimension i turned with i + hs/2 by the angles (transformers'
+    x cos + rotate_half(x) sin, the same float32 operations half by half), then back to x's dtype."""
+    x1, x2 = x.float().chunk(2, dim=-1)  # (B, T, nh, hs / 2) each
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -334,13 +331,17 @@ class ModernBert(nn.Module):
 
     def attention_masks(self, input_mask, packed: bool, slots: int) -> dict:
         """Each kind of layer's mask, built once a forward: full layers attention.rows_mask's (Bert's), sliding
-        layers attention.window_mask's over the same instances (an unpacked row: input_mask's 1 and 0)."""
+        layers attention.window_mask's over the same instances (an unpacked row: input_mask's 1 and 0), or the full
+        layers' where the window holds the whole row (T - 1 <= window: the same keys, at T^2 <= 3 T window)."""
         dropout = self.config.attention_probs_dropout if self.training else 0.0
         kinds = set(self.config.types)
+        whole = SLIDING in kinds and input_mask.size(1) - 1 <= self.config.window
         masks = {}
-        if FULL in kinds:
+        if FULL in kinds or whole:
             masks[FULL] = attention.rows_mask(input_mask, packed, slots, self.packed_attention, dropout)
-        if SLIDING in kinds:
+        if whole:
+            masks[SLIDING] = masks[FULL]
+        elif SLIDING in kinds:
             kind = self.packed_attention if packed else "sdpa"
             masks[SLIDING] = attention.window_mask(input_mask.long(), self.config.window, kind, slots, dropout)
         return masks

@@ -30,7 +30,10 @@ ROPE = {FULL: {"rope_type": "default", "rope_theta": 5000.0}, SLIDING: {"rope_ty
 VARIANTS = {"defaults": {},
             "biases, untied": dict(norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
                                    decoder_bias=False, tie_word_embeddings=False, hidden_activation="gelu_pytorch_tanh",
-                                   classifier_activation="silu", layer_types=[SLIDING, FULL, SLIDING, SLIDING])}
+                                   classifier_activation="silu", layer_types=[SLIDING, FULL, SLIDING, SLIDING]),
+            # 60 each side: padded rows (T = 61) take the full layers' mask, every key in the window; 59: the
+            # longest instance (61) one key past it
+            "window of the longest": dict(local_attention=120), "one key short": dict(local_attention=118)}
 
 
 def hf_config(**overrides) -> transformers.ModernBertConfig:
@@ -117,7 +120,7 @@ def test_transformers_model_loads_and_gives_its_logits_padded_and_packed(tmp_pat
     window one key narrower or wider each side, or local_attention taken as its half width; each kind's bound <
     for <=; the rotary bases swapped, or either left at transformers' default; the rotation turned the other way;
     layer 0 given an attention norm; an unpacked row's sliding layers seeing its padding; the head's activation
-    ignored (the second variant)."""
+    ignored (the second variant); a row of window + 2 taken as inside the window (the last)."""
     path, theirs = saved_hf_model(tmp_path / "hf", **VARIANTS[variant])
     ours, lines = ours_from(path)
     assert lines[0].startswith("init: Hugging Face ModernBertForMaskedLM") and "loaded" in lines[0]
@@ -163,20 +166,22 @@ def test_a_bare_encoder_loads_with_a_fresh_head_and_a_tied_copy_is_checked(tmp_p
     assert architectures.MODERNBERT.describe(fresh) == "MLM head transform and MLM decoder"
     assert architectures.MODERNBERT.describe(list(found.tensors)) == "embeddings, 4 encoder layers and final norm"
     full = {**{"model." + k: v for k, v in encoder.items()}, "decoder.weight": torch.zeros(VOCAB, 64)}
-    with pytest.raises(ValueError, match="decoder.weight is not model.embeddings.tok_embeddings.weight's tensor: an untied decoder"):
+    with pytest.raises(ValueError) as e:
         modernbert_hf.weights_from(full, config, ["ModernBertForMaskedLM"])
+    assert str(e.value) == ("decoder.weight is not model.embeddings.tok_embeddings.weight's tensor: an untied decoder, "
+                            "and config.json's tie_word_embeddings is true")
 
 
 # ---- the sliding window --------------------------------------------------------------------------------------------
 
-def seen_keys(instances: torch.Tensor, window: int, kind: str) -> torch.Tensor:
+def seen_keys(instances: torch.Tensor, window: int, kind: str, dtype=torch.float32) -> torch.Tensor:
     """(B, T, T) bool: the keys each query of a sliding layer attends to, read off attend itself: q = k = 0 spreads
     a query evenly over the keys it may see, and v = the identity says which they are."""
     B, T = instances.shape
-    q = torch.zeros(B, T, 1, T)
-    v = torch.eye(T).expand(B, T, T)[:, :, None, :]  # (B, T, 1, T): key j's value is one-hot j
+    q = torch.zeros(B, T, 1, T, dtype=dtype, device=instances.device)
+    v = torch.eye(T, dtype=dtype, device=instances.device).expand(B, T, T)[:, :, None, :]  # (B, T, 1, T): one-hot j
     mask = attention.window_mask(instances, window, kind, slots=int(instances.max()))
-    return attention.attend(q, q, v.contiguous(), mask) > 0  # (B, T, T)
+    return (attention.attend(q, q, v.contiguous(), mask) > 0).cpu()  # (B, T, T)
 
 
 @pytest.mark.parametrize("kind", ["sdpa", "flex_attention", "varlen"])
@@ -357,7 +362,8 @@ def test_a_value_this_model_cannot_compute_is_refused_naming_it(tmp_path, change
 
 def test_our_config_json_round_trips_and_refuses_what_it_cannot_build():
     """A ModernBERT config JSON of ours names its architecture and reads back; a preset takes the data's vocab;
-    __post_init__ refuses a value naming its field."""
+    __post_init__ refuses a value naming its field; every field has its words for `train --help` (the entry's keys)."""
+    assert set(architectures.MODERNBERT.keys) == {f.name for f in dataclasses.fields(ModernBertConfig)}
     config = architectures.from_name_or_json("modernbert-tiny", vocab_size=VOCAB)
     assert json.loads(config.to_json())["architecture"] == "modernbert"
     assert architectures.config_from_json(config.to_json()) == config
@@ -377,8 +383,9 @@ def test_our_config_json_round_trips_and_refuses_what_it_cannot_build():
 def test_the_entry_builds_initialises_and_trains_masked_lm_only():
     """ModernBERT's entry: its presets build (no sentence head, which it refuses), initialised as transformers
     initialises ModernBERT (each tensor's std within 10% of transformers' fresh model's, norms 1, biases 0), the
-    init redrawn for named tensors only; packed rows of objective none only; a sliding window costs less than full
-    attention in the FLOPs. Break seen caught: the residual projections given initializer_range (std x 2.8)."""
+    init redrawn for named tensors only; packed rows of objective none only; a sliding layer takes the full layers'
+    mask where its window holds the row; a sliding window costs less than full attention in the FLOPs. Breaks seen
+    caught: the residual projections given initializer_range (std x 2.8); the whole-row mask never taken."""
     entry = architectures.MODERNBERT
     assert architectures.presets()["modernbert-base"] is entry and architectures.for_hf("modernbert") is entry
     config = ModernBertConfig(vocab_size=VOCAB, hidden_size=128, num_layers=4, num_heads=4, intermediate_size=192)
@@ -403,6 +410,8 @@ def test_the_entry_builds_initialises_and_trains_masked_lm_only():
     architectures.check_trainable(config, "none", packed=True)
     with pytest.raises(RunError, match="modernbert trains objective none only: prepare them with --objective none"):
         architectures.check_trainable(config, "nsp", packed=True)
+    rows = [model.attention_masks(torch.ones(2, T, dtype=torch.long), False, 1) for T in (65, 66)]   # window 64
+    assert rows[0][SLIDING] is rows[0][FULL] and isinstance(rows[1][SLIDING], attention.Band)
     everywhere = dataclasses.replace(config, layer_types=[FULL] * 4)
     assert pretraining_flops(config, 8192, 20) < 0.75 * pretraining_flops(everywhere, 8192, 20)
     assert entry.position_table is None and entry.output_bias in ours
@@ -437,3 +446,52 @@ def test_padded_rows_are_never_predicted_here_and_improbable_in_transformers():
                               init_from.SourceVocab(None, None, None, None), None)
     init_from.load(source, model, "none", 64)
     assert torch.equal(model.decoder.bias, ours.decoder.bias)
+
+
+def test_the_model_traces_in_one_graph_padded_and_packed():
+    """torch.compile sees one graph, no break, for padded rows and for packed ones on the CPU's kinds (their masks
+    and rotary angles built inside the forward from tensors only). Break seen caught: the sliding mask's slots read
+    off input_mask (a host read)."""
+    import torch._dynamo
+
+    config = ModernBertConfig(vocab_size=VOCAB, hidden_size=64, num_layers=3, num_heads=4, intermediate_size=96,
+                              local_attention=16)
+    model = ModernBert(config)
+    for batch in (padded_rows(instances()), packed_rows(instances(), PACKING)):
+        explained = torch._dynamo.explain(model)(**batch)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's kernels: run where a GPU is")
+def test_cuda_kernels_keep_the_window_and_the_numbers():
+    """On CUDA (a GPU machine only): each kind of sliding attention sees transformers' keys to the edge (bf16, heads
+    of 48), and packed rows under bf16 autocast, eager and compiled, give the CPU's fp32 logits within bf16's
+    precision (3e-2 of their scale)."""
+    device = torch.device("cuda")
+    half, T = hf_config().sliding_window, 48
+    i = torch.arange(T)
+    packed = torch.tensor([[1] * 20 + [2] * 22 + [0] * 6], device=device)
+    expected = ((i[:, None] - i[None, :]).abs() <= half) & (packed[0].cpu()[:, None] == packed[0].cpu()[None, :])
+    for kind in ("sdpa", "flex_attention", "varlen"):
+        if not attention.unavailable(kind, ModernBertConfig(), device):
+            assert torch.equal(seen_keys(packed, half, kind, torch.bfloat16)[0], expected), kind
+    config = ModernBertConfig(vocab_size=VOCAB, hidden_size=256, num_layers=4, num_heads=4, intermediate_size=384,
+                              local_attention=16)
+    torch.manual_seed(0)
+    model = ModernBert(config).eval()
+    parts = instances()
+    batch = packed_rows(parts, PACKING)
+    with torch.no_grad():
+        reference = model(**batch)["mlm_logits"]
+    model.to(device)
+    cuda_batch = {name: t.to(device) for name, t in batch.items()}
+    for kind in ("sdpa", "flex_attention", "varlen"):
+        if attention.unavailable(kind, config, device):
+            continue
+        model.packed_attention = kind
+        for run in (model, torch.compile(model)):
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = run(**cuda_batch)["mlm_logits"].float().cpu()
+            real = batch["masked_lm_positions"] > 0
+            real[:, 0] = True
+            assert (logits - reference)[real].abs().max() <= 3e-2 * reference.abs().max(), kind
