@@ -16,7 +16,7 @@ import socket
 import pytest
 import torch
 
-from model import checkpoints
+from model import architectures, checkpoints
 from pipeline.commands import cli
 from tests.conftest import REPO, SAMPLES
 from tests.test_train import _run_rank, join_ranks, write_shards
@@ -27,9 +27,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 GPT2 = REPO / "tests" / "data" / "tokenizers" / "gpt2-tokenizer.json"
 BOOKS = SAMPLES / "books"
 ONE = ["--preset", "local-1"]
-# the extended tokenizer's ids (`vocab --extend` prints them): [CLS] [SEP] [PAD] [MASK]
+# the extended tokenizer's ids (`vocab --extend` prints them): [CLS] [SEP] [PAD] [MASK]; the flags of every run (one
+# step, where a refusal is expected and a break would train on)
 CLS, SEP, PAD, MASK = 50258, 50259, 50260, 50261
-RUN = ["--batch-size", "4", "--lr", "1e-3", "--warmup-steps", "1", "--log-every", "1", "--checkpoint-every", "0",
+RUN = ["--steps", "1", "--batch-size", "4", "--lr", "1e-3", "--warmup-steps", "1", "--log-every", "1", "--checkpoint-every", "0",
        "--seed", "5", "--num-workers", "0", "--device", "cpu"]
 
 
@@ -85,17 +86,18 @@ def refusal(capsys, *argv) -> str:
 
 def test_modernbert_tiny_trains_evaluates_checkpoints_and_resumes_bitwise(made, tmp_path, capsys):
     """The preset reaches the registry: a ModernBERT of the data's vocab (the tokenizer's 50,304 ids in as many
-    rows), masked LM only (no sentence metrics), the held-out file evaluated at --eval-every and the end, its config,
+    rows; --rope-theta its full-attention layers' base), masked LM only (no sentence metrics), the held-out file evaluated at --eval-every and the end, its config,
     TensorBoard events and checkpoints written; stopped after 2 steps and resumed, the losses of the uninterrupted
     run, bitwise."""
     args = ["--model", "modernbert-tiny", "--steps", "4", "--eval-every", "2", "--eval-batches", "1",
-            "--checkpoint-every", "2"]
+            "--checkpoint-every", "2", "--rope-theta", "10000"]   # ModernBERT's phase 1 base, on a fresh model
     assert train(made["shards"], tmp_path / "full", *args) == 0
     out = capsys.readouterr().out
     assert "(modernbert-tiny)" in out and "objective none" in out, out
     run = tmp_path / "full"
     config = json.loads((run / "config.json").read_text())
     assert config["architecture"] == "modernbert" and config["vocab_size"] == 50304 and config["num_layers"] == 6
+    assert (config["rope_theta"], config["rope_theta_local"]) == (10000.0, 10000.0)
     records = logged(run)
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     assert all(math.isfinite(r["mlm_loss"]) and not any(k.startswith(("nsp", "sop")) for k in r) for r in records)
@@ -105,7 +107,7 @@ def test_modernbert_tiny_trains_evaluates_checkpoints_and_resumes_bitwise(made, 
     assert os.listdir(run / "tb")
     assert train(made["shards"], tmp_path / "cut", *args, "--stop-after", "2") == 0
     capsys.readouterr()
-    assert train(made["shards"], tmp_path / "cut", "--resume") == 0
+    assert train(made["shards"], tmp_path / "cut", "--resume", "--steps", "4") == 0   # the run's own settings
     assert "step 2/4" in capsys.readouterr().out
     assert [r["loss"] for r in logged(tmp_path / "cut")] == [r["loss"] for r in records]
     assert [r["mlm_loss"] for r in logged(tmp_path / "cut", "eval")] == [r["mlm_loss"] for r in logged(run, "eval")]
@@ -133,8 +135,8 @@ def test_two_ranks_train_modernbert(made, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv = ["--data", str(made["shards"]), "--output", str(tmp_path / "run"), "--model", "modernbert-tiny",
-            "--steps", "2", *RUN]
+    argv = ["--data", str(made["shards"]), "--output", str(tmp_path / "run"), "--model", "modernbert-tiny", *RUN,
+            "--steps", "2"]
     ctx = multiprocessing.get_context("spawn")   # not fork: see tests/test_train.py
     ranks = [ctx.Process(target=_run_rank, args=(r, 2, port, argv)) for r in range(2)]
     for p in ranks:
@@ -170,6 +172,14 @@ def test_context_extension_from_a_run_raises_the_bases_and_the_limit(made, tmp_p
                    "positions: no table to grow; --rope-theta raises the full-attention layers' base with it, as "
                    "ModernBERT's context extension did)"), err
     assert not (tmp_path / "p2").exists()
+    err = refusal(capsys, "train", *phase2, *RUN, "--max-position-embeddings", "64")
+    assert err.endswith("has max_position_embeddings 128 and --max-position-embeddings 64 would lower it: it only "
+                        "raises the limit"), err
+    # the bases are the run's: another on a resume is refused (a new run, as here, takes it)
+    err = refusal(capsys, "train", "--data", made["shards"], "--output", tmp_path / "p1", "--resume", "--rope-theta",
+                  "1000")
+    assert ("--rope-theta 1000.0 (the run has 160000.0: its model's config has it: another base is a new run, "
+            "--init-from)") in err, err
     assert cli.main(["train", *map(str, phase2), *RUN, "--steps", "1", "--max-position-embeddings", "256",
                      "--rope-theta", "40000", "--rope-theta-local", "20000"]) == 0
     out = capsys.readouterr().out
@@ -235,7 +245,8 @@ def source_argv(made, output, source, *extra) -> list:
 
 @pytest.mark.parametrize("cls, sharded, fresh", [
     ("ModernBertForMaskedLM", False, None),
-    ("ModernBertModel", True, "init: fresh: "),
+    ("ModernBertModel", True, "init: fresh: MLM head transform and MLM decoder ({hf} holds ModernBertModel weights, "
+                              "which have no MLM head)"),
 ])
 def test_a_transformers_directory_starts_a_run_every_tensor_accounted_for(made, tmp_path, capsys, cls, sharded,
                                                                           fresh):
@@ -250,8 +261,11 @@ def test_a_transformers_directory_starts_a_run_every_tensor_accounted_for(made, 
     assert cli.main([str(a) for a in source_argv(made, tmp_path / "run", tmp_path / "hf")]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("init:")]
-    assert lines[0].startswith(f"init: Hugging Face {cls} {tmp_path / 'hf'}"), lines
-    assert (fresh is None) == (not any(line.startswith("init: fresh: ") for line in lines)), lines
+    files = "model.safetensors.index.json: 2 files" if sharded else "model.safetensors"
+    loaded = ("20 tensors (embeddings, 3 encoder layers and final norm)" if fresh else
+              "23 tensors (embeddings, 3 encoder layers, final norm, MLM head transform and MLM decoder)")
+    assert lines[0] == f"init: Hugging Face {cls} {tmp_path / 'hf'} ({files}): loaded {loaded}", lines
+    assert lines[1:] == ([fresh.format(hf=tmp_path / "hf")] if fresh else []), lines
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (config["architecture"], config["hidden_size"], config["local_attention"]) == ("modernbert", 32, 16)
 
@@ -319,6 +333,9 @@ def test_export_loads_in_transformers_auto_classes_and_fill_mask(made, tmp_path,
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "modernbert" and config["architectures"] == ["ModernBertForMaskedLM"]
     assert (config["cls_token_id"], config["sep_token_id"], config["pad_token_id"]) == (CLS, SEP, PAD)
+    # --model takes it back: a fresh model of the run's config
+    assert architectures.from_name_or_json(str(out / "config.json")) == architectures.config_from_json(
+        (tmp_path / "run" / "config.json").read_text())
     model, info = transformers.AutoModelForMaskedLM.from_pretrained(str(out), output_loading_info=True)
     assert type(model).__name__ == "ModernBertForMaskedLM"
     assert not (info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"]), info
