@@ -1,4 +1,6 @@
 """GPU training throughput of BERT's attention kernels and torch.compile, one table: `python bench/bench_gpu.py`.
+ModernBERT's rows (issue 46): `python bench/bench_gpu.py --model modernbert-base --lengths 1024 8192 --layouts packed
+--attentions flex_attention varlen sdpa --masked-lm-prob 0.3` (any --model of model/architectures.py runs).
 
 Rows: BERT-base at L=128 and L=512; google's rows (one instance each, padded) and packed rows (`bertprep pack`'s
 layout, k=8); the trainer's step (bf16 autocast, forward, backward, clip, fused AdamW) eager and torch.compile'd;
@@ -12,14 +14,18 @@ Data: every row trains from the trainer's own loader (model.data.Loader: --num-w
 memory, non-blocking copies) over shards written in the schema (pipeline/formats/schema.py) to a temporary
 directory, so the loader's wait is measured where the trainer meets it, not guessed from a separate run. Instances
 have random ids, lengths drawn so that google's rows hold Wikipedia's share of real tokens (88.4% at L=128, 67.1%
-at L=512: README, `bench/bench_packing.py`), 15% masked by google's count rule (at most P = 20 / 80); packed rows
-are those instances packed by pipeline.algorithms.packing. Every row's batches are the same for its (L, layout).
+at L=512: README, `bench/bench_packing.py`), --masked-lm-prob (15%) masked by google's count rule (at most P = 20
+/ 80, elsewhere that share of L); packed rows are those instances packed by pipeline.algorithms.packing. Every row's
+batches are the same for its (L, layout). A model whose architecture trains no sentence objective (ModernBERT) has
+no sentence head and ignores the rows' NSP labels.
 
-MFU = model.bert.pretraining_flops(config, L, P) x rows per second / peak (989 TFLOP/s, H100/H200 dense bf16;
---peak-tflops). Per row that is 6 x layers x (4H^2 + 2HI) x L (the encoder's matmuls, every position) + 12 x
-layers x H x L^2 (QK^T and AV over the row) + 6 x (H^2 + P x (H^2 + HV)) (pooler; MLM head on the P masked
-slots): PaLM's 6N + 12 x layers x H x L per position, forward + backward. Packed rows are credited the same FLOPs
-whichever attention runs (varlen computes only each instance's scores), so within a layout MFU compares as speed.
+MFU = the architecture's flops (its pretraining_flops(config, L, P): model/architectures.py) x rows per second / peak
+(989 TFLOP/s, H100/H200 dense bf16; --peak-tflops). For BERT (model.bert) a row is 6 x layers x (4H^2 + 2HI) x L (the
+encoder's matmuls, every position) + 12 x layers x H x L^2 (QK^T and AV over the row) + 6 x (H^2 + P x (H^2 + HV))
+(pooler; MLM head on the P masked slots): PaLM's 6N + 12 x layers x H x L per position, forward + backward;
+ModernBERT's (model.modernbert) counts its GeGLU and, in sliding layers, the window's keys only. Packed rows are
+credited the same FLOPs whichever attention runs (varlen computes only each instance's scores), so within a layout
+MFU compares as speed.
 
 Measured in priority order under --budget-s (the issue's comparisons first: packed L=512 eager, then compiled), a
 row that would not finish in it is listed as skipped; a row that fails is listed with its error and the rest go
@@ -43,9 +49,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from model import architectures, bert, data  # noqa: E402
-from model import config as config_lib  # noqa: E402
-from model.attention import unavailable  # noqa: E402
+from model import architectures, data  # noqa: E402
+from model.attention import PACKED_ATTENTIONS, unavailable  # noqa: E402
 from pipeline.algorithms import masking, packing  # noqa: E402
 from pipeline.formats import schema, tfrecord  # noqa: E402
 
@@ -58,7 +63,7 @@ SMOKE = dict(lengths=(32, 64), tokens=256, steps=2, warmup=1, num_workers=1, com
 class Case:
     L: int
     packed: bool
-    attention: str   # "sdpa" | "varlen"
+    attention: str   # one of attention.PACKED_ATTENTIONS: "sdpa" | "varlen" | "flex_attention"
     compiled: bool
 
     @property
@@ -67,29 +72,36 @@ class Case:
                 "compiled" if self.compiled else "eager")
 
 
-def cases(lengths: tuple[int, ...]) -> list[Case]:
+def cases(lengths: tuple[int, ...], layouts: tuple[str, ...] = ("packed", "unpacked"),
+          attentions: tuple[str, ...] = ("varlen", "sdpa")) -> list[Case]:
     """Every row, in the order they are measured: eager before compiled (compiling costs most of the budget), the
-    longest L first (the issue's targets are packed L=512), packed before unpacked, varlen before sdpa."""
+    longest L first (the issue's targets are packed L=512), packed before unpacked, the packed attentions in the
+    order given (varlen before sdpa); unpacked rows run sdpa, their one attention."""
     order = []
     for compiled in (False, True):
         for L in sorted(lengths, reverse=True):
-            order += [Case(L, True, "varlen", compiled), Case(L, True, "sdpa", compiled),
-                      Case(L, False, "sdpa", compiled)]
+            if "packed" in layouts:
+                order += [Case(L, True, attention, compiled) for attention in attentions]
+            if "unpacked" in layouts:
+                order.append(Case(L, False, "sdpa", compiled))
     return order
 
 
 # ---- data: shards in the schema, read back by the trainer's loader ------------------------------------------------
 
-def instances(n: int, L: int, P: int, vocab_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def instances(n: int, L: int, P: int, vocab_size: int, rng: np.random.Generator,
+              masked_lm_prob: float = 0.15) -> dict[str, np.ndarray]:
     """n masked instances in google's layout ((n, L), (n, P) arrays): a mix of full rows and uniform lengths 8..L
-    whose mean is REAL_SHARE of L; google's count rule of predictions, at random positions inside [CLS] ... [SEP]."""
+    whose mean is REAL_SHARE of L; google's count rule of predictions (`masked_lm_prob` of the tokens, at most P), at
+    random positions inside [CLS] ... [SEP]."""
     share, low = REAL_SHARE.get(L, 0.8), 8
     uniform = (low + L) / 2 / L
     full = (share - uniform) / (1 - uniform)   # the share of full-length instances that gives that mean
     lengths = np.where(rng.random(n) < full, L, rng.integers(low, L + 1, n))
     columns = np.arange(L)[None]
     mask = (columns < lengths[:, None]).astype(np.int64)
-    counts = masking.num_to_predict(lengths, masking.MaskRecipe(max_predictions_per_seq=P))  # (n,)
+    recipe = masking.MaskRecipe(masked_lm_prob=masked_lm_prob, max_predictions_per_seq=P)
+    counts = masking.num_to_predict(lengths, recipe)  # (n,)
     inside = (columns >= 1) & (columns < lengths[:, None] - 1)                               # between [CLS], [SEP]
     slots = np.arange(P)[None] < counts[:, None]                                             # (n, P) real ones
     picked = np.argsort(np.where(inside, rng.random((n, L)), np.inf), axis=1)[:, :P]         # random inside ones
@@ -100,15 +112,21 @@ def instances(n: int, L: int, P: int, vocab_size: int, rng: np.random.Generator)
             "masked_lm_weights": slots.astype(np.float32), "next_sentence_labels": rng.integers(0, 2, n)}
 
 
-def write_shards(directory: str, L: int, packed: bool, rows: int, files: int, vocab_size: int,
-                 k: int) -> tuple[list[str], schema.Shape, float]:
+def predictions(L: int, masked_lm_prob: float) -> int:
+    """P, the prediction slots of an instance of L: google's at 15%, else that share of L."""
+    return PREDICTIONS[L] if masked_lm_prob == 0.15 and L in PREDICTIONS else round(masked_lm_prob * L)
+
+
+def write_shards(directory: str, L: int, packed: bool, rows: int, files: int, vocab_size: int, k: int,
+                 masked_lm_prob: float = 0.15) -> tuple[list[str], schema.Shape, float]:
     """`rows` rows of L (packed k a row, or google's) in `files` TFRecord files: (files, their shape, real share)."""
-    P = PREDICTIONS.get(L, round(0.15 * L))
+    P = predictions(L, masked_lm_prob)
     rng = np.random.default_rng(L)
-    arrays = instances(rows * (4 if packed else 1), L, P, vocab_size, rng)   # a packed row holds ~1-4 instances
+    arrays = instances(rows * (4 if packed else 1), L, P, vocab_size, rng,   # a packed row holds ~1-4 instances
+                       masked_lm_prob)
     shape, layout = schema.Shape(L, P), schema.Batch
     if packed:
-        M = packing.max_row_predictions(L, k, 0.15, P)
+        M = packing.max_row_predictions(L, k, masked_lm_prob, P)
         _, batches = packing.pack(packing.Instances.from_google(arrays), L, k, M)
         parts = list(batches)
         arrays = {name: np.concatenate([getattr(b, name) for b in parts]) for name in schema.PACKED_FEATURES}
@@ -125,14 +143,13 @@ def write_shards(directory: str, L: int, packed: bool, rows: int, files: int, vo
 
 # ---- one row: the trainer's step, timed ---------------------------------------------------------------------------
 
-def measure(case: Case, config: config_lib.BertConfig, files: list[str], shape: schema.Shape, batch_size: int,
-            args, device: str) -> dict:
+def measure(case: Case, config, files: list[str], shape: schema.Shape, batch_size: int, args, device: str) -> dict:
     """Trains `case` for --warmup then --steps steps from the loader; returns the row's measurements."""
     cuda = device == "cuda"
-    if case.attention == "varlen":   # varlen_attn has no dropout: the setting it runs with
+    if case.attention != "sdpa":   # varlen_attn and flex_attention have no dropout: the setting they run with
         config = dataclasses.replace(config, attention_dropout=0.0)
     torch.manual_seed(0)
-    model = architectures.build(config, True, device)
+    model = architectures.build(config, sentence_head(config), device)
     model.packed_attention = case.attention
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
                                   fused=cuda)
@@ -154,12 +171,17 @@ def measure(case: Case, config: config_lib.BertConfig, files: list[str], shape: 
         torch.cuda.reset_peak_memory_stats()
     warmup_s, seconds, waited, real = timed(step, loader, args.warmup, args.steps, device)
     rows = args.steps * batch_size
-    flops = bert.pretraining_flops(config, case.L, shape.max_predictions_per_seq) * rows
+    flops = architectures.of(config).flops(config, case.L, shape.max_predictions_per_seq) * rows
     return {"attn_dropout": config.attention_probs_dropout, "step_ms": 1e3 * seconds / args.steps,
             "tokens_s": rows * case.L / seconds, "real_tokens_s": real / seconds,
             "mfu": flops / seconds / (args.peak_tflops * 1e12) if args.peak_tflops else None,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
             "wait": waited / seconds, "warmup_s": warmup_s}
+
+
+def sentence_head(config) -> bool:
+    """Whether the model has a sentence head: where its architecture trains a sentence objective (BERT's NSP)."""
+    return "nsp" in architectures.of(config).objectives
 
 
 def timed(step, loader: data.Loader, warmup: int, steps: int, device: str) -> tuple[float, float, float, int]:
@@ -193,14 +215,23 @@ def timed(step, loader: data.Loader, warmup: int, steps: int, device: str) -> tu
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="base", help="a preset (tiny|mini|base|large) or a config JSON")
+    p.add_argument("--model", default="base", help=f"a preset ({'|'.join(architectures.presets())}) or a config JSON")
     p.add_argument("--lengths", type=int, nargs="+", default=[128, 512], help="row lengths L")
+    p.add_argument("--layouts", nargs="+", choices=("packed", "unpacked"), default=["packed", "unpacked"],
+                   help="the rows' layouts: packed (bertprep pack's) and google's unpacked ones")
+    p.add_argument("--attentions", nargs="+", choices=tuple(PACKED_ATTENTIONS), default=["varlen", "sdpa"],
+                   help="the attentions packed rows run, measured in this order (unpacked rows run sdpa)")
+    p.add_argument("--masked-lm-prob", type=float, default=0.15,
+                   help="the share of tokens predicted (ModernBERT's: 0.3); P is google's 20 / 80 at L=128 / 512 at "
+                        "0.15, else this share of L")
     p.add_argument("--tokens", type=int, default=32768, help="positions per batch: rows = tokens / L")
     p.add_argument("--steps", type=int, default=20, help="timed steps a row")
     p.add_argument("--warmup", type=int, default=3, help="steps before the timed ones (compilation among them)")
     p.add_argument("--num-workers", type=int, default=4, help="loader worker processes, as the trainer's flag")
     p.add_argument("--pack-k", type=int, default=8, help="instances a packed row holds at most (bertprep pack's k)")
-    p.add_argument("--vocab", type=int, default=30522)
+    p.add_argument("--vocab", type=int, default=None,
+                   help="the model's vocab size (default: the preset's or the config's: BERT's 30,522, "
+                        "ModernBERT's 50,368)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's dense bf16 peak for MFU (default: 989 on H100/H200; none elsewhere)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend for the compiled rows")
@@ -216,11 +247,14 @@ def parse_args(argv):
     return args
 
 
-def model_config(args) -> config_lib.BertConfig:
-    if args.smoke:   # odd-ish and small: 2 layers, 2 heads of 16
-        return config_lib.BertConfig(vocab_size=1000, hidden_size=32, num_layers=2, num_heads=2,
-                                     intermediate_size=64, max_position_embeddings=max(args.lengths))
-    return architectures.from_name_or_json(args.model, vocab_size=args.vocab)
+def model_config(args):
+    """--model's config; with --smoke a small one of its architecture (2 layers, 2 heads of 16, the rest its
+    defaults)."""
+    config = architectures.from_name_or_json(args.model, vocab_size=args.vocab)
+    if args.smoke:
+        return architectures.of(config).config(vocab_size=1000, hidden_size=32, num_layers=2, num_heads=2,
+                                                intermediate_size=64, max_position_embeddings=max(args.lengths))
+    return config
 
 
 def main(argv=None) -> int:
@@ -244,9 +278,10 @@ def main(argv=None) -> int:
     for line in targets(rows, args):
         print(line)
     print(f"MFU = pretraining_flops(config, L, P) x rows/s / {args.peak_tflops or '(no peak: --peak-tflops)'} "
-          "TFLOP/s; per row 6 x layers x (4H^2 + 2HI) x L + 12 x layers x H x L^2 + 6 x (H^2 + P(H^2 + HV)), "
-          "forward + backward (PaLM's 6N + 12 x layers x H x L per position); packed rows get the same FLOPs "
-          "with either attention. loader wait: share of the timed steps' wall time in next(loader).")
+          f"TFLOP/s, pretraining_flops of {architectures.of(config).name}; for BERT per row 6 x layers "
+          "x (4H^2 + 2HI) x L + 12 x layers x H x L^2 + 6 x (H^2 + P(H^2 + HV)), forward + backward (PaLM's 6N + "
+          "12 x layers x H x L per position); packed rows get the same FLOPs with any attention. loader wait: share "
+          "of the timed steps' wall time in next(loader).")
     print(f"bench_gpu: {time.monotonic() - begun:.0f} s")
     return 0
 
@@ -258,7 +293,8 @@ def setting(args, config, device: str) -> str:
         where = f"{torch.cuda.get_device_name()} (sm_{major}{minor})"
     else:
         where = f"CPU, {torch.get_num_threads()} thread(s), fp32"
-    params = sum(p.numel() for p in architectures.build(config, True, "meta", empty=True).parameters())
+    params = sum(p.numel() for p in architectures.build(config, sentence_head(config), "meta",
+                                                        empty=True).parameters())
     return (f"bench_gpu: {where}; torch {torch.__version__}; {'smoke' if args.smoke else args.model} model "
             f"({params / 1e6:.1f}M parameters); {'bf16 autocast, fused AdamW' if device == 'cuda' else 'AdamW'}; "
             f"{args.warmup} warm-up + {args.steps} timed steps a row, {args.tokens} positions a batch; loader: "
@@ -268,15 +304,16 @@ def setting(args, config, device: str) -> str:
 def run_cases(args, config, device: str, begun: float) -> dict:
     """{Case: its measurements, or {"note": why it was skipped or how it failed}}, in cases() order, each row's
     shards written the first time its (L, layout) comes up."""
-    # The CPU's varlen is attention.varlen_reference: the smoke run's check of the path. A GPU says why it cannot.
-    varlen_why = "" if device == "cpu" else unavailable("varlen", config, device)
+    # The CPU's varlen is attention.varlen_reference and its flex_attention eager: the smoke run's check of the
+    # paths. A GPU says why it cannot run one.
+    why = {kind: "" if device == "cpu" else unavailable(kind, config, device) for kind in args.attentions}
     estimate = {False: 15.0, True: 90.0}   # seconds a row takes, eager / compiled: the last one's, once measured
     rows, shards = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for case in cases(tuple(args.lengths)):
+        for case in cases(tuple(args.lengths), tuple(args.layouts), tuple(args.attentions)):
             B = max(1, args.tokens // case.L)
-            if case.attention == "varlen" and varlen_why:
-                rows[case] = {"note": f"skipped: {varlen_why}"}
+            if why.get(case.attention):
+                rows[case] = {"note": f"skipped: {why[case.attention]}"}
                 continue
             if time.monotonic() - begun + estimate[case.compiled] > args.budget_s:
                 rows[case] = {"note": f"skipped: --budget-s {args.budget_s:g} (a row takes about "
@@ -285,7 +322,7 @@ def run_cases(args, config, device: str, begun: float) -> dict:
             if (case.L, case.packed) not in shards:   # enough rows for one epoch: no loader restart while timed
                 needed = (args.warmup + args.steps + 3 * max(1, args.num_workers)) * B
                 shards[case.L, case.packed] = write_shards(tmp, case.L, case.packed, needed, max(1, args.num_workers),
-                                                           config.vocab_size, args.pack_k)
+                                                           config.num_tokens, args.pack_k, args.masked_lm_prob)
             files, shape, share = shards[case.L, case.packed]
             t = time.monotonic()
             try:
