@@ -110,3 +110,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+# The files whose tests take longest (pytest --durations=0 on 2 cores, issue 46: 20-130 s each), run first: with
+# `-n 2 --dist loadfile` a worker takes the next file as it finishes one, so a long file taken last leaves the other
+# worker idle to the end. Longest first keeps both busy; order within a file is kept (its module fixtures).
+FIRST = ("test_tokenizer_data.py", "test_examples.py", "test_objectives_end_to_end.py", "test_end_to_end.py",
+         "test_train_ranks.py", "test_corpora_mixed.py", "test_objectstore.py", "test_convert.py",
+         "test_validation.py", "test_whole_words.py", "test_runners.py", "test_shares.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))   # stable: collection order otherwise
