@@ -173,14 +173,17 @@ def model_config(model_plan: ModelPlan, optimizer: str, checkpoint: dict | None,
                  source: init_from.Source | None) -> tuple[object, bool]:
     """(the run's model config, whether it is a preset's, which takes the data's vocab): a resumed checkpoint's,
     else --init-from's source's (`optimizer`: the run's, for --init-optimizer-state), else --model's with
-    --attention-dropout. Its architecture is the one the config names (model/architectures.py); ValueError for an
-    unknown preset, architecture or config field (the command's one line, as before there was a choice)."""
+    --attention-dropout. Its architecture is the one the config names (model/architectures.py); RunError (one line,
+    exit 2) for an unknown preset, architecture, config field or value."""
     if checkpoint:
         return architectures.config_from_json(checkpoint["config"]), False
     if source:
         return init_from.config_for(source, model_plan, optimizer), False
     name = model_plan.model or DEFAULT_MODEL
-    config = architectures.from_name_or_json(name)
+    try:
+        config = architectures.from_name_or_json(name)
+    except ValueError as e:  # an unknown preset, architecture, field or value: the flag's refusal, exit 2
+        raise RunError(str(e)) from None
     if model_plan.attention_dropout is not None:  # recorded in config.json and every checkpoint
         config = dataclasses.replace(config, attention_dropout=model_plan.attention_dropout)
     return architectures.with_rope_bases(config, model_plan), name in architectures.presets()
