@@ -6,6 +6,7 @@ bert         BERT for pretraining: the encoder, the masked-LM and sentence heads
 attention    attention for any architecture: which kernel runs, each row's mask, the attention of q, k, v
 losses       the masked LM's and sentence task's losses every architecture returns
 optim        LAMB and AdamW without a Python loop over the parameters
+schedules    the lr's schedules (linear, cosine, constant, wsd): the multiplier of --lr at a step, one entry a kind
 data         the shard reader: shards (or pair records, masked as they load) -> batches, resumable exactly
 plan         TrainPlan, a run's settings in five groups (one field a `bertprep train` flag, its default), RunError
 train        the run: set-up, the loop, one optimizer step and its loss, evaluation

@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from model.schedules import KINDS, decay_length
 from pipeline.algorithms.masking import MaskRecipe
 
 
@@ -67,21 +68,59 @@ class Schedule:
     grad_accum: int = 1
     lr: float = 1e-4                          # google's for BERT-Base
     warmup_steps: int | None = None           # None: 1% of steps, or a resumed run's own
+    schedule: str = "linear"                  # after warmup: a kind of model/schedules.py's KINDS
+    min_lr: float = 0.0                       # the lr a decay ends at (not constant's)
+    decay_steps: int | None = None            # wsd's decay phase: these last steps, or
+    decay_fraction: float | None = None       # this share of steps; neither: schedules.WSD_DECAY_FRACTION
+    decay_shape: str | None = None            # wsd's decay: linear (None) or 1-sqrt
     optimizer: str = "adamw"                  # adamw | lamb
     weight_decay: float = 0.01
     clip_norm: float = 1.0
 
     def check(self, world: int, warmup: int | None = None, whose: str = "") -> None:
         """RunError where the schedule cannot run: a warmup longer than the steps (`warmup`: the one the run uses,
-        default --warmup-steps; `whose`: where it comes from, in words, where not from the flag), a --batch-size
-        that `world` ranks times --grad-accum do not divide."""
+        default --warmup-steps; `whose`: where it comes from, in words, where not from the flag), decay flags the
+        schedule does not take or that do not fit the steps, a --min-lr above --lr, a --batch-size that `world`
+        ranks times --grad-accum do not divide."""
         warmup = self.warmup_steps if warmup is None else warmup
         if warmup is not None and warmup > self.steps:
             raise RunError(f"--warmup-steps {warmup}{whose} is more than --steps {self.steps}: the schedule would end "
                            f"before the learning rate reached --lr (give at most {self.steps})")
+        self.check_decay(self.new_warmup() if warmup is None else warmup, whose)
         if self.batch_size % (world * self.grad_accum):
             raise RunError(f"--batch-size {self.batch_size} is not divisible by world size {world} x "
                            f"--grad-accum {self.grad_accum}")
+
+    def new_warmup(self) -> int:
+        """A new run's warmup steps: --warmup-steps, else 1% of --steps."""
+        return self.steps // 100 if self.warmup_steps is None else self.warmup_steps
+
+    def check_decay(self, warmup: int, whose: str) -> None:
+        """RunError where --schedule's decay flags do not apply to it or do not fit in --steps after `warmup`."""
+        kind = KINDS[self.schedule]
+        for flag, value in (("--decay-steps", self.decay_steps), ("--decay-fraction", self.decay_fraction),
+                            ("--decay-shape", self.decay_shape)):
+            if value is not None and not kind.phase:
+                raise RunError(f"{flag} {value} applies to a decay phase of its own: --schedule {self.schedule} has "
+                               "none (give --schedule wsd)")
+        if self.min_lr and not kind.decays:
+            raise RunError(f"--min-lr {self.min_lr:g} is what a decay ends at: --schedule {self.schedule} has none")
+        if self.min_lr > self.lr:
+            raise RunError(f"--min-lr {self.min_lr:g} is above --lr {self.lr:g}: the decay would raise the learning "
+                           "rate")
+        if not kind.phase:
+            return
+        if self.decay_steps is not None and self.decay_fraction is not None:
+            raise RunError(f"--decay-steps {self.decay_steps} and --decay-fraction {self.decay_fraction:g} both say "
+                           "how long the decay is: give one")
+        if self.decay_steps is not None and self.decay_steps > self.steps:
+            raise RunError(f"--decay-steps {self.decay_steps} is more than --steps {self.steps} (give at most "
+                           f"{self.steps}, or --decay-fraction)")
+        decay = decay_length(self)
+        if warmup + decay > self.steps:
+            raise RunError(f"--warmup-steps {warmup}{whose} and the decay's {decay} steps are more than --steps "
+                           f"{self.steps}: the decay would start in the warmup (a decay phase on its own from a "
+                           "stable checkpoint: --warmup-steps 0)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,7 +295,9 @@ RESUME: dict[str, OnResume] = {
     "rope_theta": Refused(_CONFIG), "rope_theta_local": Refused(_CONFIG),
     # Schedule: the lr's schedule is rebuilt from the checkpoint's step (train.continue_schedule)
     "steps": Applied(), "batch_size": Positional(), "grad_accum": Positional(), "lr": Applied(),
-    "warmup_steps": Applied(), "optimizer": Refused("the checkpoint holds its optimizer's moments"),
+    "warmup_steps": Applied(), "schedule": Applied(), "min_lr": Applied(), "decay_steps": Applied(),
+    "decay_fraction": Applied(), "decay_shape": Applied(),
+    "optimizer": Refused("the checkpoint holds its optimizer's moments"),
     "weight_decay": Applied(), "clip_norm": Applied(),
     # RunPlan: the ranks and their device are set up before the checkpoint is read
     "output": Launch(), "seed": Refused(_ORDER), "log_every": Applied(), "checkpoint_every": Applied(),

@@ -14,10 +14,10 @@ same data only (a checkpoint keeps its fingerprint). `--init-from SOURCE` starts
 Ctrl-C (SIGINT) or a cluster's SIGTERM stops the run at the end of the current step with a checkpoint there, on every
 rank at the same step; it exits 130 (143 for SIGTERM) with one line naming the checkpoint. A second signal stops at
 once, without one. A resumed run runs its own plan, each flag given applied (said in one line) or refused as
-model/plan.py's RESUME says (checkpoints.resumed_plan); with another --steps, --lr or --warmup-steps its schedule is
-rebuilt from the checkpoint's step (the decay stretched to the new --steps, the run's warmup kept unless
---warmup-steps is given): its first step runs at the lr that schedule has there. A run at its --steps already trains
-nothing.
+model/plan.py's RESUME says (checkpoints.resumed_plan); with another --steps, --lr, --warmup-steps or --schedule (or
+its flags) its schedule is rebuilt from the checkpoint's step (the decay stretched to the new --steps, the run's
+warmup kept unless --warmup-steps is given): its first step runs at the lr that schedule has there. A run at its
+--steps already trains nothing.
 
 The shards' manifest says the objective: nsp (google's), sop (ALBERT's sentence order: the same two-way head,
 logged as sop_loss and sop_accuracy) or none (RoBERTa's full-sentence rows: masked LM only, no sentence head).
@@ -54,6 +54,7 @@ from model.losses import MLM_LOSS_EPS
 from model.metrics import RunLog, Sums, batch_stats, stat_names, task_metrics, train_record
 from model.plan import DEFAULT_MODEL, DataPlan, EvalPlan, ModelPlan, RunError, Schedule, TrainPlan
 from model.ranks import Ranks, Stop, setup_ranks
+from model.schedules import KINDS, LrSchedule
 from pipeline.formats import schema
 from pipeline.text import vocabularies
 
@@ -356,21 +357,22 @@ def build_model(config, attention: str, seed: int, ranks: Ranks, sentence_head: 
 
 
 def build_optimizer(model: torch.nn.Module, schedule: Schedule, warmup: int, device_type: str):
-    """(optimizer, lr schedule) of `model`: --optimizer over its parameters, warmup then google's linear decay."""
+    """(optimizer, lr schedule) of `model`: --optimizer over its parameters, `warmup` steps then --schedule."""
     # multi-tensor updates (model/optim.py): no Python loop over the ~200 tensors of BERT-base
     optimizer = optim.make(schedule.optimizer, optim.param_groups(model, schedule.weight_decay), schedule.lr,
                            device_type)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, schedule.steps))
+    lr = LrSchedule.of(schedule, warmup)
+    # a lambda, not the LrSchedule itself: LambdaLR saves a callable object's fields in its state_dict and a resume
+    # would load the old run's schedule back over this plan's
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr(step))
     return optimizer, scheduler
 
 
 def schedule_warmup(schedule: Schedule, checkpoint: dict | None) -> int:
     """The schedule's warmup steps: --warmup-steps; else a resumed run's own (its default was 1% of its --steps,
     and a larger --steps must not send it back into warmup); else 1% of --steps."""
-    if schedule.warmup_steps is not None:
-        return schedule.warmup_steps
-    if checkpoint is None:
-        return schedule.steps // 100
+    if schedule.warmup_steps is not None or checkpoint is None:
+        return schedule.new_warmup()
     if "warmup" in checkpoint:
         return checkpoint["warmup"]
     before = checkpoints.saved_plan(checkpoint)  # checkpoints older than the "warmup" entry: what that run computed
@@ -379,22 +381,31 @@ def schedule_warmup(schedule: Schedule, checkpoint: dict | None) -> int:
 
 def continue_schedule(checkpoint: dict, schedule: Schedule, optimizer, scheduler, step: int,
                       warmup: int) -> list[str]:
-    """Sets the lr of `step` on this run's schedule (--lr, `warmup`, --steps). The optimizer's saved lr is the old
-    schedule's (0 at its end): with another --steps the decay is stretched (or shortened) to the new total from this
-    very step. Returns the line that says so where the schedule is not the checkpoint's run's."""
+    """Sets the lr of `step` on this run's schedule (--schedule and its flags, --lr, `warmup`, --steps). The
+    optimizer's saved lr is the old schedule's (0 at its end): with another --steps the decay is stretched (or
+    shortened) to the new total from this very step. Returns the line that says so where the schedule is not the
+    checkpoint's run's."""
     steps = schedule.steps
-    scale = lr_multiplier(step, warmup, steps)
+    scale = LrSchedule.of(schedule, warmup)(step)
     for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
         group["lr"] = base * scale  # LambdaLR's own product: an unchanged schedule stays bitwise the same
     scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]  # what get_last_lr() says, likewise
     ran = checkpoints.ran_plan(checkpoint)
-    before = (ran["steps"], ran["lr"], schedule_warmup(Schedule(steps=ran["steps"]), checkpoint))
-    if before == (steps, schedule.lr, warmup):
+    before = (ran["steps"], ran["lr"], schedule_warmup(Schedule(steps=ran["steps"]), checkpoint),
+              *(ran[name] for name in SCHEDULE_SHAPE))
+    if before == (steps, schedule.lr, warmup, *(getattr(schedule, name) for name in SCHEDULE_SHAPE)):
         return []
-    decay = (f"stretched from {before[0]} to {steps} steps" if steps > before[0] else
-             f"shortened from {before[0]} to {steps} steps" if steps < before[0] else f"to 0 at step {steps}")
-    return [f"resume: the schedule is rebuilt (warmup {warmup} steps to --lr {schedule.lr}, the decay {decay}): lr at "
-            f"step {step} is {optimizer.param_groups[0]['lr']:.2e}"]
+    decay = ("none" if not KINDS[schedule.schedule].decays else
+             f"stretched from {before[0]} to {steps} steps" if steps > before[0] else
+             f"shortened from {before[0]} to {steps} steps" if steps < before[0] else
+             f"to {schedule.min_lr:g} at step {steps}")
+    kind = "" if schedule.schedule == "linear" else f"--schedule {schedule.schedule}: "
+    return [f"resume: the schedule is rebuilt ({kind}warmup {warmup} steps to --lr {schedule.lr}, the decay {decay}): "
+            f"lr at step {step} is {optimizer.param_groups[0]['lr']:.2e}"]
+
+
+# The Schedule fields besides --steps, --lr and the warmup that shape the lr (a resume that changes one says so).
+SCHEDULE_SHAPE = ("schedule", "min_lr", "decay_steps", "decay_fraction", "decay_shape")
 
 
 @dataclass
@@ -511,13 +522,6 @@ def share_of_step_loss(out: dict, batch: dict, totals: torch.Tensor, world: int)
     if "nsp_loss" in out:
         loss = loss + out["nsp_loss"] * instances_of(batch).clamp_min(1.0) / totals[1].clamp_min(1.0)
     return loss * world
-
-
-def lr_multiplier(step: int, warmup: int, total: int) -> float:
-    """google's schedule: linear warmup from 0, then the linear decay lr * (1 - step / total) it would have had."""
-    if step < warmup:
-        return step / warmup
-    return max(0.0, 1.0 - step / total)
 
 
 @torch.no_grad()

@@ -45,7 +45,9 @@ OLD_FLAT = {
     "eval_every": 0, "eval_batches": None, "checkpoint_every": 1000, "keep_checkpoints": 3, "resume": False,
     "overwrite": False, "stop_after": None, "device": None, "dist_timeout_min": 30.0,
     "mask_token_prob": 0.8, "random_token_prob": 0.1,   # the masking recipe's replacement split, since issue 44
-    "rope_theta": None, "rope_theta_local": None}        # a rotary model's bases, since issue 46
+    "rope_theta": None, "rope_theta_local": None,        # a rotary model's bases, since issue 46
+    "schedule": "linear", "min_lr": 0.0, "decay_steps": None, "decay_fraction": None,   # the lr's schedule, since
+    "decay_shape": None}                                                                 # issue 47
 
 
 # ---- the registry --------------------------------------------------------------------------------------------------

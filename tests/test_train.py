@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from model import checkpoints, optim, train
+from model.schedules import LrSchedule
 from model.bert import Bert
 from model.config import BertConfig
 from pipeline.algorithms import masking
@@ -335,9 +336,9 @@ def test_lamb_moves_each_tensor_by_lr_times_its_norm():
 
 
 def test_schedule_warms_up_then_decays_like_google():
-    values = [train.lr_multiplier(s, 10, 100) for s in (0, 5, 10, 50, 100)]
+    values = [LrSchedule("linear", 10, 100)(s) for s in (0, 5, 10, 50, 100)]
     assert values == [0.0, 0.5, 0.9, 0.5, 0.0]
-    assert train.lr_multiplier(0, 0, 100) == 1.0
+    assert LrSchedule("linear", 0, 100)(0) == 1.0
 
 
 def _run_rank(rank, world, port, argv):

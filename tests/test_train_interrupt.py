@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from model import data, train
+from model.schedules import LrSchedule
 from pipeline.algorithms import masking
 from pipeline.commands import cli, training
 from tests.test_train import (L, TINY, _run_rank, args_for, join_ranks, train_losses, write_pairs,
@@ -201,11 +202,11 @@ def test_a_refused_resume_names_what_differs(tmp_path, tiny_json, capsys):
 def test_a_longer_steps_on_resume_stretches_the_schedule(tmp_path, tiny_json, capsys):
     data_glob = write_shards(tmp_path / "data", [20, 20])
     first = train.train(args_for(data_glob, tmp_path / "run", tiny_json, "--steps", "10", "--num-workers", "0"))
-    assert first["history"][-1]["lr"] == pytest.approx(1e-3 * train.lr_multiplier(9, 3, 10))
+    assert first["history"][-1]["lr"] == pytest.approx(1e-3 * LrSchedule("linear", 3, 10)(9))
     capsys.readouterr()
     rest = train.train(args_for(data_glob, tmp_path / "run", tiny_json, "--steps", "20", "--num-workers", "0",
                                 "--resume"))
-    expected = 1e-3 * train.lr_multiplier(10, 3, 20)
+    expected = 1e-3 * LrSchedule("linear", 3, 20)(10)
     out = capsys.readouterr().out
     assert "resume: --steps 20 (the run had 10) from step 10\n" in out
     assert f"resume: the schedule is rebuilt (warmup 3 steps to --lr 0.001, the decay stretched from 10 to 20 " \
@@ -221,7 +222,7 @@ def test_a_longer_steps_on_resume_stretches_the_schedule(tmp_path, tiny_json, ca
             "--lr", "1e-3", "--log-every", "1", "--num-workers", "0"]
     assert cli.main(["train", *base, "--steps", "200", "--stop-after", "2"]) == 0
     resumed = train.train(training.parse_train([*base, "--steps", "1000", "--stop-after", "1", "--resume"]))
-    assert resumed["history"][0]["lr"] == pytest.approx(1e-3 * train.lr_multiplier(2, 2, 1000))
+    assert resumed["history"][0]["lr"] == pytest.approx(1e-3 * LrSchedule("linear", 2, 1000)(2))
     assert torch.load(resumed["checkpoint"], weights_only=True)["warmup"] == 2
 
 

@@ -110,6 +110,11 @@ def probability(text: str) -> float:
     return _number(float, text, lambda v: 0.0 <= v <= 1.0, "a probability is between 0 and 1")
 
 
+def fraction(text: str) -> float:
+    """A share of a whole that holds something: in (0, 1]."""
+    return _number(float, text, lambda v: 0.0 < v <= 1.0, "a fraction is more than 0 and at most 1")
+
+
 def dropout_probability(text: str) -> float:
     """A dropout probability: in [0, 1) (1 would drop everything)."""
     return _number(float, text, lambda v: 0.0 <= v < 1.0, "a dropout probability is at least 0 and below 1")

@@ -15,8 +15,9 @@ import sys
 
 from model import plot
 from model.plan import DEFAULT_MODEL, RESUME, RunError, RunPlan, TrainPlan, flag_of
+from model.schedules import DECAY_SHAPES, KINDS, WSD_DECAY_FRACTION
 from pipeline.commands import flags, groups
-from pipeline.commands.flags import (device_name, dropout_probability, nonnegative_float, nonnegative_int,
+from pipeline.commands.flags import (device_name, dropout_probability, fraction, nonnegative_float, nonnegative_int,
                                      positive_float, positive_int, probability, rotary_base)
 
 
@@ -118,7 +119,7 @@ def _train_model_flags(g) -> None:
 def _train_optimisation_flags(g) -> None:
     """`bertprep train`'s optimisation group: the optimizer and its schedule."""
     g.add_argument("--steps", type=positive_int,
-                   help="optimizer steps; the schedule decays to 0 here (on --resume with another --steps the decay "
+                   help="optimizer steps; the schedule ends here (on --resume with another --steps the decay "
                         "is stretched to the new total, the run's warmup kept)")
     g.add_argument("--batch-size", type=positive_int,
                    help="global batch: rows per optimizer step (a packed row holds several instances)")
@@ -126,6 +127,17 @@ def _train_optimisation_flags(g) -> None:
     g.add_argument("--lr", type=positive_float, help="peak learning rate (google: 1e-4 for BERT-Base)")
     g.add_argument("--warmup-steps", type=nonnegative_int,
                    help="linear warmup steps (default: 1%% of --steps; on --resume, the resumed run's)")
+    g.add_argument("--schedule", choices=tuple(KINDS),
+                   help="the lr after warmup: " + "; ".join(f"{name}: {kind.what}" for name, kind in KINDS.items()))
+    g.add_argument("--min-lr", type=nonnegative_float,
+                   help="the lr a decay ends at, at most --lr (linear, cosine, wsd)")
+    g.add_argument("--decay-steps", type=positive_int, metavar="N",
+                   help="wsd: the decay phase is the last N steps")
+    g.add_argument("--decay-fraction", type=fraction, metavar="F",
+                   help=f"wsd: the decay phase is the last F of --steps, 0 < F <= 1 (default {WSD_DECAY_FRACTION:g} "
+                        "without --decay-steps); a decay phase on its own from a stable run: --init-from RUN "
+                        "--init-optimizer-state --warmup-steps 0 --decay-fraction 1")
+    g.add_argument("--decay-shape", choices=tuple(DECAY_SHAPES), help="wsd: the decay's shape (default linear)")
     g.add_argument("--optimizer", choices=("adamw", "lamb"))
     g.add_argument("--weight-decay", type=nonnegative_float,
                    help="not applied to LayerNorm weights and biases")

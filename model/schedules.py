@@ -1,0 +1,97 @@
+"""The learning rate's schedules (`train --schedule`): the multiplier of --lr at a step, a pure function of the step
+and the run's schedule, the one place any lr is computed. LambdaLR asks it every step and a resume sets the lr of its
+checkpoint's step from it (train.continue_schedule), so a resumed run, or a decay phase run on its own from a stable
+checkpoint, takes the very numbers one uninterrupted run takes. No torch: the plan's checks read the table.
+
+Every kind warms up linearly from 0 over the warmup steps, then runs its own curve from 1 (--lr) down to the floor
+(--min-lr / --lr): lr = floor + (1 - floor) x curve(step). A kind is an entry of KINDS."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+
+# wsd's decay without --decay-steps or --decay-fraction: the last tenth of the run (Hägele et al. 2024 find 10-20%
+# of the steps enough to match a cosine run)
+WSD_DECAY_FRACTION = 0.1
+
+# The shape of a decay phase over its progress p in [0, 1): 1 at its first step, towards 0 at its end.
+DECAY_SHAPES: dict[str, Callable[[float], float]] = {
+    "linear": lambda p: 1.0 - p,
+    "1-sqrt": lambda p: 1.0 - math.sqrt(p),   # MiniCPM's and ModernBERT's: most of the drop in the last steps
+}
+
+
+@dataclass(frozen=True)
+class LrSchedule:
+    """A run's schedule, resolved: `warmup` steps, `total` steps, the floor (--min-lr / --lr), and a decay phase's
+    steps and shape (wsd's). Called with a step, the multiplier of --lr there."""
+    kind: str
+    warmup: int
+    total: int
+    floor: float = 0.0
+    decay: int = 0
+    shape: str = "linear"
+
+    @classmethod
+    def of(cls, schedule, warmup: int) -> LrSchedule:
+        """The schedule of a plan's Schedule group (model/plan.py) with `warmup` steps (train.schedule_warmup)."""
+        kind = KINDS[schedule.schedule]
+        return cls(schedule.schedule, warmup, schedule.steps, schedule.min_lr / schedule.lr,
+                   decay_length(schedule) if kind.phase else 0, schedule.decay_shape or "linear")
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return step / self.warmup
+        # with floor 0 this is the curve's own value, bit for bit (0 + 1 x c): today's linear numbers unchanged
+        return self.floor + (1.0 - self.floor) * KINDS[self.kind].curve(step, self)
+
+
+def _linear(step: int, s: LrSchedule) -> float:
+    # google's: the decay from step 0 it would have had without warmup (1 - warmup/total when warmup ends)
+    return max(0.0, 1.0 - step / s.total)
+
+
+def _cosine(step: int, s: LrSchedule) -> float:
+    # from the warmup's end to the run's (transformers' get_cosine_schedule_with_warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * (step - s.warmup) / max(1, s.total - s.warmup)))
+
+
+def _constant(step: int, s: LrSchedule) -> float:
+    return 1.0
+
+
+def _wsd(step: int, s: LrSchedule) -> float:
+    # stable until the last `decay` steps; the decay's progress counted in whole steps from its start, so a decay
+    # run on its own (--warmup-steps 0 --decay-fraction 1, steps = decay) has the same progress at each step
+    start = s.total - s.decay
+    return 1.0 if step < start else DECAY_SHAPES[s.shape]((step - start) / s.decay)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One schedule: its curve after warmup, whether it decays (to --min-lr) and has a decay phase of its own
+    (--decay-steps, --decay-fraction, --decay-shape) apply, and what it does in words (--help, a resume's line)."""
+    curve: Callable[[int, LrSchedule], float]
+    decays: bool
+    phase: bool
+    what: str
+
+
+KINDS: dict[str, Kind] = {
+    "linear": Kind(_linear, True, False, "linear decay from step 0 (google's), to --min-lr at --steps"),
+    "cosine": Kind(_cosine, True, False, "cosine from --lr at the warmup's end to --min-lr at --steps"),
+    "constant": Kind(_constant, False, False, "--lr from the warmup's end on"),
+    "wsd": Kind(_wsd, True, True, "--lr until the decay phase, the last --decay-steps (or --decay-fraction of "
+                                  "--steps), then --decay-shape down to --min-lr at --steps"),
+}
+
+
+def decay_length(schedule) -> int:
+    """A decay phase's steps: --decay-steps, else --decay-fraction (default WSD_DECAY_FRACTION) of --steps, rounded,
+    at least 1."""
+    if schedule.decay_steps is not None:
+        return schedule.decay_steps
+    fraction = WSD_DECAY_FRACTION if schedule.decay_fraction is None else schedule.decay_fraction
+    return max(1, round(fraction * schedule.steps))
