@@ -231,7 +231,7 @@ TABLE = [
     (["verify", "{m}/shards", "--sep-id", "-4"], 2, ["--sep-id"]),
     # train
     (["train", "--data", "{m}/nope", "--output", "{m}/r1"], 2, ["{m}/nope"]),
-    (["train", "--data", "{m}/shards", "--output", "{m}/r1", "--model", "nosuch"], 1, ["--model 'nosuch'"]),
+    (["train", "--data", "{m}/shards", "--output", "{m}/r1", "--model", "nosuch"], 2, ["--model 'nosuch'"]),
     (["train", "--data", "{m}/shards", "--output", "{m}/r1", "--grad-accum", "0"], 2, ["--grad-accum"]),
     (["train", "--data", "{m}/pairs", "--output", "{m}/r1", "--model", "tiny"], 2,
      ["{m}/pairs holds pair records, not masked-LM shards"]),
