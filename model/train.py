@@ -395,12 +395,12 @@ def continue_schedule(checkpoint: dict, schedule: Schedule, optimizer, scheduler
               *(ran[name] for name in SCHEDULE_SHAPE))
     if before == (steps, schedule.lr, warmup, *(getattr(schedule, name) for name in SCHEDULE_SHAPE)):
         return []
-    decay = ("none" if not KINDS[schedule.schedule].decays else
-             f"stretched from {before[0]} to {steps} steps" if steps > before[0] else
-             f"shortened from {before[0]} to {steps} steps" if steps < before[0] else
-             f"to {schedule.min_lr:g} at step {steps}")
+    after = ("then constant" if not KINDS[schedule.schedule].decays else "the decay " + (
+        f"stretched from {before[0]} to {steps} steps" if steps > before[0] else
+        f"shortened from {before[0]} to {steps} steps" if steps < before[0] else
+        f"to {schedule.min_lr:g} at step {steps}"))
     kind = "" if schedule.schedule == "linear" else f"--schedule {schedule.schedule}: "
-    return [f"resume: the schedule is rebuilt ({kind}warmup {warmup} steps to --lr {schedule.lr}, the decay {decay}): "
+    return [f"resume: the schedule is rebuilt ({kind}warmup {warmup} steps to --lr {schedule.lr}, {after}): "
             f"lr at step {step} is {optimizer.param_groups[0]['lr']:.2e}"]
 
 

@@ -120,7 +120,7 @@ def test_a_resume_mid_decay_goes_on_with_the_same_lrs(shards, tmp_path, capsys):
     other = train(shards, tmp_path / "other", "--resume", "--schedule", "constant")
     out = capsys.readouterr().out
     assert "resume: --schedule constant (the run had linear) from step 3\n" in out
-    assert ("resume: the schedule is rebuilt (--schedule constant: warmup 2 steps to --lr 0.001, the decay none): lr "
+    assert ("resume: the schedule is rebuilt (--schedule constant: warmup 2 steps to --lr 0.001, then constant): lr "
             "at step 3 is 1.00e-03\n") in out
     assert [r["lr"] for r in other] == [expected("linear", s) for s in range(3)] + [LR] * 5
 
