@@ -8,6 +8,16 @@ new parameters without the corpus or a tokenizer:
     num_tokens_a    int64 [1]   len(A); segment ids are 0 for the first len(A) + 2 tokens, 1 after
     is_random_next  int64 [1]   1 = B was taken from another document
     word_starts     int64 [n]   1 where a token starts a word (not a '##' continuation) - for whole-word masking
+
+A packed pair record (`pack` of a `pairs` output, for masking at train time) holds up to k instances of one row, in
+slot order, unmasked; each instance keeps its key, so it is masked exactly as it would be alone:
+
+    keys            bytes [j]   each instance's key, as above
+    lengths         int64 [j]   each instance's tokens; instance i starts at sum(lengths[:i]) in the row
+    token_ids       int64 [n]   the instances' ids end to end (n = sum(lengths) <= L, unpadded)
+    num_tokens_a    int64 [j]
+    is_random_next  int64 [j]
+    word_starts     int64 [n]
 """
 from __future__ import annotations
 
@@ -47,6 +57,37 @@ def encode(pair: PairInstance) -> bytes:
         "is_random_next": np.array([int(pair.is_random_next)], np.int64),
         "word_starts": np.asarray(pair.word_starts, np.int64),
     })
+
+
+def encode_packed(row: list[PairInstance]) -> bytes:
+    """One packed pair record: the row's instances, in slot order."""
+    return example_proto.encode_example({
+        "keys": [p.key.encode() for p in row],
+        "lengths": np.array([len(p.token_ids) for p in row], np.int64),
+        "token_ids": np.concatenate([np.asarray(p.token_ids, np.int64) for p in row]),
+        "num_tokens_a": np.array([p.num_tokens_a for p in row], np.int64),
+        "is_random_next": np.array([int(p.is_random_next) for p in row], np.int64),
+        "word_starts": np.concatenate([np.asarray(p.word_starts, np.int64) for p in row]),
+    })
+
+
+def decode_packed(record: bytes) -> list[PairInstance]:
+    """A packed pair record -> its instances, in slot order; ValueError where it is not one."""
+    f = example_proto.decode_example(record)
+    try:
+        keys, lengths = f["keys"], f["lengths"]
+        ids, starts, num_a, random_next = f["token_ids"], f["word_starts"], f["num_tokens_a"], f["is_random_next"]
+    except KeyError as e:
+        raise ValueError(f"not a bertprep packed pair record (missing {e})") from None
+    if not (len(keys) == len(lengths) == len(num_a) == len(random_next)) or len(ids) != len(starts) \
+            or int(lengths.sum()) != len(ids) or (lengths < 0).any():
+        raise ValueError(f"a packed pair record's fields disagree: {len(keys)} keys, lengths {lengths.tolist()} "
+                         f"summing to {int(lengths.sum())}, {len(ids)} token ids, {len(starts)} word starts")
+    ends = np.cumsum(lengths)
+    return [PairInstance(key=keys[i].decode(), token_ids=ids[end - n:end].astype(np.int32),
+                         num_tokens_a=int(num_a[i]), is_random_next=bool(random_next[i]),
+                         word_starts=starts[end - n:end].astype(bool))
+            for i, (n, end) in enumerate(zip(lengths.tolist(), ends.tolist()))]
 
 
 def decode(record: bytes) -> PairInstance:
