@@ -32,7 +32,7 @@ import safetensors
 import safetensors.torch
 import torch
 
-from model import architectures, checkpoints
+from model import architectures, checkpoints, optim
 from model.plan import ModelPlan, RunError, flag_of
 from pipeline.text import vocab_fit, vocabularies
 
@@ -451,8 +451,9 @@ def param_order(state: dict[str, torch.Tensor]) -> list[str]:
 
 
 def carry_optimizer_state(source: Source, target: dict[str, torch.Tensor], optimizer, name: str) -> str:
-    """The source run's optimizer moments (and step counts) put in for the tensors it has, by name (the heads may
-    differ), a grown position table's likewise grown; the run's own lr, weight decay and schedule kept."""
+    """The source run's optimizer moments (and step counts, a group's where its kind keeps them there) put in for the
+    tensors it has, by name (the heads may differ), a grown position table's likewise grown; the run's own lr, weight
+    decay and schedule kept."""
     before = optimizer_of(source, name)
     saved = source.checkpoint["optimizer"]["state"]
     by_name = {n: saved[i] for i, n in enumerate(param_order(source.tensors)) if i in saved}
@@ -462,6 +463,10 @@ def carry_optimizer_state(source: Source, target: dict[str, torch.Tensor], optim
             state[j] = {k: grow_rows(v, target[n].shape[0]) if torch.is_tensor(v) and v.dim() >= 1
                         and v.shape[0] < target[n].shape[0] else v for k, v in by_name[n].items()}
     current = optimizer.state_dict()
+    # the groups' state the kind keeps there (optimi's step count), the groups in param_groups' order both runs share
+    for group, saved in zip(current["param_groups"], source.checkpoint["optimizer"]["param_groups"]):
+        group.update({k: saved[k].clone() if torch.is_tensor(saved[k]) else saved[k]
+                      for k in optim.OPTIMIZERS[name].group_state if k in saved})
     optimizer.load_state_dict({"state": state, "param_groups": current["param_groups"]})
     left = len(target) - len(state)
     return (f"init: {before}'s moments of {len(state)} tensors carried from the source (--init-optimizer-state)"

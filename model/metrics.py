@@ -67,9 +67,10 @@ class Sums:
 
 def train_record(session, step: int, s: dict[str, float], lr: float, grad_norm: torch.Tensor, steps: int,
                  seconds: float) -> dict:
-    """The log record of `steps` optimizer steps that took `seconds`, from their summed statistics `s`; `session` is
-    the run's (model/train.py)."""
-    micro_steps = steps * session.plan.schedule.grad_accum * session.ranks.world
+    """The log record of `steps` optimizer steps that took `seconds`, the last `step`, from their summed statistics
+    `s`; `session` is the run's (model/train.py). `rows` and `tokens` (real ones) are a step's over every rank, the
+    mean of the record's steps: what the batch's warmup gives."""
+    micro_steps = sum(map(session.ramp, range(step - steps + 1, step + 1))) * session.ranks.world
     positions = s["sequences"] * session.shards.shape.max_seq_length  # what the model computed on, padding too
     return {"split": "train", "step": step,
             "loss": s["loss"] / micro_steps, "mlm_loss": s["mlm_loss"] / micro_steps,
@@ -79,6 +80,7 @@ def train_record(session, step: int, s: dict[str, float], lr: float, grad_norm: 
             "sequences_per_s": s["sequences"] / seconds, "tokens_per_s": positions / seconds,
             "instances_per_s": s["instances"] / seconds, "real_tokens_per_s": s["real_tokens"] / seconds,
             "padding_share": 1.0 - s["real_tokens"] / max(positions, 1.0),
+            "rows": s["sequences"] / steps, "tokens": s["real_tokens"] / steps,
             "eta_s": (session.plan.schedule.steps - step - 1) * seconds / steps}
 
 
@@ -140,6 +142,8 @@ def format_field(key: str, value) -> str:
         return f"{value:,.0f} {key[:-6].replace('_', ' ')}/s"
     if key == "padding_share":
         return f"padding {100 * value:.1f}%"
+    if key in ("rows", "tokens"):
+        return f"{key} {value:,.0f}"
     if key == "lr":
         return f"lr {value:.2e}"
     if isinstance(value, float):

@@ -1,6 +1,10 @@
-"""The trainer's optimizers without a Python loop over the parameters: LAMB (NVIDIA's BERT recipe) in multi-tensor
-`torch._foreach_*` ops, a dozen per group instead of a dozen per tensor, and AdamW in torch's fused kernel."""
+"""The trainer's optimizers (`train --optimizer`), one Kind each in OPTIMIZERS, without a Python loop over the
+parameters where they can: LAMB (NVIDIA's BERT recipe) in multi-tensor `torch._foreach_*` ops, a dozen per group
+instead of a dozen per tensor; AdamW in torch's fused kernel; StableAdamW (ModernBERT's) from torch-optimi."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -104,12 +108,14 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def make(name: str, groups: list[dict], lr: float, device_type: str) -> torch.optim.Optimizer:
-    """The optimizer `name` (adamw|lamb) over `groups` (each with its weight_decay), without a Python loop over the
-    tensors: LAMB's foreach kernels; AdamW's fused kernel on CUDA and CPU, its foreach kernels elsewhere."""
-    if name == "lamb":
-        return Lamb(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6)
-    if name != "adamw":
-        raise ValueError(f"unknown optimizer {name!r} (adamw|lamb)")
+    """The optimizer `name` (a kind of OPTIMIZERS) over `groups` (each with its weight_decay)."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r} ({'|'.join(OPTIMIZERS)})")
+    return OPTIMIZERS[name].build(groups, lr, device_type)
+
+
+def _adamw(groups: list[dict], lr: float, device_type: str) -> torch.optim.Optimizer:
+    """torch's AdamW: its fused kernel on CUDA and CPU, its foreach kernels elsewhere."""
     # Fused on CPU too: one pass per tensor, 3.5-15x faster than the loop on BERT-base where foreach's passes over
     # DRAM make it 0.5-2x (bench/bench_optim.py).
     flags = dict(fused=device_type in ("cuda", "cpu"), foreach=device_type not in ("cuda", "cpu"))
@@ -129,3 +135,39 @@ def make(name: str, groups: list[dict], lr: float, device_type: str) -> torch.op
 
     optimizer.register_load_state_dict_post_hook(keep_kernels)
     return optimizer
+
+
+def _lamb(groups: list[dict], lr: float, device_type: str) -> torch.optim.Optimizer:
+    return Lamb(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6)
+
+
+def _stable_adamw(groups: list[dict], lr: float, device_type: str) -> torch.optim.Optimizer:
+    """torch-optimi's StableAdamW (its author's, as ModernBERT trains): AdamW whose lr is divided, per tensor, by
+    max(1, RMS(grad^2 / v)) (Wortsman et al. 2023's update clipping), so a gradient far above its running scale
+    moves its tensor no more than Adam's usual step. AdamW's betas and eps here, and torch's decoupled decay
+    (p *= 1 - lr x weight_decay, of the groups'), so that it differs from --optimizer adamw by the clipping alone."""
+    import optimi   # the train extra's; imported where chosen
+    from optimi.utils import HAS_TRITON
+
+    # Triton's kernel on CUDA (the per-tensor loop reads each RMS on the host); the loop elsewhere (its foreach
+    # path, deprecated, reads them too). Decided here, not on the first step as the library would: a group that
+    # --init-optimizer-state carries is set up already (Kind.group_state).
+    return optimi.StableAdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6, foreach=False,
+                              triton=HAS_TRITON and device_type == "cuda")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One --optimizer: how it is built over the groups, what it is in words (--help), and the keys of its groups
+    that are state, not settings (optimi keeps its step count there), which --init-optimizer-state carries."""
+    build: Callable[[list[dict], float, str], torch.optim.Optimizer]
+    what: str
+    group_state: tuple[str, ...] = ()
+
+
+OPTIMIZERS: dict[str, Kind] = {
+    "adamw": Kind(_adamw, "torch's AdamW, fused"),
+    "lamb": Kind(_lamb, "LAMB (NVIDIA's BERT recipe), multi-tensor"),
+    "stable-adamw": Kind(_stable_adamw, "StableAdamW (ModernBERT's; torch-optimi): AdamW with its update clipped "
+                                        "per tensor by RMS(grad^2 / v)", group_state=("step", "setup")),
+}

@@ -66,6 +66,8 @@ class Schedule:
     steps: int = 10_000
     batch_size: int = 256                     # global: rows per optimizer step over ranks and micro-steps
     grad_accum: int = 1
+    batch_warmup_steps: int = 0               # the batch grows from one micro-step to grad_accum over these steps,
+    batch_warmup_tokens: int = 0              # or over the first steps that see this many positions (0: neither)
     lr: float = 1e-4                          # google's for BERT-Base
     warmup_steps: int | None = None           # None: 1% of steps, or a resumed run's own
     schedule: str = "linear"                  # after warmup: a kind of model/schedules.py's KINDS
@@ -73,7 +75,7 @@ class Schedule:
     decay_steps: int | None = None            # wsd's decay phase: these last steps, or
     decay_fraction: float | None = None       # this share of steps; neither: schedules.WSD_DECAY_FRACTION
     decay_shape: str | None = None            # wsd's decay: linear (None) or 1-sqrt
-    optimizer: str = "adamw"                  # adamw | lamb
+    optimizer: str = "adamw"                  # a kind of model/optim.py's OPTIMIZERS
     weight_decay: float = 0.01
     clip_norm: float = 1.0
 
@@ -81,7 +83,7 @@ class Schedule:
         """RunError where the schedule cannot run: a warmup longer than the steps (`warmup`: the one the run uses,
         default --warmup-steps; `whose`: where it comes from, in words, where not from the flag), decay flags the
         schedule does not take or that do not fit the steps, a --min-lr above --lr, a --batch-size that `world`
-        ranks times --grad-accum do not divide."""
+        ranks times --grad-accum do not divide, a batch warmup that cannot run (`check_batch_warmup`)."""
         warmup = self.warmup_steps if warmup is None else warmup
         if warmup is not None and warmup > self.steps:
             raise RunError(f"--warmup-steps {warmup}{whose} is more than --steps {self.steps}: the schedule would end "
@@ -90,6 +92,23 @@ class Schedule:
         if self.batch_size % (world * self.grad_accum):
             raise RunError(f"--batch-size {self.batch_size} is not divisible by world size {world} x "
                            f"--grad-accum {self.grad_accum}")
+        self.check_batch_warmup()
+
+    def check_batch_warmup(self) -> None:
+        """RunError where the batch warmup's flags cannot make a ramp: both given, longer than --steps, or nothing to
+        grow (one micro-step a step). --batch-warmup-tokens against --steps is the run's to check: it needs the
+        rows' L (BatchRamp.of_tokens)."""
+        steps, tokens = self.batch_warmup_steps, self.batch_warmup_tokens
+        if steps and tokens:
+            raise RunError(f"--batch-warmup-steps {steps} and --batch-warmup-tokens {tokens} both say how long the "
+                           "batch warmup is: give one")
+        if steps > self.steps:
+            raise RunError(f"--batch-warmup-steps {steps} is more than --steps {self.steps}: the batch would not "
+                           f"reach --batch-size (give at most {self.steps})")
+        if (steps or tokens) and self.grad_accum == 1:
+            flag = f"--batch-warmup-steps {steps}" if steps else f"--batch-warmup-tokens {tokens}"
+            raise RunError(f"{flag} grows the batch by micro-steps and --grad-accum 1 has one: give --grad-accum K "
+                           f"(the batch starts at --batch-size / K rows)")
 
     def new_warmup(self) -> int:
         """A new run's warmup steps: --warmup-steps, else 1% of --steps."""
@@ -295,6 +314,7 @@ RESUME: dict[str, OnResume] = {
     "rope_theta": Refused(_CONFIG), "rope_theta_local": Refused(_CONFIG),
     # Schedule: the lr's schedule is rebuilt from the checkpoint's step (train.continue_schedule)
     "steps": Applied(), "batch_size": Positional(), "grad_accum": Positional(), "lr": Applied(),
+    "batch_warmup_steps": Applied(), "batch_warmup_tokens": Applied(),   # the loader counts batches, whatever the ramp
     "warmup_steps": Applied(), "schedule": Applied(), "min_lr": Applied(), "decay_steps": Applied(),
     "decay_fraction": Applied(), "decay_shape": Applied(),
     "optimizer": Refused("the checkpoint holds its optimizer's moments"),

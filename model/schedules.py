@@ -4,9 +4,13 @@ checkpoint's step from it (train.continue_schedule), so a resumed run, or a deca
 checkpoint, takes the very numbers one uninterrupted run takes. No torch: the plan's checks read the table.
 
 Every kind warms up linearly from 0 over the warmup steps, then runs its own curve from 1 (--lr) down to the floor
-(--min-lr / --lr): lr = floor + (1 - floor) x curve(step). A kind is an entry of KINDS."""
+(--min-lr / --lr): lr = floor + (1 - floor) x curve(step). A kind is an entry of KINDS.
+
+The batch's warmup (`train --batch-warmup-steps` or `--batch-warmup-tokens`) is the other schedule by step:
+`BatchRamp`, the micro-steps of each optimizer step, a pure function of the step likewise."""
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -95,3 +99,41 @@ def decay_length(schedule) -> int:
         return schedule.decay_steps
     fraction = WSD_DECAY_FRACTION if schedule.decay_fraction is None else schedule.decay_fraction
     return max(1, round(fraction * schedule.steps))
+
+
+# ---- the batch's warmup: micro-steps per optimizer step --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BatchRamp:
+    """The micro-steps of each optimizer step: linear from 1 at step 0 to `accum` (--grad-accum) at step `steps`
+    (floored: 1 + (accum - 1) x step // steps), `accum` from there on, as ModernBERT's batch-size warmup grows the
+    batch linearly. A micro-step is one micro-batch on every rank, so the global batch grows from --batch-size /
+    --grad-accum rows to --batch-size. `steps` 0: no warmup, `accum` from step 0 (today's runs)."""
+    accum: int
+    steps: int = 0
+
+    def __call__(self, step: int) -> int:
+        if step >= self.steps:
+            return self.accum
+        return 1 + (self.accum - 1) * step // self.steps
+
+    def micro_batches_before(self, step: int) -> int:
+        """The micro-batches of steps 0 .. step-1 on each rank (the batches its loader hands out): in closed form,
+        sum over s < n of (k x s) // n is ((k - 1)(n - 1) + gcd(k, n) - 1) / 2 (k = accum - 1, n = steps)."""
+        ramp = min(step, self.steps)
+        if ramp < self.steps:   # inside the warmup: its steps one by one (a resume's or a log record's few)
+            done = sum(self(s) for s in range(ramp))
+        else:
+            k, n = self.accum - 1, self.steps
+            done = n + ((k - 1) * (n - 1) + math.gcd(k, n) - 1) // 2 if n else 0
+        return done + (step - ramp) * self.accum
+
+    @classmethod
+    def of_tokens(cls, accum: int, tokens: int, tokens_per_micro_step: int, most: int) -> BatchRamp | None:
+        """The ramp that ends at the first step by which the run has seen `tokens` positions (rows x their L, padding
+        too, over every rank), `tokens_per_micro_step` a micro-step; None where even a ramp over `most` steps (the
+        run's) sees fewer. The tokens seen by a ramp's end grow with its length: the shortest one that sees enough."""
+        seen = lambda n: cls(accum, n).micro_batches_before(n) * tokens_per_micro_step  # noqa: E731
+        if seen(most) < tokens:
+            return None
+        return cls(accum, bisect.bisect_left(range(most + 1), tokens, key=seen))

@@ -54,7 +54,7 @@ from model.losses import MLM_LOSS_EPS
 from model.metrics import RunLog, Sums, batch_stats, stat_names, task_metrics, train_record
 from model.plan import DEFAULT_MODEL, DataPlan, EvalPlan, ModelPlan, RunError, Schedule, TrainPlan
 from model.ranks import Ranks, Stop, setup_ranks
-from model.schedules import KINDS, LrSchedule
+from model.schedules import KINDS, BatchRamp, LrSchedule
 from pipeline.formats import schema
 from pipeline.text import vocabularies
 
@@ -129,6 +129,7 @@ def set_up(plan: TrainPlan, ranks: Ranks, stop: Stop, checkpoint: dict | None,
     warmup = schedule_warmup(schedule, checkpoint)
     if plan.run.resume:   # the command line checked a new run's; a resume's are the run's or given
         schedule.check(ranks.world, warmup, "" if "warmup_steps" in plan.given_flags() else " (the run's)")
+    ramp = batch_ramp(schedule, micro_batch * ranks.world * shards.shape.max_seq_length)
     loader = data.Loader(data.ShardDataset(shards.train_files, shards.shape, micro_batch,
                                            vocab_size=config.num_tokens, seed=seed,
                                            shuffle_buffer=plan.data.shuffle_buffer, records=shards.records,
@@ -165,9 +166,9 @@ def set_up(plan: TrainPlan, ranks: Ranks, stop: Stop, checkpoint: dict | None,
                          gradient_as_bucket_view=True, bucket_cap_mb=DDP_BUCKET_MB)
     log = RunLog(plan.run.output, plan.schedule.steps, ranks.master)
     if ranks.master:
-        announce(plan, ranks, config, shards, model, micro_batch, step, init_lines, resumed)
+        announce(plan, ranks, config, shards, model, micro_batch, step, init_lines, resumed, ramp)
     return Session(plan, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup, loader,
-                   log, stop, checkpoints.CheckpointWriter(), positions), step
+                   log, stop, checkpoints.CheckpointWriter(), positions, ramp), step
 
 
 def model_config(model_plan: ModelPlan, optimizer: str, checkpoint: dict | None,
@@ -191,10 +192,10 @@ def model_config(model_plan: ModelPlan, optimizer: str, checkpoint: dict | None,
 
 
 def announce(plan: TrainPlan, ranks: Ranks, config, shards: Shards, model: torch.nn.Module, micro_batch: int,
-             step: int, init_lines: list[str], resumed: list[str] = ()) -> None:
+             step: int, init_lines: list[str], resumed: list[str] = (), ramp: BatchRamp | None = None) -> None:
     """Rank 0's start: RUN_DIR/checkpoints/ and config.json, and the lines that say what runs (model, data,
-    attention, ranks and batch; what a resume applied, `resumed`; where --init-from's weights went; the held-out
-    set)."""
+    attention, ranks and batch, the batch's warmup; what a resume applied, `resumed`; where --init-from's weights
+    went; the held-out set)."""
     model_plan, every = plan.model, plan.evaluation.eval_every
     os.makedirs(os.path.join(plan.run.output, "checkpoints"), exist_ok=True)
     with open(os.path.join(plan.run.output, "config.json"), "w") as f:
@@ -210,6 +211,11 @@ def announce(plan: TrainPlan, ranks: Ranks, config, shards: Shards, model: torch
           f"{data.describe(shards.shape)}, objective {shards.objective}; attention: {attention}; "
           f"{ranks.world} rank(s) x {plan.schedule.grad_accum} micro-step(s) of {micro_batch} rows on {ranks.device}; "
           f"step {step}/{plan.schedule.steps}")
+    if ramp is not None and ramp.steps:
+        tokens = plan.schedule.batch_warmup_tokens
+        seen = f" (--batch-warmup-tokens {tokens:,}: the first step by which they are seen)" if tokens else ""
+        print(f"batch warmup: 1 to {ramp.accum} micro-step(s) a step, linearly over steps 0-{ramp.steps - 1}{seen}, "
+              f"{micro_batch * ranks.world} to {plan.schedule.batch_size} rows")
     if config.tokenizer_size is not None:
         print(f"vocab: {config.tokenizer_size:,} tokens of {shards.vocab['path']} in {config.vocab_size:,} embedding "
               f"rows; the last {config.vocab_size - config.tokenizer_size} pad the table and are never predicted")
@@ -368,6 +374,22 @@ def build_optimizer(model: torch.nn.Module, schedule: Schedule, warmup: int, dev
     return optimizer, scheduler
 
 
+def batch_ramp(schedule: Schedule, tokens_per_micro_step: int) -> BatchRamp:
+    """The micro-steps of each step: --grad-accum, grown to over --batch-warmup-steps or the steps that see
+    --batch-warmup-tokens positions (`tokens_per_micro_step`: rows x L of one micro-step over the ranks); RunError
+    where --steps see fewer."""
+    if not schedule.batch_warmup_tokens:
+        return BatchRamp(schedule.grad_accum, schedule.batch_warmup_steps)
+    ramp = BatchRamp.of_tokens(schedule.grad_accum, schedule.batch_warmup_tokens, tokens_per_micro_step,
+                               schedule.steps)
+    if ramp is None:
+        most = BatchRamp(schedule.grad_accum, schedule.steps).micro_batches_before(schedule.steps)
+        raise RunError(f"--batch-warmup-tokens {schedule.batch_warmup_tokens} is more than a warmup over all --steps "
+                       f"{schedule.steps} sees ({most * tokens_per_micro_step:,} positions of rows of their L): the "
+                       "batch would not reach --batch-size (give fewer, or more --steps)")
+    return ramp
+
+
 def schedule_warmup(schedule: Schedule, checkpoint: dict | None) -> int:
     """The schedule's warmup steps: --warmup-steps; else a resumed run's own (its default was 1% of its --steps,
     and a larger --steps must not send it back into warmup); else 1% of --steps."""
@@ -426,6 +448,7 @@ class Session:
     stop: Stop
     writer: checkpoints.CheckpointWriter
     positions_trained: int           # positions trained by this run and the weights it started from (export-hf)
+    ramp: BatchRamp                  # the micro-steps of each step: --grad-accum, after the batch's warmup
 
 
 def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tuple[int, str | None, int]:
@@ -444,7 +467,7 @@ def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tupl
                 session.log(evaluate(session, step))
                 interval_start += time.time() - eval_start  # evaluation time is not training throughput
 
-            lr, grad_norm = train_step(session, batches, sums)
+            lr, grad_norm = train_step(session, batches, sums, session.ramp(step))
             interval_steps += 1
 
             if step % run.log_every == 0 or step == schedule.steps - 1:
@@ -469,16 +492,17 @@ def train_loop(session: Session, step: int, last_checkpoint: str | None) -> tupl
     return step, last_checkpoint, stopped
 
 
-def train_step(session: Session, batches, sums: Sums) -> tuple[float, torch.Tensor]:
-    """One optimizer step: forward/backward over --grad-accum micro-batches, clip, step. Returns (the lr it used,
-    the gradient norm before clipping); adds each micro-batch's statistics to `sums`.
+def train_step(session: Session, batches, sums: Sums, accum: int) -> tuple[float, torch.Tensor]:
+    """One optimizer step: forward/backward over `accum` micro-batches (--grad-accum, fewer in the batch's warmup),
+    clip, step. Returns (the lr it used, the gradient norm before clipping); adds each micro-batch's statistics to
+    `sums`.
 
     The step's loss is that of its whole batch however it is split: the masked LM's summed over every prediction of
     every micro-batch on every rank over their number, the sentence task's likewise over instances (`step_totals`),
-    so 2 ranks x b rows make the update 1 rank x 2b rows make. One micro-batch on one rank is that already."""
+    so 2 ranks x b rows make the update 1 rank x 2b rows make, and a warmup's step of fewer micro-batches is the mean
+    over its own rows. One micro-batch on one rank is that already."""
     session.step_model.train()
     schedule, ranks = session.plan.schedule, session.ranks
-    accum = schedule.grad_accum
     micro_batches = [{k: v.to(ranks.device, non_blocking=True) for k, v in next(batches).items()}
                      for _ in range(accum)]
     totals = step_totals(micro_batches, ranks) if accum > 1 or ranks.ddp else None

@@ -47,7 +47,8 @@ OLD_FLAT = {
     "mask_token_prob": 0.8, "random_token_prob": 0.1,   # the masking recipe's replacement split, since issue 44
     "rope_theta": None, "rope_theta_local": None,        # a rotary model's bases, since issue 46
     "schedule": "linear", "min_lr": 0.0, "decay_steps": None, "decay_fraction": None,   # the lr's schedule, since
-    "decay_shape": None}                                                                 # issue 47
+    "decay_shape": None,                                                                 # issue 47
+    "batch_warmup_steps": 0, "batch_warmup_tokens": 0}   # the batch's warmup, since issue 47
 
 
 # ---- the registry --------------------------------------------------------------------------------------------------

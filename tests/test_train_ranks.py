@@ -167,7 +167,7 @@ def one_step(rank: int, world: int, rows: dict, accum: int, out: str, port: int 
                                     shards=types.SimpleNamespace(task="nsp"))
     B = len(rows["input_ids"]) // accum
     micro = iter([{k: v[i * B:(i + 1) * B] for k, v in rows.items()} for i in range(accum)])
-    train.train_step(session, micro, train.Sums(train.stat_names("nsp"), "cpu"))
+    train.train_step(session, micro, train.Sums(train.stat_names("nsp"), "cpu"), accum)
     if rank == 0:
         torch.save({"before": before, "after": model.state_dict()}, out)
     if world > 1:

@@ -118,12 +118,24 @@ def _train_model_flags(g) -> None:
 
 def _train_optimisation_flags(g) -> None:
     """`bertprep train`'s optimisation group: the optimizer and its schedule."""
+    from model.optim import OPTIMIZERS   # torch, as _train_model_flags
+
     g.add_argument("--steps", type=positive_int,
                    help="optimizer steps; the schedule ends here (on --resume with another --steps the decay "
                         "is stretched to the new total, the run's warmup kept)")
     g.add_argument("--batch-size", type=positive_int,
                    help="global batch: rows per optimizer step (a packed row holds several instances)")
     g.add_argument("--grad-accum", type=positive_int, help="micro-steps per optimizer step")
+    g.add_argument("--batch-warmup-steps", type=nonnegative_int, metavar="N",
+                   help="batch-size warmup (ModernBERT's): the global batch grows from one micro-step (--batch-size / "
+                        "--grad-accum rows over the ranks) to --batch-size over the first N steps, the micro-steps "
+                        "of step s being 1 + (--grad-accum - 1) x s // N, the loss the mean over each step's own "
+                        "rows; the lr's schedule stays by step (default 0: none; at most --steps, with --grad-accum "
+                        "above 1)")
+    g.add_argument("--batch-warmup-tokens", type=nonnegative_int, metavar="T",
+                   help="the same warmup given in tokens: it ends at the first step by which the run has seen T "
+                        "positions (rows x the rows' L, padding included, over every rank), the shortest warmup "
+                        "that does; instead of --batch-warmup-steps")
     g.add_argument("--lr", type=positive_float, help="peak learning rate (google: 1e-4 for BERT-Base)")
     g.add_argument("--warmup-steps", type=nonnegative_int,
                    help="linear warmup steps (default: 1%% of --steps; on --resume, the resumed run's)")
@@ -138,7 +150,8 @@ def _train_optimisation_flags(g) -> None:
                         "without --decay-steps); a decay phase on its own from a stable run: --init-from RUN "
                         "--init-optimizer-state --warmup-steps 0 --decay-fraction 1")
     g.add_argument("--decay-shape", choices=tuple(DECAY_SHAPES), help="wsd: the decay's shape (default linear)")
-    g.add_argument("--optimizer", choices=("adamw", "lamb"))
+    g.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
+                   help="; ".join(f"{name}: {kind.what}" for name, kind in OPTIMIZERS.items()))
     g.add_argument("--weight-decay", type=nonnegative_float,
                    help="not applied to LayerNorm weights and biases")
     g.add_argument("--clip-norm", type=positive_float, help="global gradient-norm clip")
