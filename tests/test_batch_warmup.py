@@ -85,7 +85,8 @@ def test_rows_and_tokens_follow_the_ramp_and_are_the_batches_a_run_without_warmu
         groups.append(sum(r["tokens"] for r in one[start:start + size]))
         start += size
     assert [r["tokens"] for r in warm] == groups
-    assert all(2 * 8 <= r["tokens"] <= 2 * 24 for r in one)   # 2 rows of 8 to 24 real tokens
+    assert all(2 * 8 <= r["tokens"] <= 2 * 24 for r in one)   # 2 rows of 8 to 24 real tokens, not their 48 positions
+    assert len({r["tokens"] for r in one}) > 5
     every2 = train_log(shards, tmp_path / "every2", *WARM, "--log-every", "2")
     assert [(r["step"], r["rows"]) for r in every2] == [(0, 2), (2, 3), (4, 7), (5, 8)]   # a step's: the mean
 

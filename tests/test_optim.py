@@ -184,3 +184,43 @@ def test_make():
     assert all(p.dim() < 2 for p in lamb.param_groups[1]["params"])
     with pytest.raises(ValueError, match="adamw|lamb"):
         optim.make("sgd", optim.param_groups(model, 0.01), 1e-3, "cpu")
+
+
+# ---- --optimizer stable-adamw (issue 47, item 6) --------------------------------------------------------------------
+
+def test_stable_adamw_is_the_librarys_and_clips_each_tensors_update():
+    """make("stable-adamw") is torch-optimi's StableAdamW over the trainer's groups (decay on matrices, none on
+    vectors), with AdamW's betas and eps. Its defining property, against torch's AdamW as the reference: a step where
+    a tensor's gradient is 30x its running scale moves it by AdamW's update divided by RMS(grad^2 / v) (v: the
+    bias-corrected second moment, computed here), where that is above 1; the first step (RMS 1) is AdamW's. Breaks
+    seen caught: AdamW returned for stable-adamw (the spiked step 1.4x too large); betas (0.9, 0.99) (the library's
+    default: the second moment's scale differs)."""
+    optimi = pytest.importorskip("optimi")
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(6, 5)), torch.nn.Parameter(torch.randn(5))]
+    copies = [[torch.nn.Parameter(p.detach().clone()) for p in params] for _ in range(2)]
+    groups = lambda ps: [{"params": [ps[0]], "weight_decay": 0.0}, {"params": [ps[1]], "weight_decay": 0.0}]  # noqa
+    stable = optim.make("stable-adamw", groups(copies[0]), 1e-2, "cpu")
+    assert isinstance(stable, optimi.StableAdamW)
+    assert (stable.defaults["beta1"], stable.defaults["beta2"], stable.defaults["eps"]) == (0.9, 0.999, 1e-6)
+    adamw = torch.optim.AdamW(groups(copies[1]), lr=1e-2, betas=(0.9, 0.999), eps=1e-6, foreach=False)
+    g1 = [torch.randn(p.shape) for p in params]
+    g2 = [g1[0] * 30.0, g1[1] * 1.0 + 0.01 * torch.randn(5)]   # the matrix spikes; the vector does not
+    for step, grads in enumerate((g1, g2)):
+        before = [[p.detach().clone() for p in ps] for ps in copies]
+        for ps in copies:
+            for p, g in zip(ps, grads):
+                p.grad = g.clone()
+        stable.step(), adamw.step()
+        for i, g in enumerate(grads):
+            v = (1 - 0.999) * g1[i] ** 2 if step == 0 else (0.999 * (1 - 0.999) * g1[i] ** 2 + (1 - 0.999) * g ** 2)
+            v = v / (1 - 0.999 ** (step + 1))
+            rms = max(1.0, float((g ** 2 / v).mean().sqrt()))
+            want = (copies[1][i] - before[1][i]) / rms
+            torch.testing.assert_close(copies[0][i] - before[0][i], want, rtol=1e-4, atol=1e-7)
+            if step == 1 and i == 0:
+                assert rms > 1.4   # the spike was clipped
+    model = models(1)[0]
+    made = optim.make("stable-adamw", optim.param_groups(model, 0.01), 1e-3, "cpu")
+    assert [g["weight_decay"] for g in made.param_groups] == [0.01, 0.0]
+    assert all(p.dim() < 2 for p in made.param_groups[1]["params"])

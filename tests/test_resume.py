@@ -14,7 +14,7 @@ from model import architectures, checkpoints
 from model.config import KEYS, BertConfig
 from model.plan import RESUME, TrainPlan
 from pipeline.commands import cli, flags, training
-from tests.conftest import REPO
+from tests.conftest import REPO, console
 from tests.test_train import TINY, write_shards
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
@@ -245,3 +245,33 @@ def test_the_model_keys_are_documented_in_help_and_readme(capsys):
         for key, meaning in entry.keys.items():
             assert f"{key}: {' '.join(meaning.split())}" in text.replace("- ", "-"), key
             assert f"`{key}`" in readme, key
+
+
+# ---- --optimizer stable-adamw (issue 47, item 6) --------------------------------------------------------------------
+
+def test_stable_adamw_resumes_bitwise_and_carries_its_step_count_only_to_itself(shards, stopped, tmp_path, capsys):
+    """A StableAdamW run stopped at step 3 and resumed logs the losses of the run that was not stopped, to the last
+    digit. --init-optimizer-state from it carries its moments and its step count (optimi keeps that in the groups,
+    not the tensors' state): the new run's first step is its 4th. From an AdamW run it is refused in one line, nothing
+    written. Breaks seen caught: the groups' step left behind by --init-optimizer-state (step 1: Adam's bias
+    correction starts again, the carried first moment thrown away); Kind.group_state read from the wrong kind."""
+    data, model = shards
+    stable = ["--data", data, "--model", model, *RUN, "--optimizer", "stable-adamw"]
+    assert cli.main(["train", *stable, "--output", str(tmp_path / "whole")]) == 0
+    assert cli.main(["train", *stable, "--output", str(tmp_path / "cut"), "--stop-after", "3"]) == 0
+    assert cli.main(["train", *stable, "--output", str(tmp_path / "cut"), "--resume"]) == 0
+    whole, cut = logged(tmp_path / "whole"), logged(tmp_path / "cut")
+    assert [(r["step"], r["loss"], r["lr"]) for r in cut] == [(r["step"], r["loss"], r["lr"]) for r in whole]
+    assert int(latest(tmp_path / "cut")["optimizer"]["param_groups"][0]["step"]) == 8
+
+    new = ["train", "--data", data, "--model", model, *RUN, "--steps", "1", "--warmup-steps", "0",
+           "--optimizer", "stable-adamw", "--init-optimizer-state"]
+    capsys.readouterr()
+    assert cli.main([*new, "--init-from", str(tmp_path / "whole"), "--output", str(tmp_path / "next")]) == 0
+    assert "init: stable-adamw's moments of" in capsys.readouterr().out
+    assert [int(g["step"]) for g in latest(tmp_path / "next")["optimizer"]["param_groups"]] == [9, 9]
+    code, err = console([*new, "--init-from", stopped[3], "--output", tmp_path / "refused"], capsys)
+    assert (code, err) == (2, f"bertprep train: error: --init-optimizer-state: --init-from {stopped[3]} trained with "
+                              "--optimizer adamw, this run has --optimizer stable-adamw: give --optimizer adamw (the "
+                              "moments are adamw's)\n")
+    assert not os.path.exists(tmp_path / "refused")
