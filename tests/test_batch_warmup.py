@@ -73,7 +73,8 @@ def test_rows_and_tokens_follow_the_ramp_and_are_the_batches_a_run_without_warmu
     """rows per step 2, 2, 4, 6, 8, 8; tokens: the real tokens of the same micro-batches, in the same order, as a run
     of one 2-row micro-batch a step reads them (its steps' tokens summed by the ramp's groups). A run without warmup
     reaches the same 8 rows a step. Breaks seen caught: the ramp not applied (8 rows from step 0); rows not divided by
-    the record's steps (log every 2: 4 and 12)."""
+    the record's steps (log every 2: 6 at step 2); tokens as positions (48 each); the logged loss, a mean over the
+    micro-batches, divided by --grad-accum's 4 instead of step 0's 1."""
     warm = train_log(shards, tmp_path / "warm", *WARM)
     assert [r["rows"] for r in warm] == [2 * micro_steps(4, 4, s) for s in range(6)] == [2, 2, 4, 6, 8, 8]
     plain = train_log(shards, tmp_path / "plain", "--batch-size", "8", "--grad-accum", "4", "--steps", "6")
@@ -85,6 +86,7 @@ def test_rows_and_tokens_follow_the_ramp_and_are_the_batches_a_run_without_warmu
         groups.append(sum(r["tokens"] for r in one[start:start + size]))
         start += size
     assert [r["tokens"] for r in warm] == groups
+    assert warm[0]["loss"] == one[0]["loss"]   # step 0: the same weights on the same first micro-batch
     assert all(2 * 8 <= r["tokens"] <= 2 * 24 for r in one)   # 2 rows of 8 to 24 real tokens, not their 48 positions
     assert len({r["tokens"] for r in one}) > 5
     every2 = train_log(shards, tmp_path / "every2", *WARM, "--log-every", "2")
@@ -94,7 +96,7 @@ def test_rows_and_tokens_follow_the_ramp_and_are_the_batches_a_run_without_warmu
 def test_a_warmup_step_is_the_mean_over_its_own_rows(tmp_path):
     """A run of --grad-accum 4 in its warmup's step of 2 micro-batches: the update of one batch of those rows, which
     hold 1-5 predictions each and 8-16 real tokens (SGD, lr 1: the update is the gradient). Break seen caught: each
-    micro-batch's loss over --grad-accum micro-batches (the gradient halved)."""
+    micro-batch's mean loss over --grad-accum (4), not the step's sum over its own predictions."""
     rows = _batch(4)
     assert rows["masked_lm_weights"][:2].sum() != rows["masked_lm_weights"][2:].sum()
     halves = [{k: v[:2] for k, v in rows.items()}, {k: v[2:] for k, v in rows.items()}]
@@ -140,8 +142,8 @@ def test_a_resume_mid_warmup_is_the_run_not_stopped_and_the_ramp_may_change(shar
 
 def test_the_warmup_in_tokens_ends_where_the_run_has_seen_them(shards, tmp_path, capsys):
     """--batch-warmup-tokens 240: a micro-step is 2 rows of L=24, 48 positions; a 2-step ramp sees 1+2 micro-steps
-    (144), a 3-step one 1+2+3 (288): the shortest that sees 240 is 3 steps. Break seen caught: the tokens read as
-    rows' real tokens instead of positions."""
+    (144), a 3-step one 1+2+3 (288): the shortest that sees 240 is 3 steps. Break seen caught: a micro-step's
+    positions without L (its rows alone: refused, no ramp of 5 steps sees 240)."""
     logged = train_log(shards, tmp_path / "run", "--batch-size", "8", "--grad-accum", "4", "--steps", "5",
                        "--batch-warmup-tokens", "240")
     assert [r["rows"] for r in logged] == [2 * micro_steps(4, 3, s) for s in range(5)]
@@ -168,7 +170,8 @@ BAD = [   # flags -> the one line
 
 @pytest.mark.parametrize("flags, line", BAD, ids=[" ".join(f) for f, _ in BAD])
 def test_a_warmup_that_cannot_run_is_refused_in_one_line(shards, tmp_path, capsys, flags, line):
-    """Nothing written. 720 positions: a ramp over all 8 steps is 1+1+1+2+2+2+3+3 micro-steps of 2 rows of 24."""
+    """Nothing written. 720 positions: a ramp over all 8 steps is 1+1+1+2+2+2+3+3 micro-steps of 2 rows of 24. Break
+    seen caught: Schedule.check without check_batch_warmup (exit 0)."""
     data, model = shards
     code, err = console(["train", "--data", data, "--model", model, "--output", tmp_path / "run", *RUN, "--steps", "8",
                          "--batch-size", "8", "--grad-accum", "4", *flags], capsys)
