@@ -1,7 +1,7 @@
 """Optimizer step time on a BERT's parameter shapes (default base: 110M parameters in 158 tensors): the trainer's
 old per-parameter LAMB loop (tests/test_optim.py's reference) against model/optim.py's foreach LAMB, and the
 trainer's old AdamW (torch's default: the per-tensor loop on CPU, fused on CUDA) against its foreach and fused
-kernels (model/optim.make picks fused on CPU and CUDA).
+kernels (model/optim.make picks fused on CPU and CUDA), and torch-optimi's StableAdamW (--optimizer stable-adamw).
 
     .venv/bin/python bench/bench_optim.py [--model base] [--repeats 5] [--device cpu] [--threads N]
 
@@ -95,7 +95,9 @@ def main() -> None:
     adamw = {"AdamW, torch's default (old)": torch.optim.AdamW(groups(), lr=1e-3, eps=1e-6,
                                                                fused=args.device == "cuda"),
              "AdamW, foreach": torch.optim.AdamW(groups(), lr=1e-3, eps=1e-6, foreach=True),
-             made: optim.make("adamw", groups(), 1e-3, args.device)}
+             made: optim.make("adamw", groups(), 1e-3, args.device),
+             # --optimizer stable-adamw: AdamW plus its per-tensor update clipping (on CPU a loop over the tensors)
+             "AdamW, stable (torch-optimi's StableAdamW)": optim.make("stable-adamw", groups(), 1e-3, args.device)}
     optimizers = {**lamb, **adamw}
     times = time_steps(optimizers, args.repeats, args.device)
     n = sum(p.numel() for p in module.parameters())
