@@ -16,7 +16,7 @@ from model.bert import Bert
 from model.config import BertConfig
 from model.schedules import BatchRamp
 from tests.conftest import console
-from tests.test_train import TINY, write_shards
+from tests.test_schedules import shards  # noqa: F401 - a fixture: (--data of 24 rows of 8-24 tokens, a tiny model)
 from tests.test_train_ranks import _batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
@@ -30,14 +30,6 @@ WARM = ["--batch-size", "8", "--grad-accum", "4", "--steps", "6", "--batch-warmu
 def micro_steps(accum: int, n: int, step: int) -> int:
     """The issue's ramp: one micro-step at step 0, growing linearly to accum at step n (floored), accum from there."""
     return accum if step >= n else math.floor(1 + (accum - 1) * step / n)
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    """(--data: 24 rows of lengths 8-24, a tiny model's config JSON)."""
-    root = tmp_path_factory.mktemp("warmup")
-    (root / "tiny.json").write_text(TINY.to_json())
-    return write_shards(root / "data", [13, 11]), str(root / "tiny.json")
 
 
 def train_log(shards, output, *flags) -> list[dict]:
