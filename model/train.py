@@ -213,7 +213,7 @@ def announce(plan: TrainPlan, ranks: Ranks, config, shards: Shards, model: torch
           f"step {step}/{plan.schedule.steps}")
     if ramp is not None and ramp.steps:
         tokens = plan.schedule.batch_warmup_tokens
-        seen = f" (--batch-warmup-tokens {tokens:,}: the first step by which they are seen)" if tokens else ""
+        seen = f" (--batch-warmup-tokens {tokens:,}: the first steps that see as many positions)" if tokens else ""
         print(f"batch warmup: 1 to {ramp.accum} micro-step(s) a step, linearly over steps 0-{ramp.steps - 1}{seen}, "
               f"{micro_batch * ranks.world} to {plan.schedule.batch_size} rows")
     if config.tokenizer_size is not None:
