@@ -119,11 +119,13 @@ def test_a_resume_mid_warmup_is_the_run_not_stopped_and_the_ramp_may_change(shar
     another --batch-warmup-steps, a resume applies it from its step, says so, and its rows follow the new ramp (the
     loader counts batches, whatever the ramp). Breaks seen caught: the ramp counted from the resumed step (rows 2 at
     step 3); RESUME's entry Refused (exit 2)."""
-    whole = train_log(shards, tmp_path / "whole", *WARM)
-    train_log(shards, tmp_path / "cut", *WARM, "--stop-after", "3")
-    cut = train_log(shards, tmp_path / "cut", *WARM, "--resume")
-    assert [(r["step"], r["loss"], r["rows"], r["lr"]) for r in cut] == [
-        (r["step"], r["loss"], r["rows"], r["lr"]) for r in whole]
+    for workers in ("0", "2"):   # 2 DataLoader workers: the loader's position over both, batch by batch
+        run = [*WARM, "--num-workers", workers]
+        whole = train_log(shards, tmp_path / f"whole{workers}", *run)
+        train_log(shards, tmp_path / f"cut{workers}", *run, "--stop-after", "3")
+        cut = train_log(shards, tmp_path / f"cut{workers}", *run, "--resume")
+        assert [(r["step"], r["loss"], r["rows"], r["lr"]) for r in cut] == [
+            (r["step"], r["loss"], r["rows"], r["lr"]) for r in whole]
     train_log(shards, tmp_path / "other", *WARM, "--stop-after", "3")
     capsys.readouterr()
     other = train_log(shards, tmp_path / "other", "--resume", "--batch-warmup-steps", "6")
