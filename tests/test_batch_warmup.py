@@ -47,12 +47,12 @@ def test_the_ramp_is_linear_in_micro_steps_and_its_total_is_the_sum():
     """BatchRamp against the formula, for odd accums and lengths; its micro-batches before a step (the closed form the
     masking-rate schedule reads) against the plain sum; --batch-warmup-tokens' ramp the shortest that has seen T
     positions by its end, by search. Breaks seen caught: the ramp reaching accum at step n - 1 (1 + accum x s // n);
-    gcd(k, n) left out of the closed form."""
-    for accum in (1, 2, 3, 4, 7):
-        for n in range(0, 13):
+    floor_sum's triangle count * (count - 1) // 2 as count * count // 2."""
+    for accum in (1, 2, 3, 4, 7, 64):
+        for n in (*range(0, 13), 97, 1000):
             ramp = BatchRamp(accum, n)
             assert [ramp(s) for s in range(n + 3)] == [micro_steps(accum, n, s) for s in range(n + 3)]
-            for step in range(n + 3):
+            for step in (*range(min(n, 20) + 3), max(n - 1, 0), n, n + 5):
                 assert ramp.micro_batches_before(step) == sum(micro_steps(accum, n, s) for s in range(step))
     seen = lambda n, per: sum(micro_steps(4, n, s) for s in range(n)) * per  # noqa: E731
     for tokens in (1, 96, 97, 500, 1000):
