@@ -3,13 +3,15 @@
     .venv/bin/python bench/bench_packing_none.py [--out bench/out/packing_none] [--shared]
 
 Input: the bundled sample (corpora/samples: 20 Wikipedia articles and 3 books, the demo's), or with --shared the
-shared Wikipedia sample and books (../shared/corpora). Each is extracted once, then paired at L=1,024 and L=8,192
-for objective none and nsp (dupe 1, one output file), and each pairs output packed by `bertprep pack` (packed pair
-records: the plan sees only the lengths, so packed masked shards of the same instances have the same rows) with
-the default k and a sweep of k.
+shared Wikipedia sample (../shared/corpora/wikipedia). Each is extracted once, then paired at L=1,024 and L=8,192
+(dupe 1, one output file) as objective none (DOC-SENTENCES: a row ends with its document and its last whole
+sentence), none --split-sentences (every row of a document full but its last, as ModernBERT cuts documents) and
+nsp; each pairs output packed by `bertprep pack` (packed pair records: the plan sees only the lengths, so packed
+masked shards of the same instances have the same rows) with the default k and a sweep of k.
 
-1. padding: per objective and L, the instances, the padding share unpacked (1 - tokens / (instances x L)) and
-   packed (1 - tokens / (rows x L)), for each k.
+1. padding: per input and L, the instances, the padding share unpacked (1 - tokens / (instances x L)) and
+   packed (1 - tokens / (rows x L)), for each k; and the least padding any packer could reach (every instance
+   longer than L/2 needs a row of its own, and no row holds more than L tokens).
 2. M: the seconds packing.max_row_predictions takes at L=8,192 for k of 8 to 1,024 (the plan's M for masked rows).
 """
 from __future__ import annotations
@@ -41,13 +43,27 @@ def manifest(directory: Path) -> dict:
 
 def documents(out: Path, shared: bool) -> tuple[str, str]:
     """(the documents of every corpus as one --input, the vocab), extracted once."""
-    wiki = (SHARED / "wikipedia" / "enwiki-sample-pages-articles.xml.bz2") if shared else SAMPLES / "enwiki-sample.xml.bz2"
-    books = (SHARED / "books") if shared else SAMPLES / "books"
+    corpora = ({"wikipedia": SHARED / "wikipedia" / "enwiki-sample-pages-articles.xml.bz2"} if shared else
+               {"wikipedia": SAMPLES / "enwiki-sample.xml.bz2", "books": SAMPLES / "books"})
     vocab = str(SHARED / "vocab" / "bert-base-uncased-vocab.txt") if shared else str(SAMPLES / "vocab-uncased.txt")
-    for kind, source in (("wikipedia", wiki), ("books", books)):
+    for kind, source in corpora.items():
         if not (out / "documents" / kind / "manifest.json").exists():
             bertprep("extract", kind, "--input", str(source), "--output", str(out / "documents" / kind))
-    return f"{out / 'documents' / 'wikipedia'},{out / 'documents' / 'books'}", vocab
+    return ",".join(str(out / "documents" / kind) for kind in corpora), vocab
+
+
+VARIANTS = {"none": ["--objective", "none"], "none split": ["--objective", "none", "--split-sentences"],
+            "nsp": ["--objective", "nsp"]}
+
+
+def least_padding(pairs: Path, L: int) -> float:
+    """1 - the best efficiency any packer could reach: rows >= instances longer than L/2, and >= tokens / L."""
+    from pipeline.formats import pair_records, tfrecord
+
+    lengths = [len(pair_records.decode(r).token_ids) for e in manifest(pairs)["files"]
+               for r in tfrecord.read_file(str(pairs / e["file"]))]
+    rows = max(sum(n > L // 2 for n in lengths), -(-sum(lengths) // L))
+    return 1 - sum(lengths) / (rows * L)
 
 
 def padding_table(out: Path, docs: str, vocab: str) -> None:
@@ -55,25 +71,27 @@ def padding_table(out: Path, docs: str, vocab: str) -> None:
 
     print("1. padding share: the same instances unpacked and packed (`bertprep pack` of a pairs output)\n")
     rows = []
-    for objective in ("none", "nsp"):
+    for variant, flags in VARIANTS.items():
+        objective = flags[1]
         for L in LENGTHS:
-            pairs = out / f"pairs-{objective}-{L}"
+            pairs = out / f"pairs-{variant.replace(' ', '-')}-{L}"
             if not (pairs / "manifest.json").exists():
-                bertprep("pairs", "--input", docs, "--vocab", vocab, "--objective", objective, "--max-seq-length",
-                         str(L), "--dupe-factor", "1", "--num-shards", "1", "--output", str(pairs))
+                bertprep("pairs", "--input", docs, "--vocab", vocab, *flags, "--max-seq-length", str(L),
+                         "--dupe-factor", "1", "--num-shards", "1", "--output", str(pairs))
             c = manifest(pairs)["counts"]
-            rows.append([objective, L, "unpacked", f"{c['instances']:,}", f"{c['instances']:,}",
-                         f"{100 * (1 - c['tokens'] / (c['instances'] * L)):.2f}%"])
+            rows.append([variant, L, "unpacked", f"{c['instances']:,}", f"{c['instances']:,}",
+                         f"{100 * (1 - c['tokens'] / (c['instances'] * L)):.2f}%",
+                         f"{100 * least_padding(pairs, L):.2f}%"])
             default = packing.default_sequences_per_pack(objective, L)
             for k in sorted({*KS, default}):
-                packed = out / f"packed-{objective}-{L}-k{k}"
+                packed = out / f"packed-{variant.replace(' ', '-')}-{L}-k{k}"
                 if not (packed / "manifest.json").exists():
                     bertprep("pack", "--input", str(pairs), "--max-sequences-per-pack", str(k), "--output",
                              str(packed))
                 p = manifest(packed)["packing"]
-                rows.append([objective, L, f"k={k}" + (" (default)" if k == default else ""), f"{p['instances']:,}",
-                             f"{p['rows']:,}", f"{100 * (1 - p['efficiency']):.2f}%"])
-    print(table(["objective", "L", "rows", "instances", "rows written", "padding"], rows))
+                rows.append([variant, L, f"k={k}" + (" (default)" if k == default else ""), f"{p['instances']:,}",
+                             f"{p['rows']:,}", f"{100 * (1 - p['efficiency']):.2f}%", ""])
+    print(table(["pairs", "L", "rows", "instances", "rows written", "padding", "least possible"], rows))
 
 
 def m_table() -> None:

@@ -10,6 +10,10 @@ instances would one by one, on fewer rows.
     build_rows(...)            the rows' arrays (schema.PackedBatch), a chunk of rows at a time
     pack(instances, L, k, M)   all three; `unpack` is the inverse (verify, inspect, tests)
 
+Full-sentence rows (objective none) pack alike, each row (a document, or its last part) an instance: its label 0 and
+weight 1 keep its slot. Unmasked pair records pack by the same plan into packed pair records (PairPackParams: no
+predictions, so rows are cut by L and k only), each instance keeping its key for the trainer's masks.
+
 The plan sees only the histogram (L + 1 counts), never the instances: best-fit decreasing over lengths, as the
 paper's SPFHP (longest first; each goes to the open row with the least room that still fits it and holds fewer
 than k instances, else opens rows). Which instance of a length takes which slot follows the order the instances

@@ -79,15 +79,19 @@ def run(plan: Plan, options) -> dict | None:
                      | f"{s.prefix}{label}" >> read
                      | f"{s.prefix}{source.pack_label}" >> shards.WriteShards(
                          s.out.directory, s.out.prefix, s.out.num_shards, "tfrecord", plan.seed, shuffle,
-                         stat_names=source.stats, pack=s.params,
-                         name=outputs.HELD_OUT_SHARDS if s.prefix else ""))
+                         stat_names=source.stats, pack=s.params,   # its counters, which packing_lost reads
+                         name=outputs.HELD_OUT_SHARDS if s.prefix else "shard"))
     if made.carried:
         p | "CopyValidationList" >> splitting.CopyHeldOutList(
             [storage.join(d, heldout.NAME) for d in made.carried[0].split(",")], sides[1].out.directory)
     tuple(reversed(stats)) | "Publish" >> Publish(*(s.publication for s in reversed(sides)))
     records = sum(made.opened.records.values())
     basis = f"{records:,} records" if records else f"{sides[0].out.estimated_bytes / 1e6:,.1f} MB of shards"
-    return launch.run_job("pack", p, sides[0].publication, shuffle, basis, plan.run)
+    k = sides[0].params.max_sequences_per_pack
+    note = f"pack: up to {k} instances a row" + ("" if plan.sequences_per_pack else
+                                                  f" (the default for objective {made.objective}; "
+                                                  "--max-sequences-per-pack sets it)")
+    return launch.run_job("pack", p, sides[0].publication, shuffle, basis, plan.run, (note,))
 
 
 def side(plan: Plan, source: "Source", made: inputs.Input, directory: str, num_shards: int,
