@@ -79,7 +79,9 @@ def test_the_manifest_counts_reconcile_and_says_what_the_trainer_reads(made):
     assert c["tokens"] == plain["counts"]["tokens"] and c["random_next"] == plain["counts"]["random_next"]
     assert pk["efficiency"] == pytest.approx(c["tokens"] / (len(rows) * L))
     assert pk["efficiency"] > pk["unpacked_efficiency"] == pytest.approx(c["tokens"] / (c["instances"] * L))
-    assert c["counters"]["pack/instances_out"] == c["counters"]["shuffle/shard_in"] == c["instances"]
+    held = read_m(made / "packed/validation")["counts"]["instances"]   # the job's counters count both sides
+    assert c["counters"]["pack/instances_out"] == c["counters"]["pack/instances_in"] == c["instances"] + held
+    assert c["counters"]["shuffle/shard_in"] == c["instances"]
     assert m["split"]["role"] == "training" and read_m(made / "packed/validation")["split"]["role"] == "validation"
     assert m["parameters"]["source"] == plain["parameters"] and "max_predictions_per_seq" not in m
     assert manifest.packed(m) and [e["file"] for e in m["files"]] == [f"pairs-0000{i}-of-00002.tfrecord"
