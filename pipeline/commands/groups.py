@@ -414,7 +414,7 @@ class ValidationMasking(Group):
             p.error("--validation-masked-lm-prob without --validation-documents or --validation-fraction")
 
 
-DEFAULT_K = (f"{packing.DEFAULT_SEQUENCES_PER_PACK}; for --objective none one a {packing.NONE_POSITIONS_PER_SLOT} "
+DEFAULT_K = (f"{packing.DEFAULT_SEQUENCES_PER_PACK}; for --objective none one per {packing.NONE_POSITIONS_PER_SLOT} "
              f"positions of --max-seq-length, at least {packing.DEFAULT_SEQUENCES_PER_PACK}: 16 at 1,024, 128 at 8,192")
 
 
