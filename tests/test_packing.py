@@ -65,13 +65,16 @@ def test_the_plan_fills_rows_a_first_fit_would_leave_half_empty():
 
 
 def test_max_row_predictions_is_the_most_the_count_rule_allows():
-    for L_, k, prob, P_ in ((24, 3, 0.15, 3), (30, 2, 0.2, 5), (40, 4, 0.15, 2), (20, 3, 0.5, 20)):
+    # shortest 5: [CLS] A [SEP] B [SEP]; 3: a full-sentence row [CLS] x [SEP] (objective none), more of them a row
+    for L_, k, prob, P_, shortest in ((24, 3, 0.15, 3, 5), (30, 2, 0.2, 5, 5), (40, 4, 0.15, 2, 5), (20, 3, 0.5, 20, 5),
+                                      (21, 5, 0.3, 4, 3), (27, 4, 0.15, 3, 3), (18, 6, 0.5, 8, 3)):
         rule = lambda n: min(P_, max(1, round(n * prob)))   # noqa: E731  google's, round half to even
         brute = max(sum(rule(n) for n in combo)
                     for j in range(1, k + 1)
-                    for combo in itertools.combinations_with_replacement(range(5, L_ + 1), j)
+                    for combo in itertools.combinations_with_replacement(range(shortest, L_ + 1), j)
                     if sum(combo) <= L_)
-        assert packing.max_row_predictions(L_, k, prob, P_) == max(P_, brute), (L_, k, prob, P_)
+        assert packing.max_row_predictions(L_, k, prob, P_, shortest) == max(P_, brute), (L_, k, prob, P_)
+    assert packing.SHORTEST["none"] == 3 and packing.SHORTEST["nsp"] == packing.SHORTEST["sop"] == 5
     # about L * p + k at BERT's shapes, far below k * P
     assert packing.max_row_predictions(512, 8, 0.15, 80) < 90
     assert packing.max_row_predictions(128, 8, 0.15, 20) < 30

@@ -10,6 +10,10 @@ instances would one by one, on fewer rows.
     build_rows(...)            the rows' arrays (schema.PackedBatch), a chunk of rows at a time
     pack(instances, L, k, M)   all three; `unpack` is the inverse (verify, inspect, tests)
 
+Full-sentence rows (objective none) pack alike, each row (a document, or its last part) an instance: its label 0 and
+weight 1 keep its slot. Unmasked pair records pack by the same plan into packed pair records (PairPackParams: no
+predictions, so rows are cut by L and k only), each instance keeping its key for the trainer's masks.
+
 The plan sees only the histogram (L + 1 counts), never the instances: best-fit decreasing over lengths, as the
 paper's SPFHP (longest first; each goes to the open row with the least room that still fits it and holds fewer
 than k instances, else opens rows). Which instance of a length takes which slot follows the order the instances
@@ -23,13 +27,26 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from pipeline.algorithms import masking
-from pipeline.formats import schema
+from pipeline.formats import pair_records, schema
 
 MIN_INSTANCE_LENGTH = 5          # [CLS] A [SEP] B [SEP] with one token in each segment
-MAX_SEQUENCES_PER_PACK = 8
+SHORTEST = {"nsp": MIN_INSTANCE_LENGTH, "sop": MIN_INSTANCE_LENGTH, "none": 3}   # an objective's: none [CLS] x [SEP]
+MAX_SEQUENCES_PER_PACK = 1024
 # bench_packing, the shared Wikipedia sample at L=512: k=7 is the smallest to pass 99% (99.36%), k=8 gives 99.57%;
 # a larger k costs only a few masked slots (M) and next-sentence slots a row, so 8, with margin for smaller inputs
 DEFAULT_SEQUENCES_PER_PACK = 8
+# Full-sentence rows (objective none) are whole documents, most far shorter than a long row: at L=8,192 a row holds
+# dozens. A ModernBERT user expects a row filled with as many documents as fit, so their k grows with L: one
+# slot per 64 positions (16 at 1,024, 128 at 8,192), never fewer than DEFAULT (bench/bench_packing.py --none)
+NONE_POSITIONS_PER_SLOT = 64
+
+
+def default_sequences_per_pack(objective: str, max_seq_length: int) -> int:
+    """k when none is asked for: DEFAULT for pair rows (nsp, sop); for full-sentence rows one slot per
+    NONE_POSITIONS_PER_SLOT positions, at least DEFAULT."""
+    if objective != "none":
+        return DEFAULT_SEQUENCES_PER_PACK
+    return min(MAX_SEQUENCES_PER_PACK, max(DEFAULT_SEQUENCES_PER_PACK, max_seq_length // NONE_POSITIONS_PER_SLOT))
 
 Strategy = tuple[tuple[int, ...], int]   # (lengths of the instances of one row, longest first; rows built so)
 
@@ -124,27 +141,41 @@ def plan(histogram: np.ndarray, max_seq_length: int, max_sequences_per_pack: int
 
 
 def max_row_predictions(max_seq_length: int, max_sequences_per_pack: int, masked_lm_prob: float,
-                        max_predictions_per_seq: int) -> int:
+                        max_predictions_per_seq: int, shortest: int = MIN_INSTANCE_LENGTH) -> int:
     """M: the most predictions a row can need, for instances masked by google's count rule
     (min(P, max(1, round(n * masked_lm_prob))), masking.num_to_predict): the best sum over up to k instances of at
-    least MIN_INSTANCE_LENGTH tokens whose lengths add up to at most L, and never less than P (one instance masked
-    by another rule still fits). About L * masked_lm_prob + k, well below k * P."""
+    least `shortest` tokens (MIN_INSTANCE_LENGTH; an objective's own, SHORTEST) whose lengths add up to at most L,
+    and never less than P (one instance masked by another rule still fits). About L * masked_lm_prob + k, well
+    below k * P.
+
+    `one[t]` is the most one instance of at most t tokens can need (0: none); the best of up to k instances within
+    t tokens is its k-th max-plus power, by squaring: about 2 log2(k) products, each O(L x the steps of one
+    factor), and a nondecreasing array of sums up to ~L * p has few steps. Well under a second at L=8,192, k=256.
+    """
     L, k, P = max_seq_length, max_sequences_per_pack, max_predictions_per_seq
     n = np.arange(L + 1)
-    gain = masking.num_to_predict(n, masking.MaskRecipe(masked_lm_prob=masked_lm_prob,
-                                                        max_predictions_per_seq=P))   # (L + 1,)
-    best = np.full(L + 1, -1, np.int64)   # best[t]: most predictions of the instances so far, t positions used
-    best[0] = 0
-    most = 0
-    for _ in range(k):
-        nxt = np.full(L + 1, -1, np.int64)
-        for length in range(MIN_INSTANCE_LENGTH, L + 1):
-            reach = best[:L + 1 - length]
-            grown = np.where(reach >= 0, reach + gain[length], -1)
-            nxt[length:] = np.maximum(nxt[length:], grown)
-        best = nxt
-        most = max(most, int(best.max()))
-    return max(P, most)
+    one = masking.num_to_predict(n, masking.MaskRecipe(masked_lm_prob=masked_lm_prob,
+                                                       max_predictions_per_seq=P))   # (L + 1,), nondecreasing
+    one[:shortest] = 0
+    best, power = np.zeros(L + 1, np.int64), one
+    while k:
+        if k & 1:
+            best = _max_plus(best, power)
+        k >>= 1
+        if k:
+            power = _max_plus(power, power)
+    return max(P, int(best[L]))
+
+
+def _max_plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(L + 1,) nondecreasing a, b -> c[t] = max over s <= t of a[s] + b[t - s], also nondecreasing. Only the
+    first place of each of a's values can be the best s (b grows with t - s), so the work is a's steps x L."""
+    if np.count_nonzero(np.diff(a)) > np.count_nonzero(np.diff(b)):
+        a, b = b, a
+    out = a[0] + b
+    for s in (np.flatnonzero(np.diff(a)) + 1).tolist():
+        np.maximum(out[s:], a[s] + b[:len(b) - s], out=out[s:])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- assignment
@@ -339,11 +370,12 @@ class PackParams:
 
     @classmethod
     def for_rule(cls, max_seq_length: int, max_predictions_per_seq: int, max_sequences_per_pack: int,
-                 masked_lm_prob: float) -> "PackParams":
-        """M sized for instances masked by google's count rule with `masked_lm_prob`."""
+                 masked_lm_prob: float, objective: str = "nsp") -> "PackParams":
+        """M sized for instances of `objective` (their shortest, SHORTEST) masked by google's count rule with
+        `masked_lm_prob`."""
         return cls(max_seq_length, max_predictions_per_seq, max_sequences_per_pack,
                    max_row_predictions(max_seq_length, max_sequences_per_pack, masked_lm_prob,
-                                       max_predictions_per_seq))
+                                       max_predictions_per_seq, SHORTEST[objective]))
 
     @property
     def source(self) -> schema.Shape:
@@ -352,6 +384,47 @@ class PackParams:
     @property
     def packed(self) -> schema.Shape:
         return schema.Shape(self.max_seq_length, self.max_row_predictions, self.max_sequences_per_pack)
+
+    def entry(self) -> dict:
+        """What the manifest's `packing` says of them: k and M."""
+        return {"max_sequences_per_pack": self.max_sequences_per_pack,
+                "max_predictions_per_row": self.max_row_predictions}
+
+    def pack_records(self, records: Iterable[bytes], tally: "Tally") -> Iterator[bytes]:
+        """google-layout Example bytes -> packed-layout Example bytes (pack_records)."""
+        return pack_records(records, self, tally)
+
+
+@dataclass(frozen=True)
+class PairPackParams:
+    """How unmasked pair records (a `pairs` output, masked at train time) are packed: up to k a row of L. No M: the
+    trainer masks and sizes a row's predictions itself, so rows are cut only by L and k."""
+    max_seq_length: int
+    max_sequences_per_pack: int
+
+    def entry(self) -> dict:
+        """What the manifest's `packing` says of them: k (the trainer sizes a row's predictions from its rate)."""
+        return {"max_sequences_per_pack": self.max_sequences_per_pack}
+
+    def pack_records(self, records: Iterable[bytes], tally: "Tally") -> Iterator[bytes]:
+        """Pair record bytes, in the order that decides the rows -> packed pair record bytes
+        (pair_records.encode_packed), each row's instances in slot order, unchanged, keys kept."""
+        pairs = [pair_records.decode(r) for r in records]
+        lengths = np.array([len(p.token_ids) for p in pairs], np.int64)
+        L, k = self.max_seq_length, self.max_sequences_per_pack
+        if len(pairs) and lengths.max() > L:
+            raise ValueError(f"an instance of {lengths.max()} tokens does not fit a row of {L}")
+        tally.instances_in += len(pairs)
+        if not pairs:
+            return
+        a = assign(lengths, np.zeros(len(pairs), np.int64),
+                   plan(np.bincount(lengths, minlength=L + 1), L, k), 0)   # no predictions: no row is split
+        order = np.lexsort((a.slot, a.row))                                  # row by row, slots left to right
+        ends = np.searchsorted(a.row[order], np.arange(1, a.num_rows + 1))
+        for members in np.split(order, ends[:-1]):
+            tally.rows += 1
+            tally.instances_out += len(members)
+            yield pair_records.encode_packed([pairs[i] for i in members.tolist()])
 
 
 @dataclass

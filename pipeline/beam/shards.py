@@ -8,8 +8,8 @@ histogram bin) and writes its records in hash order.
 
     batches of (key, payload, stats) | Shuffle | WriteFiles
 
-With `pack` (packed shards), each file's group of google-layout records is packed into rows on its way to the file
-(pipeline/algorithms/packing.py): the group arrives in hash order, which decides the rows, so the bytes are the same
+With `pack` (packed shards, or packed pair records), each file's group of google-layout records (or of pair
+records) is packed into rows on its way to the file (pipeline/algorithms/packing.py): the group arrives in hash order, which decides the rows, so the bytes are the same
 on any runner too. A file's records are then rows; its stats still sum its instances'.
 
 Shards are written under `<dir>/.incomplete/`; each writer outputs its file's stats (records, bytes, the stats
@@ -61,15 +61,18 @@ def _write_jsonl_gz(f, frames: Iterable[bytes]) -> None:
 FORMATS = {"tfrecord": (".tfrecord", _write_tfrecord), "jsonl.gz": (".jsonl.gz", _write_jsonl_gz)}
 
 
+Packer = packing.PackParams | packing.PairPackParams   # masked shards' rows, or unmasked pair records'
+
 # What packing counts (pipeline/jobs/outputs.py: packing_lost, packing_entry)
 PACKED_IN, PACKED_OUT = "pack/instances_in", "pack/instances_out"   # instances read, and put into rows
 PACKED_ROWS, ROWS_SPLIT = "pack/rows", "pack/rows_split"
 
 
-def _packed(frames: Iterator[bytes], params: packing.PackParams, count) -> Iterator[bytes]:
-    """A group's frames of google-layout records -> frames of packed rows; counts what went in and out."""
+def _packed(frames: Iterator[bytes], params: Packer, count) -> Iterator[bytes]:
+    """A group's frames of records -> frames of packed rows (the params' kind decides which records and rows);
+    counts what went in and out."""
     done = packing.Tally()
-    yield from map(tfrecord.frame, packing.pack_records(_payloads(frames), params, done))
+    yield from map(tfrecord.frame, params.pack_records(_payloads(frames), done))
     for counter, n in ((PACKED_IN, done.instances_in), (PACKED_OUT, done.instances_out), (PACKED_ROWS, done.rows),
                        (ROWS_SPLIT, done.split)):
         count(*tally.parts(counter), n)
@@ -91,7 +94,7 @@ class _Sized:
 
 class _WriteShard(tally.DoFn):
     def __init__(self, directory: str, prefix: str, num_shards: int, fmt: str, stat_names: Sequence[str],
-                 pack: packing.PackParams | None = None):
+                 pack: Packer | None = None):
         self.directory, self.prefix, self.num_shards, self.fmt = directory, prefix, num_shards, fmt
         self.stat_names, self.pack = tuple(stat_names), pack
 
@@ -122,11 +125,12 @@ class _WriteShard(tally.DoFn):
 
 class WriteShards(beam.PTransform):
     """Batches (lists) of (key, payload, stats) records -> `num_shards` files under .incomplete/; outputs one stats
-    dict per shard: {"shard", "file", "records", "bytes", and the sum of each of `stat_names`}. With `pack`, the
-    payloads are google-layout records and each file holds them packed into rows."""
+    dict per shard: {"shard", "file", "records", "bytes", and the sum of each of `stat_names`}. With `pack`, each
+    file holds its records packed into rows: google-layout records into packed shards (PackParams), or pair records
+    into packed pair records (PairPackParams)."""
 
     def __init__(self, directory: str, prefix: str, num_shards: int, fmt: str, seed: int,
-                 config: ShuffleConfig, stat_names: Sequence[str] = (), pack: packing.PackParams | None = None,
+                 config: ShuffleConfig, stat_names: Sequence[str] = (), pack: Packer | None = None,
                  name: str = ""):
         super().__init__()
         self.directory, self.prefix, self.num_shards, self.fmt, self.seed = \

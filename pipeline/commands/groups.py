@@ -295,8 +295,8 @@ class Pairs(Group):
                        help="nsp: google's next-sentence pairs (default); sop: ALBERT's sentence order (B always "
                             "follows A in its document, swapped half of the time, label 1 = swapped); none: "
                             "RoBERTa's rows of whole sentences up to --max-seq-length, segment ids 0, no second "
-                            "objective. A dupe pass of `none` is the same rows masked anew. Its rows are full "
-                            "already: --pack is for nsp and sop")
+                            "objective. A dupe pass of `none` is the same rows masked anew; --pack puts several "
+                            "short rows (documents) into one, each its own instance")
         p.add_argument("--cross-documents", action="store_true",
                        help="with --objective none: a row goes on into the next document of its bucket after a "
                             "[SEP] (RoBERTa's FULL-SENTENCES; without it DOC-SENTENCES: a row ends with its document)")
@@ -333,8 +333,6 @@ class Pairs(Group):
                     p.error(f"--{flag.replace('_', '-')} without --objective none (it shapes full-sentence rows)")
         elif args.short_seq_prob is not None:
             p.error("--short-seq-prob with --objective none: its rows are filled to --max-seq-length")
-        if args.objective == "none" and getattr(args, "pack", False):
-            p.error("--pack with --objective none: its rows are filled already (pack is for nsp and sop)")
         if args.max_seq_length < 5:
             p.error(f"--max-seq-length {args.max_seq_length}: [CLS] A [SEP] B [SEP] needs at least 5")
 
@@ -416,6 +414,10 @@ class ValidationMasking(Group):
             p.error("--validation-masked-lm-prob without --validation-documents or --validation-fraction")
 
 
+DEFAULT_K = (f"{packing.DEFAULT_SEQUENCES_PER_PACK}; for --objective none one per {packing.NONE_POSITIONS_PER_SLOT} "
+             f"positions of --max-seq-length, at least {packing.DEFAULT_SEQUENCES_PER_PACK}: 16 at 1,024, 128 at 8,192")
+
+
 def sequences_per_pack(text: str) -> int:
     return flags.ranged_int(text, 1, packing.MAX_SEQUENCES_PER_PACK)
 
@@ -430,14 +432,14 @@ class Pack(Group):
                             "it")
         p.add_argument("--max-sequences-per-pack", type=sequences_per_pack, default=None,
                        help=f"with --pack: instances a row may hold, 1..{packing.MAX_SEQUENCES_PER_PACK} (default "
-                            f"{packing.DEFAULT_SEQUENCES_PER_PACK})")
+                            f"{DEFAULT_K})")
 
     def check(self, p, args):
         if args.max_sequences_per_pack is not None and not args.pack:
             p.error("--max-sequences-per-pack without --pack")
 
     def build(self, args) -> int | None:
-        return (args.max_sequences_per_pack or packing.DEFAULT_SEQUENCES_PER_PACK) if args.pack else None
+        return (args.max_sequences_per_pack or 0) if args.pack else None   # 0: the objective's default at L
 
 
 class GoogleShards(Group):

@@ -245,7 +245,9 @@ def _print_packing(m: dict, stats: dict) -> None:
     unpacked = packing.efficiency(int(stats["lengths"].sum()), stats["instances"], L)
     print(f"\n  packed rows {stats['rows']:,}  (manifest: {listed})" + ("" if listed in (None, stats["rows"])
                                                                        else "  <-- DIFFERS")
-          + f"   k {packing_entry.get('max_sequences_per_pack')}   M {packing_entry.get('max_predictions_per_row')}")
+          + f"   k {packing_entry.get('max_sequences_per_pack')}"
+          + (f"   M {packing_entry['max_predictions_per_row']}" if "max_predictions_per_row" in packing_entry else
+             "   unmasked (the trainer masks them)"))
     print(f"  real tokens {100 * stats['efficiency']:.2f}% of the positions (unpacked: {100 * unpacked:.2f}%);  "
           f"rows per instance {stats['rows'] / max(1, stats['instances']):.3f}")
     counts = np.bincount(stats["per_row"], minlength=2)[1:]
@@ -339,21 +341,35 @@ def inspect_records(paths: list[str], m: dict, examples: int, decode, unk_id: in
         shape = schema.Shape(m["max_seq_length"], m["max_predictions_per_seq"])
         stats = shard_statistics(paths, shape, m["vocab"]["ids"]["mask_id"], examples, unk_id)
     else:
-        lengths, random_next, shown = [], [], []
-        unk = 0
-        for path in paths:
-            for record in tfrecord.read_file(path):
-                pair = pair_records.decode(record)
+        stats = pair_statistics(paths, manifest.packed(m), int(m.get("max_seq_length") or 0), examples, unk_id)
+        if manifest.packed(m):
+            _print_packing(m, stats)
+    _print_stats(m, stats, decode)
+
+
+def pair_statistics(paths: list[str], packed: bool, max_seq_length: int, examples: int = 0,
+                    unk_id: int | None = None) -> dict:
+    """The instances of pair records, or of packed pair records (`packed`: then also the rows, instances per row
+    and the share of real tokens, and the examples are the first rows' instances, slot by slot)."""
+    lengths, random_next, per_row, shown = [], [], [], []
+    unk = 0
+    for path in paths:
+        for record in tfrecord.read_file(path):
+            row = pair_records.decode_packed(record) if packed else [pair_records.decode(record)]
+            per_row.append(len(row))
+            for pair in row:
                 unk += int((pair.token_ids == unk_id).sum()) if unk_id is not None else 0
                 lengths.append(len(pair.token_ids))
                 random_next.append(int(pair.is_random_next))
                 if len(shown) < examples:
                     shown.append((pair.token_ids, [], [], int(pair.is_random_next)))
-        stats = {"instances": len(lengths), "lengths": np.array(lengths),
-                 "mean_length": float(np.mean(lengths)) if lengths else 0.0,
-                 "random_next_fraction": float(np.mean(random_next)) if random_next else 0.0, "examples": shown,
-                 "unk": unk if unk_id is not None else None}
-    _print_stats(m, stats, decode)
+    lengths = np.array(lengths, np.int64)
+    return {"instances": len(lengths), "lengths": lengths, "rows": len(per_row),
+            "per_row": np.array(per_row, np.int64),
+            "efficiency": packing.efficiency(int(lengths.sum()), len(per_row), max_seq_length),
+            "mean_length": float(np.mean(lengths)) if len(lengths) else 0.0,
+            "random_next_fraction": float(np.mean(random_next)) if random_next else 0.0, "examples": shown,
+            "unk": unk if unk_id is not None else None}
 
 
 def inspect_converted(paths: list[str], m: dict, examples: int, decode) -> None:

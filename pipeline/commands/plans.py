@@ -152,11 +152,12 @@ COMMANDS = {
         ("input", Flag("--input", required=True,
                        help="masked-LM shards in google's layout: a `mask`/`prepare` output directory, or "
                             "google-made shards (a glob, with --max-seq-length, --max-predictions-per-seq and "
-                            "--vocab)")),
-        ("sequences_per_pack", Flag("--max-sequences-per-pack", type=groups.sequences_per_pack,
-                                    default=packing.DEFAULT_SEQUENCES_PER_PACK,
+                            "--vocab); or pair records (a `pairs` output), packed unmasked for train "
+                            "--dynamic-masking")),
+        ("sequences_per_pack", Flag("--max-sequences-per-pack", type=groups.sequences_per_pack, default=None,
                                     help=f"instances a row may hold, 1..{packing.MAX_SEQUENCES_PER_PACK}: more packs "
-                                         "tighter (bench/bench_packing.py prints the efficiency of each)")),
+                                         "tighter (bench/bench_packing.py prints the efficiency of each). Default "
+                                         f"{groups.DEFAULT_K}")),
         ("made_with", GoogleShards("recorded for the trainer and verify")),
         ("masked_lm_prob", Flag("--masked-lm-prob", type=probability, default=masking.MaskRecipe.masked_lm_prob,
                                 help="shards without a manifest: the masked_lm_prob they were masked with, which "

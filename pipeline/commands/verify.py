@@ -13,6 +13,7 @@ Checks TFRecord framing and both CRCs, parses each record against its schema, an
           max_predictions_per_seq predictions.
   pairs:  the same layout on the unpadded ids (A's length from num_tokens_a), length <= max_seq_length,
           word_starts aligned.
+  packed pairs: each row 1..k instances of at most L tokens in all, keys unique in it, and each instance as pairs.
   objective none (full-sentence rows), shards and pairs: [CLS] text [SEP], segment ids all 0, a [SEP] inside
           only between two runs of text (a document boundary), never masked; next_sentence_labels 0. sop
           instances have NSP's layout (label 1 = swapped).
@@ -234,7 +235,7 @@ def shard_batch_ok(r: dict[str, np.ndarray], vocab: Ids) -> np.ndarray:
 
 
 def _check_packed_records(records: list[bytes], shape: schema.Shape, max_predictions_per_seq: int,
-                          vocab: Ids, tally: dict) -> list[tuple[int, str]]:
+                          vocab: Ids, tally: dict, objective: str = "nsp") -> list[tuple[int, str]]:
     """(index in the batch, message) for each bad packed row of a batch; counts the instances in `tally`."""
     arrays = schema.decode_plain(records, shape)
     if arrays is None:   # not the plain encoding: each row alone, a row that does not parse named
@@ -249,13 +250,13 @@ def _check_packed_records(records: list[bytes], shape: schema.Shape, max_predict
         index = np.array([i for i, _ in rows])
         arrays = {name: np.stack([one[name] for _, one in rows]) for name in shape.features}
         return sorted(bad + [(int(index[i]), m) for i, m in
-                             _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab, tally)])
-    return _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab, tally)
+                             _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab, tally, objective)])
+    return _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab, tally, objective)
 
 
-def _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab, tally):
+def _check_packed_records_arrays(arrays, max_predictions_per_seq, vocab, tally, objective):
     tally["instances"] = tally.get("instances", 0) + int((arrays["next_sentence_weights"] != 0).sum())
-    return check_packed_batch(arrays, max_predictions_per_seq, vocab)
+    return check_packed_batch(arrays, max_predictions_per_seq, vocab, objective)
 
 
 def _check_shard_batch(records: list[bytes], shape: schema.Shape, vocab: Ids,
@@ -317,10 +318,11 @@ def packed_row_checks(r: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
     ]
 
 
-def check_packed_batch(r: dict[str, np.ndarray], max_predictions_per_seq: int,
-                       vocab: Ids) -> list[tuple[int, str]]:
+def check_packed_batch(r: dict[str, np.ndarray], max_predictions_per_seq: int, vocab: Ids,
+                       objective: str = "nsp") -> list[tuple[int, str]]:
     """(row, message) for each bad row of a batch of decoded packed rows: its first failed row check, else the
-    first instance that fails an unpacked record's checks once taken out of the row."""
+    first instance that fails an unpacked record's checks once taken out of the row (a full-sentence row's,
+    check_row_record, for objective none: each instance alone)."""
     bad, ok = {}, np.ones(len(r["input_ids"]), bool)
     for message, verdict in packed_row_checks(r):
         for row in np.flatnonzero(ok & ~verdict).tolist():
@@ -337,12 +339,16 @@ def check_packed_batch(r: dict[str, np.ndarray], max_predictions_per_seq: int,
                 bad[row] = str(one)
         return sorted(bad.items()) if bad else [(int(rows[0]), str(e))]
     slot = np.concatenate([np.arange(c) for c in np.bincount(row_of, minlength=len(rows))]) if len(row_of) else []
-    for i in np.flatnonzero(~shard_batch_ok(instances, vocab)).tolist():
+    full_sentences = objective == "none"
+    suspects = range(len(row_of)) if full_sentences else np.flatnonzero(~shard_batch_ok(instances, vocab)).tolist()
+    for i in suspects:
         row = int(rows[row_of[i]])
         one = {name: values[i] for name, values in instances.items()}
         one["next_sentence_labels"] = instances["next_sentence_labels"][i:i + 1]
-        message = check_shard_record(one, vocab) or "fails the batch checks"
-        bad.setdefault(row, f"instance {slot[i] + 1}: {message}")
+        message = (check_row_record(one, vocab) if full_sentences else
+                   check_shard_record(one, vocab) or "fails the batch checks")
+        if message:
+            bad.setdefault(row, f"instance {slot[i] + 1}: {message}")
     return sorted(bad.items())
 
 
@@ -362,6 +368,25 @@ def check_pair(pair: pair_records.PairInstance, max_seq_length: int, cls_id: int
                     f"has one segment (num_tokens_a = {n - 2}) and no second label")
         return _row_layout(pair.token_ids, n, np.zeros(0, np.int64), cls_id, sep_id)
     return _layout(pair.token_ids, n, pair.num_tokens_a + 1, np.zeros(0, np.int64), cls_id, sep_id)
+
+
+def check_packed_pairs(row: list[pair_records.PairInstance], shape: schema.Shape, vocab: Ids, objective: str,
+                       tally: dict) -> str | None:
+    """The first problem of a packed pair record's row (1 to k instances, L tokens at most, keys unique), else of
+    an instance as check_pair sees it; counts its instances in `tally`."""
+    tally["instances"] = tally.get("instances", 0) + len(row)
+    tokens = sum(len(pair.token_ids) for pair in row)
+    if not 1 <= len(row) <= shape.max_sequences_per_pack:
+        return f"{len(row)} instances in a row, not 1 to max_sequences_per_pack {shape.max_sequences_per_pack}"
+    if tokens > shape.max_seq_length:
+        return f"its instances hold {tokens} tokens > max_seq_length {shape.max_seq_length}"
+    if len({pair.key for pair in row}) < len(row):
+        return "an instance's key appears twice in the row"
+    for slot, pair in enumerate(row, 1):
+        bad = check_pair(pair, shape.max_seq_length, vocab.cls_id, vocab.sep_id, objective, vocab.special)
+        if bad:
+            return f"instance {slot} ({pair.key}): {bad}"
+    return None
 
 
 BATCH = 1024   # shard records checked together
@@ -385,7 +410,7 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
             elif kind == "shards":   # BATCH records at a time: 10x faster than one by one
                 for batch in _batches(tfrecord.read_file(path)):
                     found = (_check_packed_records(batch, shape, max_predictions_per_seq, vocab,
-                                                   tally) if shape.packed
+                                                   tally, objective) if shape.packed
                              else _check_shard_batch(batch, shape, vocab, objective))
                     for i, message in found:
                         problems.add(f"{name}: record {n + i}", message)
@@ -394,8 +419,10 @@ def verify_files(files: list[str], kind: str, problems: Problems, shape: schema.
                 for i, record in enumerate(tfrecord.read_file(path)):
                     n = i + 1
                     try:
-                        bad = check_pair(pair_records.decode(record), shape.max_seq_length, vocab.cls_id,
-                                         vocab.sep_id, objective, vocab.special)
+                        bad = (check_packed_pairs(pair_records.decode_packed(record), shape, vocab, objective, tally)
+                               if shape.packed else
+                               check_pair(pair_records.decode(record), shape.max_seq_length, vocab.cls_id,
+                                          vocab.sep_id, objective, vocab.special))
                     except ValueError as e:
                         bad = f"does not parse: {e}"
                     if bad:
@@ -513,7 +540,7 @@ def verify_converted(directory: str, opened: manifest.Opened, problems: Problems
                     layout = schema.PackedBatch if shape.packed else schema.Batch
                     records = schema.encode_batch(layout(**arrays))
                     found = (_check_packed_records(records, shape, int(m["source"]["max_predictions_per_seq"]),
-                                                   vocab, tally) if shape.packed
+                                                   vocab, tally, objective) if shape.packed
                              else _check_shard_batch(records, shape, vocab, objective))
                 for i, message in found:
                     problems.add(f"{name}: row {n + i}", message)
@@ -561,7 +588,8 @@ def verify_output(directory: str, opened: manifest.Opened, problems: Problems) -
         print(f"{directory}: {m['format']} ({m['source']['kind']} rows), {len(files)} file(s), {rows:,} rows")
         return
     kind = {manifest.SHARDS: "shards", manifest.PAIRS: "pairs", manifest.DOCUMENTS: "documents"}[m["format"]]
-    shape = manifest.shard_shape(m) if kind == "shards" else schema.Shape(m.get("max_seq_length", 0), 0)
+    shape = (manifest.shard_shape(m) if kind == "shards" else   # packed pair records: k, no M
+             schema.Shape(m.get("max_seq_length", 0), 0, (m.get("packing") or {}).get("max_sequences_per_pack", 0)))
     tally = {}
     counts = verify_files(files, kind, problems, shape, Ids.of(m.get("vocab")), m.get("max_predictions_per_seq", 0),
                           tally, manifest.objective(m))

@@ -30,8 +30,9 @@ Its presence marks the directory complete (data files are published before it). 
                              "pad_id", "unk_id"} (made and read by pipeline/text/vocabularies.py)
     max_seq_length, max_predictions_per_seq   (shards; max_seq_length also for pairs; P is per instance)
     packing                  packed shards only: {"max_sequences_per_pack": k, "max_predictions_per_row": M,
-                             "rows", "instances", "efficiency": real tokens / (rows x L), "rows_split"}; their
-                             files' "records" are rows
+                             "rows", "instances", "efficiency": real tokens / (rows x L), "unpacked_efficiency",
+                             "rows_split"}; their files' "records" are rows. Packed pair records (`pack` of a pairs
+                             output, format pairs, stage pack) the same without M (the trainer masks them)
     counts                   documents, instances, tokens, masked_tokens, random_next_fraction, masked_share
                              (masked_tokens / tokens: the realised share, against parameters.masked_lm_prob),
                              unk_share (pairs, prepare: [UNK] among the tokens the job tokenized, both sides of a

@@ -126,6 +126,9 @@ def _source(plan: Plan, made: inputs.Input) -> tuple[str, schema.Shape, dict, st
         if value:
             raise Refused(f"{flag}: {plan.input} has a {manifest.NAME}, which says what its records hold")
     inputs.check_vocab(given.vocab, m, plan.input)
+    if made.opened.format == manifest.PAIRS and manifest.packed(m):
+        raise Refused(f"{plan.input} holds packed pair records, which convert does not export: convert the pairs "
+                      "they were packed from")
     vocab = m["vocab"]
     if "ids" not in vocab and given.vocab:
         vocab = {**vocab, "ids": masking.VocabIds.from_vocab(tokenization.read_vocab(given.vocab)).to_json()}

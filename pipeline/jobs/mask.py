@@ -32,7 +32,7 @@ class Plan:
     objective: str | None = None                 # refuse unless the pairs were made for it
     max_seq_length: int | None = None            # pairs without a manifest (--allow-incomplete): their length
     allow_incomplete: bool = False
-    sequences_per_pack: int | None = None
+    sequences_per_pack: int | None = None        # --pack: instances a row holds at most (0: the default)
     seed: int = settings.SEED
     num_shards: int = 0
 
@@ -57,9 +57,6 @@ def run(plan: Plan, options) -> dict | None:
     sides = [side(plan, pairs, L)] + ([side(plan, pairs, L, held=True)] if pairs.carried else [])
     launch.choose_workers(options, sizing.pair_tokens(sum(sizing.local_sizes(pairs.opened.files).values())))
     shuffle = launch.shuffle_config(plan.run, options)
-    if sides[0].pack and pairs.objective == "none":
-        raise Refused(f"--pack: {plan.input} holds full-sentence rows (objective none), filled already: pack is for "
-                      "nsp and sop")
     launch.prepare_output(plan.run, options)
 
     ids = masking.VocabIds.from_json(pairs.vocab["ids"])
@@ -89,6 +86,9 @@ def open_pairs(plan: Plan) -> inputs.Input:
                                   "--max-seq-length"))
     if pairs.made is None:
         return inputs.Input(pairs.opened, pairs.vocab, pairs.shape, plan.objective or "nsp")
+    if manifest.packed(pairs.made):
+        raise Refused(f"{plan.input} holds packed pair records: mask reads unpacked pairs (mask those, then pack "
+                      "the shards; or train on these with --dynamic-masking)")
     inputs.check_vocab(given.vocab, pairs.made, plan.input, detail=True)
     if plan.objective and plan.objective != pairs.objective:
         raise Refused(f"--objective {plan.objective}, but {plan.input} holds pairs made for {pairs.objective}: "
@@ -122,7 +122,7 @@ def side(plan: Plan, pairs: inputs.Input, L: int, held: bool = False) -> Side:
     out = Output(storage.join(plan.run.output, heldout.SUBDIRECTORY) if held else plan.run.output, "shard",
                  sizing.file_count(estimate) if held else plan.num_shards or sizing.file_count(estimate), ".tfrecord",
                  estimate, pairs.carried[0] if held else plan.input)
-    pack = settings.pack_params(plan.sequences_per_pack, params, L)
+    pack = settings.pack_params(plan.sequences_per_pack, params, L, pairs.objective)
     head = outputs.shards_head("mask", plan.seed, params, pairs.vocab, L, pairs.objective)
     describe = functools.partial(outputs.shards_manifest, head,
                                  {"pairs": opened.manifest and opened.manifest["parameters"],

@@ -183,11 +183,11 @@ def closer_weights(planned: dict[str, float], got: dict[str, float], weights: di
     return {kind: float(f"{w * weights.get(largest, 1.0) / scaled[largest]:.3g}") for kind, w in scaled.items()}
 
 
-def packing_entry(pack: packing.PackParams, written: list[dict], counts: dict, values: dict) -> dict:
-    """The manifest's `packing`: k, M, rows and instances, and the share of real tokens packed and unpacked."""
+def packing_entry(pack: shards.Packer, written: list[dict], counts: dict, values: dict) -> dict:
+    """The manifest's `packing`: k (and M, for masked rows), rows and instances, and the share of real tokens packed
+    and unpacked."""
     rows, L = sum(w["records"] for w in written), pack.max_seq_length
-    return {"max_sequences_per_pack": pack.max_sequences_per_pack,
-            "max_predictions_per_row": pack.max_row_predictions, "rows": rows, "instances": counts["instances"],
+    return {**pack.entry(), "rows": rows, "instances": counts["instances"],
             "efficiency": packing.efficiency(counts["tokens"], rows, L),
             "unpacked_efficiency": packing.efficiency(counts["tokens"], counts["instances"], L),
             "rows_split": values.get(shards.ROWS_SPLIT, 0)}
@@ -214,6 +214,18 @@ def packed_manifest(head: dict, documents: int | None, params: packing.PackParam
                        "mean_tokens_per_instance": counts["tokens"] / n,
                        "mean_masked_per_instance": counts["masked_tokens"] / n,
                        "masked_share": counts["masked_tokens"] / max(1, counts["tokens"]), "counters": values},
+            "packing": packing_entry(params, written, counts, values),
+            "files": written, "inputs": inputs}
+
+
+def packed_pairs_manifest(head: dict, documents: int | None, params: packing.PairPackParams, inputs: list[dict],
+                          written: list[dict], values: dict[str, int]) -> dict:
+    """The manifest of `pack`'s packed pair records, from what the job wrote and counted: the pairs' counts (each
+    instance counted once, whatever row holds it), the rows, and the `packing` entry (k, no M)."""
+    counts = sum_stats(written, transforms.PAIR_STATS)
+    return {**head,
+            "counts": {"documents": documents, **counts, "rows": sum(w["records"] for w in written),
+                       **objective_counts(head["objective"], counts, head["max_seq_length"]), "counters": values},
             "packing": packing_entry(params, written, counts, values),
             "files": written, "inputs": inputs}
 

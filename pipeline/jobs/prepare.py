@@ -40,7 +40,7 @@ class Plan:
     read: ReadParams
     pairing: settings.Pairing
     masking: settings.Masking
-    sequences_per_pack: int | None = None            # --pack: instances a row holds at most
+    sequences_per_pack: int | None = None            # --pack: instances a row holds at most (0: the default)
     split: SplitParams | None = None
     dedup: DedupParams | None = None
     decontaminate: settings.Decontamination | None = None
@@ -240,7 +240,7 @@ def plan_sides(plan: Plan, found, tokens_of: dict, documents_of: dict) -> list[S
         out = Output(storage.join(plan.run.output, heldout.SUBDIRECTORY) if held else plan.run.output, "shard",
                      sizing.file_count(estimate) if held else plan.num_shards or sizing.file_count(estimate),
                      ".tfrecord", estimate, plan.input)
-        pack = settings.pack_params(plan.sequences_per_pack, params, L)
+        pack = settings.pack_params(plan.sequences_per_pack, params, L, plan.pairing.objective)
         job = publication(plan, found, out, vocab, params, pack, held)
         sides.append(Side(job, vocab, "Validation" if held else "", dupes, share, params, pack,
                           outputs.HELD_OUT_SHARDS if held else "",

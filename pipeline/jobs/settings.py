@@ -127,13 +127,15 @@ class Masking:
                 f"{params.max_predictions_per_seq} an instance ({why})")
 
 
-def pack_params(sequences_per_pack: int | None, params: masking.MaskRecipe,
-                max_seq_length: int) -> packing.PackParams | None:
-    """--pack (`sequences_per_pack`: k, None without it): M sized for instances masked as `params` say."""
+def pack_params(sequences_per_pack: int | None, params: masking.MaskRecipe, max_seq_length: int,
+                objective: str) -> packing.PackParams | None:
+    """--pack (`sequences_per_pack`: k, 0 for the objective's default at L, None without it): M sized for
+    instances of `objective` masked as `params` say."""
     if sequences_per_pack is None:
         return None
-    return packing.PackParams.for_rule(max_seq_length, params.max_predictions_per_seq, sequences_per_pack,
-                                       params.masked_lm_prob)
+    k = sequences_per_pack or packing.default_sequences_per_pack(objective, max_seq_length)
+    return packing.PackParams.for_rule(max_seq_length, params.max_predictions_per_seq, k, params.masked_lm_prob,
+                                       objective)
 
 
 def instances_basis(input_bytes: int, tokens: float, dupe_factor: int, max_seq_length: int) -> str:
