@@ -63,6 +63,14 @@ class MaskRecipe:
         """The recipe with its P resolved at this length (what a manifest records and num_to_predict reads)."""
         return replace(self, max_predictions_per_seq=self.predictions(max_seq_length))
 
+    def split_refusal(self) -> str | None:
+        """Why the replacement split cannot be (one line of a refusal), or None: what is neither [MASK] nor a random
+        id is kept, so the two cannot add up to more than 1."""
+        if self.mask_token_prob + self.random_token_prob > 1:
+            return (f"--mask-token-prob {self.mask_token_prob} + --random-token-prob {self.random_token_prob} "
+                    "exceeds 1 (the rest of the chosen tokens are kept)")
+        return None
+
     def to_json(self) -> dict:
         """The manifest's record of the masking, in its parameters (every field, in this order)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
