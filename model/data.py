@@ -262,7 +262,10 @@ class PackedMasker(DynamicMasker):
 
     def __call__(self, items: list[tuple[bytes, str, int]], epoch: int = 0,
                  ordinal: int | None = None) -> dict[str, np.ndarray]:
-        rows = _decoded(items, pair_records.decode_packed)
+        try:
+            rows = pair_records.decode_packed_batch([rec for rec, _, _ in items])
+        except ValueError:   # one at a time, to name the record
+            rows = _decoded(items, pair_records.decode_packed)
         pairs = [pair for row in rows for pair in row]
         lengths = np.array([len(p.token_ids) for p in pairs], np.int64)
         b = self.mask(pairs, epoch, ordinal, int(lengths.max(initial=1)))   # (N, longest): no padding to L
