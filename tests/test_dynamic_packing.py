@@ -172,3 +172,38 @@ def test_masking_flags_are_refused_in_one_line(tmp_path, books, capsys):
         code, err = console([*argv, "--output", str(output)], capsys)
         assert code == 2 and err.startswith(line) and len(err.strip().splitlines()) == 1, (argv, err)
         assert not output.exists() or not any(output.iterdir()), argv
+
+
+def test_whole_words_are_taken_as_googles_greedy_loop_takes_them():
+    def greedy(sizes, want):   # create_masked_lm_predictions' loop over units in order
+        taken, count = np.zeros(len(sizes), bool), 0
+        for i, size in enumerate(sizes):
+            if count >= want:
+                break
+            if count + size > want:
+                continue
+            taken[i], count = True, count + size
+        return taken
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        sizes = rng.integers(1, 6, rng.integers(0, 30))
+        want = int(rng.integers(0, sizes.sum() + 3)) if len(sizes) else 3
+        assert np.array_equal(masking._fill(sizes, want), greedy(sizes, want)), (sizes, want)
+
+
+def test_packed_pair_records_decode_a_batch_as_one_at_a_time(books):
+    from pipeline.formats import example_proto, pair_records
+
+    rows = packed_rows.pack_pairs(books.pairs, L, K)
+    records = [pair_records.encode_packed(row) for row in rows]
+    assert pair_records.decode_packed_batch(records) == [pair_records.decode_packed(r) for r in records] == rows
+    # a record framed right whose ids end inside a varint: alone it is refused; before another record it must be too,
+    # not read on into that record's ids
+    entry = example_proto._len_field(1, example_proto._len_field(1, b"ids") + example_proto._len_field(
+        2, example_proto._len_field(3, example_proto._len_field(1, b"\x05\x81"))))
+    cut = example_proto._len_field(1, entry)
+    with pytest.raises(ValueError, match="truncated varint"):
+        example_proto.decode_example(cut)
+    with pytest.raises(ValueError, match="truncated varint"):
+        example_proto.decode_examples([records[0], cut, records[1]])
