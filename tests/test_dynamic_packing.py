@@ -207,3 +207,16 @@ def test_packed_pair_records_decode_a_batch_as_one_at_a_time(books):
         example_proto.decode_example(cut)
     with pytest.raises(ValueError, match="truncated varint"):
         example_proto.decode_examples([records[0], cut, records[1]])
+
+
+def test_masked_share_is_the_masked_part_of_the_real_tokens():
+    from model import metrics
+
+    session = types.SimpleNamespace(plan=types.SimpleNamespace(schedule=types.SimpleNamespace(grad_accum=2, steps=10)),
+                                    ranks=types.SimpleNamespace(world=1), shards=types.SimpleNamespace(
+                                        shape=types.SimpleNamespace(max_seq_length=128), task=None))
+    sums = {"loss": 2.0, "mlm_loss": 2.0, "mlm_correct": 3.0, "mlm_weight": 30.0, "sequences": 2.0,
+            "instances": 5.0, "real_tokens": 200.0}
+    record = metrics.train_record(session, 3, sums, 1e-3, torch.tensor(1.0), 1, 0.5)
+    assert record["masked_share"] == 30 / 200 and record["padding_share"] == 1 - 200 / 256
+    assert "masked 15.0%" == metrics.format_field("masked_share", record["masked_share"])
