@@ -83,7 +83,7 @@ class Ordinal:
 def test_each_batch_knows_how_many_the_rank_consumed_before_it(books, workers):
     # 2 workers over 3 files (68 rows): one reads two files, the other one, so one runs dry half way
     shards, _ = data.open_pairs(books.packed)
-    dataset = data.ShardDataset(shards.files, shards.shape, 2, records=shards.records, decoder=Ordinal(),
+    dataset = data.ShardDataset(shards.files, shards.shape, 3, records=shards.records, decoder=Ordinal(),
                                 shuffle_buffer=4)
     loader = data.Loader(dataset, num_workers=workers)
     batches = iter(loader)
@@ -98,7 +98,12 @@ def test_each_batch_knows_how_many_the_rank_consumed_before_it(books, workers):
     assert next(iter(again))["ordinal"].tolist()[0] == 80
 
 
-def test_the_rate_goes_linearly_from_start_to_end_over_the_run():
+def test_the_rate_goes_linearly_from_start_to_end_over_the_run(books):
+    # batches are sized for the highest rate: P never caps it (51 at L=128 and 0.4), M for rows of such instances
+    low = masking.MaskRecipe(0.1)
+    assert data.open_pairs(books.plain, low, highest=0.4)[0].shape == data.schema.Shape(L, 51)
+    assert data.open_pairs(books.packed, low, highest=0.4)[0].shape == data.schema.Shape(
+        L, packing.max_row_predictions(L, K, 0.4, 51), K)
     rate = data.MaskRate(0.3, 0.1, total=11)
     assert [round(rate.at(i), 12) for i in (0, 5, 10, 20)] == [0.3, 0.2, 0.1, 0.1]
     assert rate.highest == 0.3 and data.MaskRate(0.15, 0.3).highest == 0.3
@@ -106,17 +111,19 @@ def test_the_rate_goes_linearly_from_start_to_end_over_the_run():
 
 
 def test_dynamic_masking_on_packed_pairs_resumes_bitwise_with_a_rate_schedule(tmp_path, books):
-    # 2 workers and 2 micro-steps of 2 rows over 3 files; the rate goes 0.4 -> 0.1 over the run's 24 micro-batches
+    # 2 workers and 2 micro-steps of 4 rows over 3 files (68 rows: 16 micro-batches an epoch), stopped in the second
+    # epoch; the rate goes 0.4 -> 0.1 over the run's 24 micro-batches
     def run(output, *extra):
         return train.train(training.parse_train([
             "--data", books.packed, "--dynamic-masking", "--masked-lm-prob", "0.4", "--masked-lm-prob-end", "0.1",
             "--eval-data", books.eval, "--eval-masked-lm-prob", "0.15", "--eval-every", "4", "--eval-batches", "2",
-            "--model", books.config, "--output", str(output), "--batch-size", "4", "--grad-accum", "2",
+            "--model", books.config, "--output", str(output), "--batch-size", "8", "--grad-accum", "2",
             "--num-workers", "2", "--steps", "12", "--lr", "1e-3", "--warmup-steps", "2", "--log-every", "1",
             "--checkpoint-every", "0", "--seed", "7", *extra]))
 
     full = run(tmp_path / "full")
-    first = run(tmp_path / "cut", "--stop-after", "5")
+    first = run(tmp_path / "cut", "--stop-after", "9")
+    assert torch.load(first["checkpoint"], weights_only=True)["ranks"][0]["loader"]["before"] == 16
     rest = run(tmp_path / "cut", "--resume")
     assert train_losses(first) + train_losses(rest) == train_losses(full)
     assert len(train_losses(full)) == 12
