@@ -291,7 +291,8 @@ RESUME: dict[str, OnResume] = {
     "data": Applied(), "max_seq_length": Refused(_ROWS), "max_predictions_per_seq": Refused(_ROWS),
     "allow_incomplete": Applied(), "dynamic_masking": Refused(_ROWS), "masked_lm_prob": Refused(_ROWS),
     "mask_token_prob": Refused(_ROWS), "random_token_prob": Refused(_ROWS), "whole_word_mask": Refused(_ROWS),
-    "ngram_max": Refused(_ROWS), "masked_lm_prob_end": Refused(_ROWS), "num_workers": Positional(), "shuffle_buffer": Refused(_ORDER),
+    "ngram_max": Refused(_ROWS), "masked_lm_prob_end": Refused(_ROWS), "num_workers": Positional(),
+    "shuffle_buffer": Refused(_ORDER),
     # ModelPlan: the model is the checkpoint's; how it runs may change (the same maths)
     "model": Refused("the checkpoint holds that model's weights"), "init_from": Refused(_STARTED),
     "init_optimizer_state": Refused(_STARTED), "max_position_embeddings": Refused(_STARTED), "compile": Applied(),
@@ -308,7 +309,8 @@ RESUME: dict[str, OnResume] = {
     "keep_checkpoints": Applied(), "resume": Launch(), "overwrite": Launch(), "stop_after": Launch(),
     "device": Launch(), "dist_timeout_min": Launch(),
     # EvalPlan: --eval-every without --eval-data holds the last training file out
-    "eval_data": Positional(), "eval_every": Positional(), "eval_batches": Applied(), "eval_masked_lm_prob": Applied(),
+    "eval_data": Positional(), "eval_every": Positional(), "eval_batches": Applied(),
+    "eval_masked_lm_prob": Applied(),
 }
 
 

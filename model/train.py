@@ -328,7 +328,8 @@ def held_out_split(data_plan: DataPlan, evaluation: EvalPlan, found: data.ShardS
             P = None if shape.packed or not given else shape.max_predictions_per_seq
             held = data.open_shards(spec, vocab_size, shape.max_seq_length, P, data_plan.allow_incomplete, what=what,
                                     lengths_from="--data")
-        if held.shape.packed != shape.packed:
+        # pairs are masked here, each in its own layout (the model takes either): packed or not, as they come
+        if held.shape.packed != shape.packed and not data_plan.dynamic_masking:
             raise data.ShardSpecError(f"{what} {spec} holds {data.describe(held.shape)} and --data "
                                       f"{data.describe(shape)}: give held-out shards of the same kind")
         if held.objective != found.objective:

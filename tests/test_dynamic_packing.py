@@ -35,7 +35,8 @@ def books(tmp_path_factory):
         pairs=found, ids=ids, size=size, config=str(config),
         plain=packed_rows.write_pairs(root / "plain", train_pairs, ids, size),
         packed=packed_rows.write_pairs(root / "packed", train_pairs, ids, size, k=K, files=3),
-        eval=packed_rows.write_pairs(root / "eval", held, ids, size, k=K, files=1))
+        eval=packed_rows.write_pairs(root / "eval", held, ids, size, k=K, files=1),
+        eval_plain=packed_rows.write_pairs(root / "eval-plain", held, ids, size, files=1))
 
 
 def batch_of_all(directory, recipe, ids, epoch=0, rate=None):
@@ -149,6 +150,11 @@ def test_held_out_pairs_are_masked_at_their_own_rate(books):
     rows = next(iter(dataset))
     share = float(rows["masked_lm_weights"].sum() / (rows["input_mask"] > 0).sum())
     assert abs(share - 0.15) < 0.01, share
+    # held-out pairs unpacked beside packed training pairs: each masked in its own layout
+    plan = dataclasses.replace(plan, evaluation=dataclasses.replace(plan.evaluation, eval_data=books.eval_plain))
+    _, shards = train.open_data(plan.data, plan.evaluation, 7, config, False, micro_batches=10)
+    assert shards.eval_shape == data.schema.Shape(L, 20) and isinstance(shards.eval_decoder, data.DynamicMasker)
+    assert not isinstance(shards.eval_decoder, data.PackedMasker)
 
 
 def test_masking_flags_are_refused_in_one_line(tmp_path, books, capsys):
