@@ -15,6 +15,7 @@ batches and records exactly which batches were consumed, so a resumed run contin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import signal
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from pipeline.algorithms import masking
+from pipeline.algorithms import masking, packing
 from pipeline.formats import example_proto, heldout, manifest, pair_records, schema, tfrecord
 from pipeline.text import vocabularies
 
@@ -165,7 +166,8 @@ class BatchDecoder:
         self.shape = shape
         self.vocab_size = vocab_size
 
-    def __call__(self, items: list[tuple[bytes, str, int]], epoch: int = 0) -> dict[str, np.ndarray]:
+    def __call__(self, items: list[tuple[bytes, str, int]], epoch: int = 0,
+                 ordinal: int | None = None) -> dict[str, np.ndarray]:
         out = schema.decode_plain([rec for rec, _, _ in items], self.shape)
         if out is None:
             out = self._generic(items)
@@ -200,39 +202,125 @@ class BatchDecoder:
                 raise BadRecordError(f"{path}: record {index}: {name} holds a value outside [0, {limit})")
 
 
+@dataclass(frozen=True)
+class MaskRate:
+    """The masking rate of each micro-batch: `start`, or linear from `start` at a run's first micro-batch to `end` at
+    its last (`total`: micro-batches a rank takes over the run, passed in by the trainer). A batch is placed by its
+    ordinal, the batches this rank consumed before it (ShardDataset), which workers know without the optimizer's
+    step, and which a resumed run gives every batch again."""
+    start: float
+    end: float | None = None
+    total: int = 1
+
+    def at(self, ordinal: int | None) -> float:
+        if self.end is None:
+            return self.start
+        if ordinal is None:
+            raise ShardSpecError("--masked-lm-prob-end needs every file's record count (a manifest's) to place each "
+                                 "batch in the run")
+        return self.start + (self.end - self.start) * min(ordinal, self.total - 1) / max(self.total - 1, 1)
+
+    @property
+    def highest(self) -> float:
+        """The highest rate it masks at: the batches' prediction slots are sized for it."""
+        return self.start if self.end is None else max(self.start, self.end)
+
+
 class DynamicMasker:
     """RoBERTa-style dynamic masking: pair records (the `pairs` stage's output) masked afresh every epoch.
 
     The masks come from pipeline.algorithms.masking.mask_batch, the code `bertprep mask` runs, seeded by (seed,
-    epoch) and each instance's key: a new mask every epoch, the same one again on a resumed run.
+    epoch) and each instance's key: a new mask every epoch, the same one again on a resumed run. The rate of a batch
+    is `rate`'s at its ordinal; P is the recipe's at the highest rate (the batches' shape), which never caps a
+    lower one, so an instance's masks are those `mask` draws at the batch's rate.
     """
 
-    def __init__(self, params: masking.MaskRecipe, vocab: masking.VocabIds, max_seq_length: int, seed: int):
-        self.params, self.vocab, self.max_seq_length, self.seed = params, vocab, max_seq_length, seed
+    def __init__(self, params: masking.MaskRecipe, vocab: masking.VocabIds, shape: schema.Shape, seed: int,
+                 rate: MaskRate | None = None):
+        self.rate = rate or MaskRate(params.masked_lm_prob)
+        self.params = dataclasses.replace(params, masked_lm_prob=self.rate.highest).at(shape.max_seq_length)
+        self.vocab, self.shape, self.seed = vocab, shape, seed
 
-    def __call__(self, items: list[tuple[bytes, str, int]], epoch: int = 0) -> dict[str, np.ndarray]:
-        pairs = []
-        for rec, path, index in items:
-            try:
-                pairs.append(pair_records.decode(rec))
-            except ValueError as e:
-                raise BadRecordError(f"{path}: record {index}: {e}") from None
-        b = masking.mask_batch(pairs, self.params, self.vocab, f"{self.seed}/epoch{epoch}", self.max_seq_length)
+    def __call__(self, items: list[tuple[bytes, str, int]], epoch: int = 0,
+                 ordinal: int | None = None) -> dict[str, np.ndarray]:
+        pairs = _decoded(items, pair_records.decode)
+        b = self.mask(pairs, epoch, ordinal, self.shape.max_seq_length)
         return {name: np.ascontiguousarray(getattr(b, name)) for name in schema.FEATURES}
 
+    def mask(self, pairs: list[pair_records.PairInstance], epoch: int, ordinal: int | None,
+             length: int) -> schema.Batch:
+        """mask_batch of `pairs` at the batch's rate, padded to `length` (the masks do not depend on it)."""
+        recipe = dataclasses.replace(self.params, masked_lm_prob=self.rate.at(ordinal))
+        return masking.mask_batch(pairs, recipe, self.vocab, f"{self.seed}/epoch{epoch}", length)
 
-def open_pairs(pattern: str, recipe: masking.MaskRecipe = masking.MaskRecipe(),
-               what: str = "--data") -> tuple[ShardSet, masking.VocabIds]:
-    """Pair files (a `pairs` output directory, a glob or a comma list) for dynamic masking, checked by their
-    manifests (manifest.open_output). The batches hold the recipe's P at the pairs' length: the one it was given,
-    else masking.default_max_predictions (20 at L=128, 77 at L=512)."""
+
+class PackedMasker(DynamicMasker):
+    """Dynamic masking of packed pair records (`pack` of a `pairs` output): each row's instances masked exactly as
+    the same instances unpacked (DynamicMasker.mask, keyed by each instance), then laid into the packed layout by
+    packing.build_rows with the rows as they are (instance i of a row at sum(lengths[:i])). The shape's M is
+    packing.max_row_predictions at the highest rate (`masker_for`)."""
+
+    def __call__(self, items: list[tuple[bytes, str, int]], epoch: int = 0,
+                 ordinal: int | None = None) -> dict[str, np.ndarray]:
+        try:
+            rows = pair_records.decode_packed_batch([rec for rec, _, _ in items])
+        except ValueError:   # one at a time, to name the record
+            rows = _decoded(items, pair_records.decode_packed)
+        pairs = [pair for row in rows for pair in row]
+        lengths = np.array([len(p.token_ids) for p in pairs], np.int64)
+        b = self.mask(pairs, epoch, ordinal, int(lengths.max(initial=1)))   # (N, longest): no padding to L
+        instances = packing.Instances.from_google({name: getattr(b, name) for name in schema.FEATURES})
+        counts = np.array([len(row) for row in rows], np.int64)
+        first = np.repeat(np.cumsum(counts) - counts, counts)   # (N,) the first instance of each one's row
+        offsets = np.cumsum(lengths) - lengths                  # (N,) where each starts, the rows end to end
+        slot, start = np.arange(len(pairs)) - first, offsets - offsets[first]
+        a = packing.Assignment(np.repeat(np.arange(len(rows)), counts), slot, start, len(rows))
+        s = self.shape
+        batch = packing.build_rows(instances, a, 0, len(rows), s.max_seq_length, s.max_predictions_per_seq,
+                                   s.max_sequences_per_pack)
+        return {name: np.ascontiguousarray(getattr(batch, name)) for name in schema.PACKED_FEATURES}
+
+
+def _decoded(items: list[tuple[bytes, str, int]], decode) -> list:
+    """Each record through `decode`; one that is not what it should be raises BadRecordError naming it."""
+    out = []
+    for rec, path, index in items:
+        try:
+            out.append(decode(rec))
+        except ValueError as e:
+            raise BadRecordError(f"{path}: record {index}: {e}") from None
+    return out
+
+
+def masker_for(shape: schema.Shape, recipe: masking.MaskRecipe, vocab: masking.VocabIds, seed: int,
+               rate: MaskRate | None = None) -> DynamicMasker:
+    """The masker of pairs of `shape` (open_pairs'), packed or not."""
+    return (PackedMasker if shape.packed else DynamicMasker)(recipe, vocab, shape, seed, rate)
+
+
+def pairs_shape(length: int, k: int, recipe: masking.MaskRecipe, highest: float) -> schema.Shape:
+    """The batches' shape of pairs of L=`length` (packed k a row; 0: not packed) masked by `recipe` at rates up to
+    `highest`: google's (L, P), P the recipe's at that rate; packed pairs (L, M, k), M the most a row of k instances
+    can need at it (packing.max_row_predictions), sized here: the data was never masked."""
+    P = dataclasses.replace(recipe, masked_lm_prob=highest).predictions(length)
+    if not k:
+        return schema.Shape(length, P)
+    return schema.Shape(length, packing.max_row_predictions(length, k, highest, P), k)
+
+
+def open_pairs(pattern: str, recipe: masking.MaskRecipe = masking.MaskRecipe(), what: str = "--data",
+               highest: float | None = None) -> tuple[ShardSet, masking.VocabIds]:
+    """Pair files (a `pairs` output directory, a glob or a comma list; or its packed pair records, `pack`'s) for
+    dynamic masking, checked by their manifests (manifest.open_output). The batches hold the recipe's P at the pairs'
+    length and the `highest` rate it masks at (default its own): the one it was given, else
+    masking.default_max_predictions (20 at L=128, 77 at L=512); packed ones M (pairs_shape)."""
     try:
         opened = manifest.open_output(pattern, (manifest.PAIRS,), what=what)
     except manifest.ManifestError as e:
         raise ShardSpecError(f"{e} (--dynamic-masking reads the pair records made by `bertprep pairs`)") from None
     m = opened.manifest
-    length = int(m["max_seq_length"])
-    shape = schema.Shape(length, recipe.predictions(length))
+    k = int(m["packing"]["max_sequences_per_pack"]) if manifest.packed(m) else 0
+    shape = pairs_shape(int(m["max_seq_length"]), k, recipe, recipe.masked_lm_prob if highest is None else highest)
     return (ShardSet(opened.files, shape, int(m["vocab"]["size"]), opened.records, manifest.objective(m), m["vocab"],
                      validation_of(opened), manifest.fingerprint(opened)),
             masking.VocabIds.from_json(m["vocab"]["ids"]))
@@ -300,21 +388,56 @@ class ShardDataset(IterableDataset):
         self.decode = decoder or BatchDecoder(shape, vocab_size)
         self.seed, self.shuffle, self.shuffle_buffer, self.drop_last = seed, shuffle, shuffle_buffer, drop_last
         self.rank, self.world_size = _dist_rank_world()  # read here: workers have no process group
-        self.epoch, self.skip, self.worker_offset = 0, [], 0
+        self.epoch, self.skip, self.worker_offset, self.before = 0, [], 0, 0
         self.contiguous = False   # the trainer's Loader sets it: batches as one buffer (to_buffer)
 
-    def set_position(self, epoch: int, skip: list[int], worker_offset: int) -> None:
-        self.epoch, self.skip, self.worker_offset = epoch, list(skip), worker_offset
+    def set_position(self, epoch: int, skip: list[int], worker_offset: int, before: int = 0) -> None:
+        """The next epoch's: its number, the batches each logical worker skips, the logical worker of DataLoader
+        worker 0, and the batches this rank consumed in the epochs before it (a batch's ordinal starts there)."""
+        self.epoch, self.skip, self.worker_offset, self.before = epoch, list(skip), worker_offset, before
+
+    def epoch_files(self, epoch: int) -> list[str]:
+        """The files in `epoch`'s order: shuffled by (seed, epoch), the same on every rank."""
+        if not self.shuffle:
+            return self.files
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.files))
+        return [self.files[i] for i in order]
+
+    def worker_batches(self, epoch: int, workers: int) -> list[int] | None:
+        """(workers,) the batches each of this rank's logical workers yields in `epoch`, from the files' record
+        counts (their manifests'); None where a file has none."""
+        files = self.epoch_files(epoch)
+        if any(f not in self.records for f in files):
+            return None
+        readers, out = self.world_size * workers, []
+        for worker in range(workers):
+            reader = self.rank * workers + worker
+            if len(files) >= readers:
+                n = sum(self.records[f] for f in files[reader::readers])
+            else:   # every reader reads every file, keeping index % readers == reader
+                n = sum(len(range(reader, self.records[f], readers)) for f in files)
+            out.append(n // self.batch_size if self.drop_last else -(-n // self.batch_size))
+        return out
+
+    def ordinals(self, workers: int, worker: int):
+        """index -> the batch's ordinal in the run (the batches this rank consumed before it), or None where the
+        record counts are unknown. The DataLoader takes its workers' batches in turn from worker 0, passing over
+        the ones run dry, so before batch i of `worker` come batch j < i of every worker, and batch i of the ones
+        before it: as many as each yields of those."""
+        counts = self.worker_batches(self.epoch, workers)
+        if counts is None:
+            return lambda index: None
+        counts = np.array(counts)
+        before = np.arange(workers) < worker
+        return lambda index: self.before + int(np.minimum(counts, index + before).sum())
 
     def __iter__(self):
         info = get_worker_info()
         workers = info.num_workers if info else 1
         worker = ((info.id if info else 0) + self.worker_offset) % workers
         reader, readers = self.rank * workers + worker, self.world_size * workers
-        files = self.files
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(files))
-            files = [files[i] for i in order]
+        files = self.epoch_files(self.epoch)
+        ordinal = self.ordinals(workers, worker)
         if len(files) >= readers:
             items = _read_records(files[reader::readers], 1, 0, self.records)
         else:
@@ -328,13 +451,13 @@ class ShardDataset(IterableDataset):
             batch.append(item)
             if len(batch) == self.batch_size:
                 if index >= skip:
-                    yield self._tensors(batch, worker, index)
+                    yield self._tensors(batch, worker, index, ordinal(index))
                 batch, index = [], index + 1
         if batch and not self.drop_last and index >= skip:
-            yield self._tensors(batch, worker, index)
+            yield self._tensors(batch, worker, index, ordinal(index))
 
-    def _tensors(self, batch, worker, index):
-        arrays = self.decode(batch, self.epoch)
+    def _tensors(self, batch, worker, index, ordinal):
+        arrays = self.decode(batch, self.epoch, ordinal)
         if self.contiguous:   # one tensor crosses from the worker (and is pinned), not one per field
             buffer, layout = to_buffer(arrays)
             return {"buffer": buffer, "layout": layout, "worker": worker, "index": index}
@@ -397,18 +520,19 @@ class Loader:
     """Endless batches from a ShardDataset, epoch after epoch, remembering which ones the caller has taken.
 
     `state_dict()` is the position after the last batch handed out: (epoch, batches taken from each logical
-    worker, the worker whose turn is next). `load_state_dict` restores it; the next batch is then the one an
-    uninterrupted run would have produced. Resume needs the same world size and number of workers.
+    worker, the worker whose turn is next, and the batches taken in the epochs before: `before`, where each batch's
+    ordinal starts, MaskRate's clock). `load_state_dict` restores it; the next batch is then the one an uninterrupted
+    run would have produced. Resume needs the same world size and number of workers.
     """
 
     def __init__(self, dataset: ShardDataset, num_workers: int = 0, pin_memory: bool = False):
         self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
         dataset.contiguous = True   # a worker hands over one buffer a batch; its fields are views of it here
         self.readers = max(1, num_workers)
-        self.epoch, self.taken, self.next_worker = 0, [0] * self.readers, 0
+        self.epoch, self.taken, self.next_worker, self.before = 0, [0] * self.readers, 0, 0
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "taken": list(self.taken), "next_worker": self.next_worker,
+        return {"epoch": self.epoch, "taken": list(self.taken), "next_worker": self.next_worker, "before": self.before,
                 "readers": self.readers, "world_size": self.dataset.world_size,
                 "batch_size": self.dataset.batch_size, "files": len(self.dataset.files)}
 
@@ -422,10 +546,18 @@ class Loader:
             raise ShardSpecError(f"cannot resume the data position exactly ({', '.join(differ)}): use the same world "
                                  "size, --num-workers, --batch-size, --grad-accum and data")
         self.epoch, self.taken, self.next_worker = state["epoch"], list(state["taken"]), state["next_worker"]
+        self.before = state["before"] if "before" in state else self._taken_before(self.epoch)
+
+    def _taken_before(self, epoch: int) -> int:
+        """The batches of the epochs before `epoch` (a checkpoint older than `before`): every batch each worker
+        yields (ShardDataset.worker_batches); 0 in the first epoch, or where the files' counts are unknown (only
+        --masked-lm-prob-end reads it, which such checkpoints never ran with)."""
+        counts = [self.dataset.worker_batches(e, self.readers) for e in range(epoch)]
+        return 0 if None in counts else sum(sum(c) for c in counts)
 
     def __iter__(self):
         while True:
-            self.dataset.set_position(self.epoch, self.taken, self.next_worker)
+            self.dataset.set_position(self.epoch, self.taken, self.next_worker, self.before)
             loader = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers,
                                 pin_memory=self.pin_memory, worker_init_fn=ignore_stop_signals,
                                 generator=torch.Generator())  # keeps the global torch RNG (dropout) untouched
@@ -441,4 +573,5 @@ class Loader:
                 raise ShardSpecError(f"no full batch of {self.dataset.batch_size} in one epoch of "
                                  f"{len(self.dataset.files)} file(s) on this rank's readers: "
                                  "use a smaller --batch-size or more data")
+            self.before += sum(self.taken)
             self.epoch, self.taken, self.next_worker = self.epoch + 1, [0] * self.readers, 0

@@ -81,6 +81,7 @@ def train_record(session, step: int, s: dict[str, float], lr: float, grad_norm: 
             "instances_per_s": s["instances"] / seconds, "real_tokens_per_s": s["real_tokens"] / seconds,
             "padding_share": 1.0 - s["real_tokens"] / max(positions, 1.0),
             "rows": s["sequences"] / steps, "tokens": s["real_tokens"] / steps,
+            "masked_share": s["mlm_weight"] / max(s["real_tokens"], 1.0),   # masked (predicted) / real tokens
             "eta_s": (session.plan.schedule.steps - step - 1) * seconds / steps}
 
 
@@ -144,6 +145,8 @@ def format_field(key: str, value) -> str:
         return f"padding {100 * value:.1f}%"
     if key in ("rows", "tokens"):
         return f"{key} {value:,.0f}"
+    if key == "masked_share":
+        return f"masked {100 * value:.1f}%"
     if key == "lr":
         return f"lr {value:.2e}"
     if isinstance(value, float):

@@ -38,6 +38,8 @@ class DataPlan:
     allow_incomplete: bool = False
     dynamic_masking: bool = False
     masking: MaskRecipe = MaskRecipe()        # only with dynamic_masking; built by groups.mask_recipe, as mask's
+    masked_lm_prob_end: float | None = None   # with dynamic_masking: the rate linear from masking's to this over the
+                                              # run's micro-batches (mmBERT's lowering within a phase); None: constant
     num_workers: int = 2                      # DataLoader workers per rank
     shuffle_buffer: int = 10_000              # records in each worker's buffer
 
@@ -163,6 +165,8 @@ class EvalPlan:
     eval_data: str | None = None              # None: the validation set --data was made with, or the last file
     eval_every: int = 0                       # 0: no evaluation
     eval_batches: int | None = None           # None: the whole held-out set
+    eval_masked_lm_prob: float | None = None  # held-out pairs masked at this rate (ModernBERT trains at 0.3 and
+                                              # evaluates at 0.15); None: the training's --masked-lm-prob
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -306,7 +310,8 @@ RESUME: dict[str, OnResume] = {
     "data": Applied(), "max_seq_length": Refused(_ROWS), "max_predictions_per_seq": Refused(_ROWS),
     "allow_incomplete": Applied(), "dynamic_masking": Refused(_ROWS), "masked_lm_prob": Refused(_ROWS),
     "mask_token_prob": Refused(_ROWS), "random_token_prob": Refused(_ROWS), "whole_word_mask": Refused(_ROWS),
-    "ngram_max": Refused(_ROWS), "num_workers": Positional(), "shuffle_buffer": Refused(_ORDER),
+    "ngram_max": Refused(_ROWS), "masked_lm_prob_end": Refused(_ROWS), "num_workers": Positional(),
+    "shuffle_buffer": Refused(_ORDER),
     # ModelPlan: the model is the checkpoint's; how it runs may change (the same maths)
     "model": Refused("the checkpoint holds that model's weights"), "init_from": Refused(_STARTED),
     "init_optimizer_state": Refused(_STARTED), "max_position_embeddings": Refused(_STARTED), "compile": Applied(),
@@ -325,6 +330,7 @@ RESUME: dict[str, OnResume] = {
     "device": Launch(), "dist_timeout_min": Launch(),
     # EvalPlan: --eval-every without --eval-data holds the last training file out
     "eval_data": Positional(), "eval_every": Positional(), "eval_batches": Applied(),
+    "eval_masked_lm_prob": Applied(),
 }
 
 

@@ -41,6 +41,7 @@ import os
 import random
 import sys
 import time
+from typing import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,8 +120,11 @@ def set_up(plan: TrainPlan, ranks: Ranks, stop: Stop, checkpoint: dict | None,
     seed, schedule = plan.run.seed, plan.schedule
     micro_batch = schedule.batch_size // (ranks.world * schedule.grad_accum)  # whole: checked below on a resume
     config, preset = model_config(plan.model, schedule.optimizer, checkpoint, source)
+    def run_micro_batches(L: int) -> int:   # a rank's over the run: --masked-lm-prob-end's span (a token ramp reads L)
+        return batch_ramp(schedule, micro_batch * ranks.world * L).micro_batches_before(schedule.steps)
+
     config, shards = open_data(plan.data, plan.evaluation, seed, config, preset, source,
-                               plan.model.max_position_embeddings)
+                               plan.model.max_position_embeddings, run_micro_batches)
     architectures.check_trainable(config, shards.objective, shards.shape.packed)
     if checkpoint:
         checkpoints.check_resumable(checkpoint, plan, ranks, shards.objective, len(shards.train_files), micro_batch,
@@ -244,6 +248,7 @@ class Shards:
     held_out: str = ""                      # what the held-out files are, in words (the run's first lines)
     fingerprint: dict | None = None         # the training data's identity (manifest.fingerprint), for --resume
     warnings: list[str] = dataclasses.field(default_factory=list)  # what --init-from could not check of the data
+    eval_decoder: data.DynamicMasker | None = None   # held-out pairs' masker (--eval-masked-lm-prob); None: shards
 
     @property
     def task(self) -> str | None:
@@ -252,19 +257,23 @@ class Shards:
 
 
 def open_data(data_plan: DataPlan, evaluation: EvalPlan, seed: int, config, preset: bool,
-              source: init_from.Source | None = None, grow_to: int | None = None) -> tuple[object, Shards]:
+              source: init_from.Source | None = None, grow_to: int | None = None,
+              micro_batches: Callable[[int], int] = lambda L: 1) -> tuple[object, Shards]:
     """The training and held-out files, checked against the model config; a preset config takes the data's vocab
     (a tokenizer.json's rounded up to whole tiles, Vocabulary.embedding_rows), and --init-from's checks its source
     against the data's vocab, casing and L (`grow_to`: --max-position-embeddings). With a tokenizer.json's data the
     config says which rows are its tokens (config.tokenizer_size), wherever its vocab_size came from. `seed`: the
-    run's, which --dynamic-masking's masks are drawn from."""
+    run's, which --dynamic-masking's masks are drawn from; `micro_batches(L)`: those a rank takes over the run at
+    rows of L (the batch warmup's sum), the span of --masked-lm-prob-end's rate."""
     decoder, warnings = None, []
     by_size = not preset and source is None   # the vocab checked by its size alone (init_from checks a source's)
     if data_plan.dynamic_masking:
-        found, vocab_ids = data.open_pairs(data_plan.data, data_plan.masking)
+        rate = data.MaskRate(data_plan.masking.masked_lm_prob, data_plan.masked_lm_prob_end)
+        found, vocab_ids = data.open_pairs(data_plan.data, data_plan.masking, highest=rate.highest)
+        rate = dataclasses.replace(rate, total=micro_batches(found.shape.max_seq_length))
         if by_size:
             data.check_vocab_size(vocabularies.of_entry(found.vocab), config.vocab_size, "pairs")
-        decoder = data.DynamicMasker(data_plan.masking, vocab_ids, found.shape.max_seq_length, seed)
+        decoder = data.masker_for(found.shape, data_plan.masking, vocab_ids, seed, rate)
     else:
         found = data.open_shards(data_plan.data, config.vocab_size if by_size else None, data_plan.max_seq_length,
                                  data_plan.max_predictions_per_seq, data_plan.allow_incomplete)
@@ -277,8 +286,17 @@ def open_data(data_plan: DataPlan, evaluation: EvalPlan, seed: int, config, pres
         tokens = data.token_rows(vocab, config.vocab_size, "--data's shards")
         config = dataclasses.replace(config, tokenizer_size=tokens)
     train_files, eval_files, eval_shape, held_out = held_out_split(data_plan, evaluation, found, config.vocab_size)
+    eval_decoder = (data.masker_for(eval_shape, eval_recipe(data_plan, evaluation), vocab_ids, seed)
+                    if decoder and eval_files else None)
     return config, Shards(found.shape, train_files, eval_files, eval_shape, found.records, decoder, found.objective,
-                          found.vocab, held_out, found.fingerprint, warnings)
+                          found.vocab, held_out, found.fingerprint, warnings, eval_decoder)
+
+
+def eval_recipe(data_plan: DataPlan, evaluation: EvalPlan):
+    """The masking of held-out pairs: the training's at --eval-masked-lm-prob, else at --masked-lm-prob (where
+    --masked-lm-prob-end lowers the training's, at its start)."""
+    rate = evaluation.eval_masked_lm_prob
+    return data_plan.masking if rate is None else dataclasses.replace(data_plan.masking, masked_lm_prob=rate)
 
 
 def check_positions(shape: schema.Shape, config, resumed: str | None) -> None:
@@ -309,8 +327,8 @@ def held_out_split(data_plan: DataPlan, evaluation: EvalPlan, found: data.ShardS
     given = evaluation.eval_data
     spec, what = (given, "--eval-data") if given else (found.validation, "its validation set")
     if spec:
-        if data_plan.dynamic_masking:  # pair records, masked by the training run's masker, at its lengths
-            held = data.open_pairs(spec, data_plan.masking, what=what)[0]
+        if data_plan.dynamic_masking:  # pair records, masked by the run at its eval rate, at its lengths
+            held = data.open_pairs(spec, eval_recipe(data_plan, evaluation), what=what)[0]
             if held.shape.max_seq_length != shape.max_seq_length:
                 raise data.ShardSpecError(f"{what} {spec} holds pairs of L={held.shape.max_seq_length} and --data "
                                           f"L={shape.max_seq_length}: give pairs of the same length")
@@ -321,7 +339,8 @@ def held_out_split(data_plan: DataPlan, evaluation: EvalPlan, found: data.ShardS
             P = None if shape.packed or not given else shape.max_predictions_per_seq
             held = data.open_shards(spec, vocab_size, shape.max_seq_length, P, data_plan.allow_incomplete, what=what,
                                     lengths_from="--data")
-        if held.shape.packed != shape.packed:
+        # pairs are masked here, each in its own layout (the model takes either): packed or not, as they come
+        if held.shape.packed != shape.packed and not data_plan.dynamic_masking:
             raise data.ShardSpecError(f"{what} {spec} holds {data.describe(held.shape)} and --data "
                                       f"{data.describe(shape)}: give held-out shards of the same kind")
         if held.objective != found.objective:
@@ -329,12 +348,19 @@ def held_out_split(data_plan: DataPlan, evaluation: EvalPlan, found: data.ShardS
                                       f"{found.objective}: give held-out shards of the same objective")
         about = (f"--eval-data {spec}" if given else
                  f"the validation set {spec} (documents held out before pairing: none of them is in training)")
-        return found.files, held.files, shape if data_plan.dynamic_masking else held.shape, about
+        return found.files, held.files, held.shape, about
     if evaluation.eval_every:
         if len(found.files) < 2:
             raise data.ShardSpecError("--eval-every needs --eval-data, a validation set or at least 2 shard files "
                                       "(the last one is held out)")
+        if data_plan.dynamic_masking:   # the last pairs file, masked at the eval rate
+            recipe = eval_recipe(data_plan, evaluation)
+            shape = data.pairs_shape(shape.max_seq_length, shape.max_sequences_per_pack, recipe, recipe.masked_lm_prob)
         return found.files[:-1], found.files[-1:], shape, LAST_FILE
+    if evaluation.eval_masked_lm_prob is not None:
+        raise data.ShardSpecError(f"--eval-masked-lm-prob {evaluation.eval_masked_lm_prob:g} without held-out pairs: "
+                                  "give --eval-data PAIRS, pairs made with a validation set, or --eval-every (the "
+                                  "last pairs file held out)")
     return found.files, [], shape, ""
 
 
@@ -554,7 +580,7 @@ def evaluate(session: Session, step: int) -> dict:
     batches."""
     dataset = data.ShardDataset(session.shards.eval_files, session.shards.eval_shape, session.micro_batch,
                                 vocab_size=session.config.num_tokens, shuffle=False, drop_last=False,
-                                decoder=session.shards.decoder)
+                                decoder=session.shards.eval_decoder)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=min(session.plan.data.num_workers, 1),
                                          worker_init_fn=data.ignore_stop_signals,
                                          generator=torch.Generator())  # leaves the training RNG alone

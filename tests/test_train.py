@@ -437,7 +437,7 @@ def test_dynamic_masking_masks_pairs_afresh_each_epoch(tmp_path, tiny_json):
     pairs_dir = write_pairs(tmp_path / "pairs", 12)
     recipe = masking.MaskRecipe(max_predictions_per_seq=P)
     shards, vocab_ids = data.open_pairs(pairs_dir, recipe)
-    masker = data.DynamicMasker(recipe, vocab_ids, L, seed=7)
+    masker = data.DynamicMasker(recipe, vocab_ids, shards.shape, seed=7)
     ds = data.ShardDataset(shards.files, shards.shape, 12, vocab_size=VOCAB, shuffle=False, decoder=masker)
     first = next(iter(ds))
     again = next(iter(ds))

@@ -63,6 +63,14 @@ class MaskRecipe:
         """The recipe with its P resolved at this length (what a manifest records and num_to_predict reads)."""
         return replace(self, max_predictions_per_seq=self.predictions(max_seq_length))
 
+    def split_refusal(self) -> str | None:
+        """Why the replacement split cannot be (one line of a refusal), or None: what is neither [MASK] nor a random
+        id is kept, so the two cannot add up to more than 1."""
+        if self.mask_token_prob + self.random_token_prob > 1:
+            return (f"--mask-token-prob {self.mask_token_prob} + --random-token-prob {self.random_token_prob} "
+                    "exceeds 1 (the rest of the chosen tokens are kept)")
+        return None
+
     def to_json(self) -> dict:
         """The manifest's record of the masking, in its parameters (every field, in this order)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -171,11 +179,9 @@ def mask_batch(pairs: Sequence[PairInstance], params: MaskRecipe, vocab: VocabId
         positions = np.full((n, P), L, np.int64)
         unit_of = np.full((n, P), -1, np.int64)   # the first position of the unit a prediction belongs to
         for i, pair in enumerate(pairs):
-            chosen = _choose_units(pair, priority[i], int(want[i]), seeds[i:i + 1], params)
-            k = sum(len(u) for u in chosen)
-            flat = np.concatenate(chosen) if chosen else np.zeros(0, np.int64)
-            positions[i, :k] = flat
-            unit_of[i, :k] = np.repeat([u[0] for u in chosen], [len(u) for u in chosen]) if chosen else []
+            flat, units = _choose_units(pair, priority[i], int(want[i]), seeds[i:i + 1], params)
+            positions[i, :len(flat)] = flat
+            unit_of[i, :len(flat)] = units
     else:
         # the k = min(P, L) lowest priorities in order; a partition first, so only (B, k) keys are sorted, not
         # (B, L). P may exceed L (google's tool allows it): the columns past L stay padding.
@@ -210,35 +216,66 @@ def mask_batch(pairs: Sequence[PairInstance], params: MaskRecipe, vocab: VocabId
 
 
 def _choose_units(pair: PairInstance, priority: np.ndarray, want: int, seed: np.ndarray,
-                  params: MaskRecipe) -> list[np.ndarray]:
-    """Whole words (or n-gram spans of them) in priority order, taken greedily while they fit."""
+                  params: MaskRecipe) -> tuple[np.ndarray, np.ndarray]:
+    """Whole words (or n-gram spans of them) in priority order, taken greedily while they fit: (the chosen
+    positions, the first position of the unit each belongs to)."""
     ids = pair.token_ids
     special = np.zeros(len(ids), bool)
     special[[0, pair.num_tokens_a + 1, len(ids) - 1]] = True
     special |= priority[:len(ids)] >= 2.0   # every non-candidate of mask_batch (the [SEP]s between documents)
     positions = np.flatnonzero(~special)
     starts = pair.word_starts[positions] | np.concatenate(([True], np.diff(positions) != 1))
-    words = np.split(positions, np.flatnonzero(starts)[1:])
-    firsts = np.array([w[0] for w in words], np.int64)
+    word = np.cumsum(starts) - 1            # (candidates,) the word of each candidate position
+    firsts = positions[starts]              # (words,) each word's first position
     order = np.argsort(priority[firsts], kind="stable")
     if params.ngram_max > 1:
-        weights = 1.0 / np.arange(1, params.ngram_max + 1)
-        u = uniforms(seed, NGRAM, firsts)[0]
-        ns = np.searchsorted(np.cumsum(weights / weights.sum()), u, side="right") + 1
-    chosen, covered, count = [], np.zeros(len(ids), bool), 0
+        return _choose_spans(np.split(positions, np.flatnonzero(starts)[1:]), firsts, order, len(ids), want, seed,
+                             params.ngram_max)
+    # words are disjoint: each is taken, in order, where it still fits in what is left
+    chosen = np.zeros(len(firsts), bool)
+    chosen[order[_fill(np.bincount(word, minlength=len(firsts))[order], want)]] = True
+    keep = chosen[word]
+    return positions[keep], firsts[word[keep]]
+
+
+def _fill(sizes: np.ndarray, want: int) -> np.ndarray:
+    """(n,) bool: the units of `sizes`, in order, each taken where it fits in what `want` has left: google's greedy
+    loop, whose every unit up to the first that does not fit is taken (a cumulative sum), then the few that fit
+    the rest, found one at a time."""
+    taken = np.zeros(len(sizes), bool)
+    total = np.cumsum(sizes)
+    p = int(np.searchsorted(total, want, side="right"))
+    taken[:p] = True
+    left, at = want - (int(total[p - 1]) if p else 0), p + 1
+    while left > 0 and at < len(sizes):
+        fits = np.flatnonzero(sizes[at:] <= left)
+        if not len(fits):
+            break
+        j = at + int(fits[0])
+        taken[j], left, at = True, left - int(sizes[j]), j + 1
+    return taken
+
+
+def _choose_spans(words: list[np.ndarray], firsts: np.ndarray, order: np.ndarray, length: int, want: int,
+                  seed: np.ndarray, ngram_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """N-gram masking: from each word in `order`, a span of 1..ngram_max words (weights 1/n), taken greedily where
+    it fits and overlaps nothing taken."""
+    weights = 1.0 / np.arange(1, ngram_max + 1)
+    u = uniforms(seed, NGRAM, firsts)[0]
+    ns = np.searchsorted(np.cumsum(weights / weights.sum()), u, side="right") + 1
+    chosen, covered, count = [], np.zeros(length, bool), 0
     for w in order:
         if count >= want:
             break
-        if params.ngram_max > 1:
-            unit = np.concatenate(words[w:w + int(ns[w])])
-            gaps = np.flatnonzero(np.diff(unit) != 1)
-            if len(gaps):   # the span crossed [SEP]: keep the words before it
-                unit = unit[:gaps[0] + 1]
-        else:
-            unit = words[w]
+        unit = np.concatenate(words[w:w + int(ns[w])])
+        gaps = np.flatnonzero(np.diff(unit) != 1)
+        if len(gaps):   # the span crossed [SEP]: keep the words before it
+            unit = unit[:gaps[0] + 1]
         if count + len(unit) > want or covered[unit].any():
             continue
         covered[unit] = True
         chosen.append(unit)
         count += len(unit)
-    return chosen
+    if not chosen:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(chosen), np.repeat([u[0] for u in chosen], [len(u) for u in chosen])

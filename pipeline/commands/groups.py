@@ -353,9 +353,10 @@ MASK = masking.MaskRecipe()   # google's masking defaults
 
 
 def mask_recipe(args: argparse.Namespace) -> masking.MaskRecipe:
-    """The masking flags a command has -> its recipe: `mask` and `prepare` have them all, `train` the rate, the cap
-    and the unit (its replacement split is the recipe's default). The one builder of both, so that a flag means the
-    same to the jobs and the trainer."""
+    """The masking flags a command has -> its recipe: `mask`, `prepare` and `train` have them all (the rate, the cap,
+    the unit, the replacement split). The one builder of both, so that a flag means the same to the jobs and the
+    trainer (model/plan.py's TrainPlan.from_flat reads a checkpoint's flat plan through the same
+    MaskRecipe.from_json)."""
     return masking.MaskRecipe.from_json(vars(args))
 
 
@@ -381,9 +382,9 @@ class Mask(Group):
                        help="mask spans of 1..n whole words (weights 1/n)")
 
     def check(self, p, args):
-        if args.mask_token_prob + args.random_token_prob > 1:
-            p.error(f"--mask-token-prob {args.mask_token_prob} + --random-token-prob {args.random_token_prob} "
-                    "exceeds 1 (the rest of the chosen tokens are kept)")
+        refusal = mask_recipe(args).split_refusal()
+        if refusal:
+            p.error(refusal)
         check_lengths(p, args)
 
     def build(self, args) -> settings.Masking:

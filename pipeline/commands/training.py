@@ -49,11 +49,23 @@ def _train_data_flags(g) -> None:
                    help="--data is a `pairs` output: mask it afresh every epoch (RoBERTa-style) instead of reading "
                         "masked shards; masking flags below, --max-predictions-per-seq default max(20, "
                         "round(L x --masked-lm-prob))")
-    # the masking flags `mask` has (their defaults the recipe's, built by the same groups.mask_recipe), less the split
+    # the masking flags `mask` has (their defaults the recipe's, built by the same groups.mask_recipe)
     g.add_argument("--masked-lm-prob", type=probability, default=groups.MASK.masked_lm_prob,
                    help="with --dynamic-masking")
+    g.add_argument("--mask-token-prob", type=probability, default=groups.MASK.mask_token_prob,
+                   help="with --dynamic-masking: chosen tokens replaced by [MASK] (NeoBERT: 1 with "
+                        "--random-token-prob 0)")
+    g.add_argument("--random-token-prob", type=probability, default=groups.MASK.random_token_prob,
+                   help="with --dynamic-masking: chosen tokens replaced by a random non-special id; the rest are kept")
     g.add_argument("--whole-word-mask", action="store_true", help="with --dynamic-masking")
     g.add_argument("--ngram-max", type=positive_int, default=groups.MASK.ngram_max, help="with --dynamic-masking")
+    g.add_argument("--masked-lm-prob-end", type=probability, metavar="P",
+                   help="with --dynamic-masking: the rate goes linearly from --masked-lm-prob at the run's first "
+                        "micro-batch to P at its last (mmBERT lowers it phase by phase: 0.3, 0.15, 0.05); batches are "
+                        "sized for the higher of the two")
+    g.add_argument("--eval-masked-lm-prob", type=probability, metavar="P",
+                   help="with --dynamic-masking: mask the held-out pairs at P instead of --masked-lm-prob (ModernBERT "
+                        "trains at 0.3 and evaluates at 0.15)")
     g.add_argument("--num-workers", type=nonnegative_int, help="DataLoader workers per rank")
     g.add_argument("--shuffle-buffer", type=positive_int, help="records in each worker's shuffle buffer")
 
@@ -192,10 +204,29 @@ def train_plan(args: argparse.Namespace) -> TrainPlan:
     from model.ranks import world_size   # torch, as the run
 
     plan = TrainPlan.from_flat(vars(args))   # its masking: MaskRecipe.from_json, as groups.mask_recipe reads mask's
+    check_masking(plan)
     check_init_from(plan)
     if not plan.run.resume:   # a resume's schedule is the run's with the flags given: the run checks it
         plan.schedule.check(world_size())
     return plan
+
+
+def check_masking(plan: TrainPlan) -> None:
+    """The masking flags agree: the replacement split as `mask` checks it, and the two that only the trainer's own
+    masking can follow (masked shards carry the masks they were made with)."""
+    refusal = plan.data.masking.split_refusal()
+    if refusal:
+        raise RunError(refusal)
+    if plan.data.dynamic_masking:
+        return
+    if plan.data.masked_lm_prob_end is not None:
+        raise RunError(f"--masked-lm-prob-end {plan.data.masked_lm_prob_end:g} changes the rate of masks drawn as "
+                       "the run trains: give --dynamic-masking and pairs (masked shards carry the masks they were "
+                       "made with)")
+    if plan.evaluation.eval_masked_lm_prob is not None:
+        raise RunError(f"--eval-masked-lm-prob {plan.evaluation.eval_masked_lm_prob:g} masks held-out pairs as the "
+                       "run evaluates: held-out masked shards carry the masks they were made with (give "
+                       "--dynamic-masking and pairs, or make the validation set with --validation-masked-lm-prob)")
 
 
 def check_init_from(plan: TrainPlan) -> None:
@@ -226,7 +257,7 @@ def resume_help(p: argparse.ArgumentParser) -> str:
     """--resume's help: plan.RESUME's kinds, each with the flags of `p` it holds."""
     by_kind, known = {}, {flag for action in p._actions for flag in action.option_strings}
     for name, kind in RESUME.items():
-        if flag_of(name) in known and name != "resume":   # the recipe's split has no train flag
+        if flag_of(name) in known and name != "resume":
             by_kind.setdefault(type(kind), []).append(flag_of(name))
     return " ".join(f"{', '.join(listed)} {kind.doc};" for kind, listed in by_kind.items()).rstrip(";") + "."
 

@@ -151,9 +151,8 @@ def _decode_feature(buf: bytes) -> Value:
     return np.zeros(0, np.int64)  # a Feature with no kind set: an empty list
 
 
-def decode_example(buf: bytes) -> dict[str, Value]:
-    """Parses a serialised `tf.train.Example` into {name: int64 array | float32 array | list of bytes}."""
-    out: dict[str, Value] = {}
+def _entries(buf: bytes):
+    """Yields (name, Feature message bytes or None) of each feature of a serialised `tf.train.Example`."""
     for field, _, features in _fields(buf):
         if field != 1:
             continue
@@ -165,6 +164,49 @@ def decode_example(buf: bytes) -> dict[str, Value]:
                 if f == 1:
                     name = bytes(v).decode()
                 elif f == 2:
-                    value = _decode_feature(v)
-            out[name] = value if value is not None else np.zeros(0, np.int64)
+                    value = v
+            yield name, value
+
+
+def decode_example(buf: bytes) -> dict[str, Value]:
+    """Parses a serialised `tf.train.Example` into {name: int64 array | float32 array | list of bytes}."""
+    return {name: _decode_feature(value) if value is not None else np.zeros(0, np.int64)
+            for name, value in _entries(buf)}
+
+
+def _packed_ints(feature: bytes) -> bytes | None:
+    """The payload of a Feature that is an Int64List of one packed run of varints (what encode_feature writes);
+    None for any other."""
+    for kind, _, payload in _fields(feature):
+        if kind != 3:
+            return None
+        parts = list(_fields(payload))
+        return parts[0][2] if len(parts) == 1 and parts[0][1] == _WIRE_LEN else None
+    return None
+
+
+def decode_examples(bufs: Sequence[bytes]) -> list[dict[str, Value]]:
+    """decode_example of each buffer; the packed int64 lists of all of them decoded in one vectorised pass (varints
+    delimit themselves, so their payloads end to end are one run), not one pass a feature."""
+    out, deferred = [], []   # deferred: (record, name, packed varints) of every packed int64 list
+    for buf in bufs:
+        record = {}
+        for name, feature in _entries(buf):
+            packed = None if feature is None else _packed_ints(feature)
+            if packed is None:
+                record[name] = _decode_feature(feature) if feature is not None else np.zeros(0, np.int64)
+            else:
+                deferred.append((record, name, packed))
+        out.append(record)
+    if deferred:
+        joined = b"".join(p for _, _, p in deferred)
+        raw = np.frombuffer(joined, np.uint8)
+        ends = np.cumsum([len(p) for _, _, p in deferred])
+        starts = ends - [len(p) for _, _, p in deferred]
+        if (raw[ends[ends > starts] - 1] >= 0x80).any():   # a payload cut inside its last varint
+            raise ValueError("truncated varint")
+        done = np.concatenate(([0], np.cumsum(raw < 0x80)))   # varints ended before each byte
+        values, bounds = decode_varints(joined), done[np.concatenate(([0], ends))]
+        for (record, name, _), lo, hi in zip(deferred, bounds[:-1].tolist(), bounds[1:].tolist()):
+            record[name] = values[lo:hi]
     return out

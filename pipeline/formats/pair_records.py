@@ -73,7 +73,16 @@ def encode_packed(row: list[PairInstance]) -> bytes:
 
 def decode_packed(record: bytes) -> list[PairInstance]:
     """A packed pair record -> its instances, in slot order; ValueError where it is not one."""
-    f = example_proto.decode_example(record)
+    return _packed_instances(example_proto.decode_example(record))
+
+
+def decode_packed_batch(records: list[bytes]) -> list[list[PairInstance]]:
+    """decode_packed of each record, their ids decoded in one pass (example_proto.decode_examples): the trainer's
+    reader; ValueError where one is not a packed pair record (decode_packed, one at a time, says which)."""
+    return [_packed_instances(f) for f in example_proto.decode_examples(records)]
+
+
+def _packed_instances(f: dict) -> list[PairInstance]:
     try:
         keys, lengths = f["keys"], f["lengths"]
         ids, starts, num_a, random_next = f["token_ids"], f["word_starts"], f["num_tokens_a"], f["is_random_next"]
