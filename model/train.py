@@ -41,8 +41,8 @@ import os
 import random
 import sys
 import time
-from typing import Callable
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch

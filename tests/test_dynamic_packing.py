@@ -137,6 +137,19 @@ def test_dynamic_masking_on_packed_pairs_resumes_bitwise_with_a_rate_schedule(tm
     assert [r["masked_share"] for r in logged if r["split"] == "train"] == shares
 
 
+def test_the_rate_spans_the_micro_batches_a_batch_warmup_takes(tmp_path, books):
+    # --grad-accum 4 grown over all 6 steps: 1, 1, 2, 2, 3, 3 micro-batches (12, not 6 x 4), so the last step's are
+    # the run's last and masked at the end rate (at 24 micro-batches they would be at ~0.27)
+    out = train.train(training.parse_train([
+        "--data", books.packed, "--dynamic-masking", "--masked-lm-prob", "0.4", "--masked-lm-prob-end", "0.1",
+        "--model", books.config, "--output", str(tmp_path / "run"), "--batch-size", "8", "--grad-accum", "4",
+        "--batch-warmup-steps", "6", "--steps", "6", "--lr", "1e-3", "--warmup-steps", "1", "--log-every", "1",
+        "--checkpoint-every", "0", "--seed", "7"]))
+    train_rows = [r for r in out["history"] if r["split"] == "train"]
+    assert [r["rows"] for r in train_rows] == [2, 2, 4, 4, 6, 6]
+    assert train_rows[0]["masked_share"] > 0.35 and abs(train_rows[-1]["masked_share"] - 0.1) < 0.03, train_rows
+
+
 def test_held_out_pairs_are_masked_at_their_own_rate(books):
     plan = training.parse_train(["--data", books.packed, "--dynamic-masking", "--masked-lm-prob", "0.3",
                                  "--eval-data", books.eval, "--eval-masked-lm-prob", "0.15", "--model", books.config,
