@@ -73,6 +73,31 @@ def test_a_packed_rows_masks_are_its_instances_masks_unpacked(books, rate, whole
     assert (rows["position_ids"][np.nonzero(rows["next_sentence_weights"] > 0)[0], first] == 0).all()
 
 
+@pytest.mark.parametrize("split", [(0.8, 0.1), (1.0, 0.0)])
+def test_packed_rows_replace_as_asked_and_never_choose_or_draw_a_special_token(books, split):
+    # four epochs of every packed row at 30%: over 10,000 predictions, each [MASK], a random id or itself
+    recipe = masking.MaskRecipe(0.3, mask_token_prob=split[0], random_token_prob=split[1])
+    ids, special = books.ids, {books.ids.cls_id, books.ids.sep_id, books.ids.mask_id, 0}
+    inputs, labels = [], []
+    for epoch in range(4):
+        rows, _ = batch_of_all(books.packed, recipe, ids, epoch=epoch)
+        r, m = np.nonzero(rows["masked_lm_weights"] > 0)
+        inputs.append(rows["input_ids"][r, rows["masked_lm_positions"][r, m]])
+        labels.append(rows["masked_lm_ids"][r, m])
+    inputs, labels = np.concatenate(inputs), np.concatenate(labels)
+    assert len(labels) > 10_000
+    masked, kept = (inputs == ids.mask_id).mean(), (inputs == labels).mean()
+    assert abs(masked - split[0]) < 0.01 and abs(kept - (1 - sum(split))) < 0.01, (masked, kept)
+    assert not set(labels.tolist()) & special   # never chosen
+    drawn = inputs[(inputs != ids.mask_id) & (inputs != labels)]
+    assert len(drawn) == 0 if split[1] == 0 else abs(len(drawn) / len(labels) - split[1]) < 0.01
+    assert not set(drawn.tolist()) & special   # never drawn
+    ranges = np.zeros(books.size, bool)
+    for start, end in ids.replacement_ranges:
+        ranges[start:end] = True
+    assert ranges[drawn].all()
+
+
 class Ordinal:
     """A decoder that hands back where the dataset placed the batch."""
 
