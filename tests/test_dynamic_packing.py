@@ -4,6 +4,10 @@ that logs the uninterrupted run's losses, masked_share in the log, and the maski
 import dataclasses
 import json
 import os
+import random
+import signal
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -16,6 +20,7 @@ from pipeline.commands import training
 from tests import packed_rows
 from tests.conftest import console
 from tests.test_train import TINY, train_losses
+from tests.test_train_interrupt import REPO, wait_for_step
 
 L, K = packed_rows.L, 4
 
@@ -173,6 +178,35 @@ def test_the_rate_spans_the_micro_batches_a_batch_warmup_takes(tmp_path, books):
     train_rows = [r for r in out["history"] if r["split"] == "train"]
     assert [r["rows"] for r in train_rows] == [2, 2, 4, 4, 6, 6]
     assert train_rows[0]["masked_share"] > 0.35 and abs(train_rows[-1]["masked_share"] - 0.1) < 0.03, train_rows
+
+
+def test_a_run_killed_at_a_random_step_resumes_with_the_same_losses(tmp_path, books):
+    # kill -9 (no checkpoint at the kill: the last one, every 2 steps, is where --resume goes on) a run of the
+    # modern recipe: packed pairs masked as it trains, the rate falling, the batch growing, StableAdamW, WSD
+    argv = ["--data", books.packed, "--dynamic-masking", "--masked-lm-prob", "0.4", "--masked-lm-prob-end", "0.1",
+            "--model", books.config, "--batch-size", "8", "--grad-accum", "2", "--batch-warmup-steps", "4",
+            "--optimizer", "stable-adamw", "--schedule", "wsd", "--decay-fraction", "0.5", "--num-workers", "2",
+            "--steps", "40", "--lr", "1e-3", "--warmup-steps", "2", "--log-every", "1", "--checkpoint-every", "2",
+            "--seed", "7"]
+    kill_at = random.Random().randint(3, 9)
+    cut = tmp_path / "cut"
+    process = subprocess.Popen([sys.executable, "-m", "pipeline", "train", *argv, "--output", str(cut)], cwd=REPO,
+                               env=dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_for_step(cut, kill_at, lambda: process.poll() is None)
+        os.killpg(process.pid, signal.SIGKILL)
+    finally:
+        process.communicate(timeout=60)
+    saved = sorted(cut.glob("checkpoints/step-*.pt"))[-1]   # complete ones (a save the kill cut is a .tmp)
+    step = torch.load(saved, weights_only=True)["step"]
+    rest = train.train(training.parse_train([*argv, "--output", str(cut), "--resume", "--stop-after", "6"]))
+    full = train.train(training.parse_train([*argv, "--output", str(tmp_path / "full"), "--stop-after",
+                                             str(step + 6)]))
+    assert train_losses(rest)[0][0] == step and step >= 2
+    assert train_losses(rest) == train_losses(full)[step:], (kill_at, step)   # to the last digit
+    shares = [r["masked_share"] for r in rest["history"] if r["split"] == "train"]
+    assert shares == [r["masked_share"] for r in full["history"] if r["split"] == "train"][step:]
 
 
 def test_held_out_pairs_are_masked_at_their_own_rate(books):
