@@ -151,6 +151,8 @@ def test_one_corpus_given_either_way_is_the_same_job(tmp_path):
     assert cli.main(["prepare", "--input", f"books:{SAMPLES / 'books'}", *COMMON, "--min-document-tokens", "0",
                      "--output", str(tmp_path / "b")]) == 0
     same_tree(tmp_path / "a", tmp_path / "b")   # the manifest too: the same job (--min-document-tokens 0: the default)
+    m = json.loads((tmp_path / "b" / "manifest.json").read_text())   # whose manifest is as it was: no entry or count
+    assert "min_document_tokens" not in {*m, *m["parameters"], *(k.split("/")[0] for k in m["counts"]["counters"])}
 
 
 def pair_documents(directory) -> set[str]:
