@@ -41,7 +41,6 @@ class Refusal(Exception):
     (pipeline/jobs/errors.py: refusal)."""
 
 
-
 @dataclass(frozen=True)
 class Output:
     """What a job writes: `num_shards` files `prefix`-SSSSS-of-NNNNN`suffix` in `directory`, of about
