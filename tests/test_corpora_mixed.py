@@ -9,9 +9,9 @@ import pytest
 
 from pipeline.beam import transforms
 from pipeline.commands import cli
-from pipeline.formats import documents, schema, tfrecord
+from pipeline.formats import documents, heldout, pair_records, schema, tfrecord
 from pipeline.text import vocabularies
-from tests.conftest import SAMPLES, UNCASED_VOCAB, documents_holding, same_tree
+from tests.conftest import SAMPLES, UNCASED_VOCAB, console, documents_holding, same_tree
 
 pytestmark = pytest.mark.slow
 ONE = ["--preset", "local-1"]
@@ -20,16 +20,35 @@ COMMON = ["--vocab", str(UNCASED_VOCAB), "--dupe-factor", "2", "--seed", "3", *O
 
 
 @pytest.fixture(scope="module")
-def tokens(tmp_path_factory):
-    """Each sample document as the job tokenizes it: {id: little-endian int32 bytes}, from a two-corpus extract."""
+def extracted(tmp_path_factory):
+    """A two-corpus extract of the samples: 20 articles, 3 books."""
     out = tmp_path_factory.mktemp("mixed") / "docs"
     assert cli.main(["extract", *BOTH, "--output", str(out), *ONE]) == 0
     m = json.loads((out / "manifest.json").read_text())
     assert m["parameters"]["corpus"] == "wikipedia+books" and m["counts"]["documents"] == 23   # 20 articles, 3 books
+    return out
+
+
+@pytest.fixture(scope="module")
+def tokens(extracted):
+    """Each sample document as the job tokenizes it: {id: little-endian int32 bytes}."""
     tokenize = transforms._Tokenize(vocabularies.VocabTxt(str(UNCASED_VOCAB)))
     tokenize.setup()
-    return {t.id: t.tokens.astype("<i4").tobytes() for f in sorted(out.glob("documents-*.jsonl.gz"))
+    return {t.id: t.tokens.astype("<i4").tobytes() for f in sorted(extracted.glob("documents-*.jsonl.gz"))
             for d in documents.read_file(str(f)) for t in tokenize.process(d)}
+
+
+def length_counts(lengths: dict[str, int], threshold: int) -> dict[str, dict]:
+    """{kind: kept and dropped documents and tokens, longest} of documents {id: tokens}, counted here."""
+    out = {}
+    for doc_id, n in lengths.items():
+        c = out.setdefault(doc_id.split(":")[0], dict.fromkeys(transforms.LENGTH_COUNTS, 0))
+        what = "kept" if n >= threshold else "dropped"
+        c[f"{what}_documents"] += 1
+        c[f"{what}_tokens"] += n
+        c["longest"] = max(c["longest"], n)
+    return {kind: {**c, "kept_token_share": c["kept_tokens"] / (c["kept_tokens"] + c["dropped_tokens"])}
+            for kind, c in sorted(out.items())}
 
 
 def corpora_of_pairs(directory, tokens) -> list[tuple[set, set]]:
@@ -56,8 +75,20 @@ def corpora_of_pairs(directory, tokens) -> list[tuple[set, set]]:
     return found
 
 
-def test_each_corpus_pairs_in_its_own_pool(tmp_path, tokens):
-    assert cli.main(["prepare", *BOTH, *COMMON, "--output", str(tmp_path / "apart")]) == 0
+def test_each_corpus_pairs_in_its_own_pool(tmp_path, tokens, capsys):
+    # "apart" pairs only documents of 1,024 tokens or more (NeoBERT's), 15 of the 20 articles: the pools and the
+    # per-corpus counts hold as they did (documents are counted as read, before the length), and prepare's manifest
+    # and last lines say what the threshold kept, counted here from the documents' own tokens
+    assert cli.main(["prepare", *BOTH, *COMMON, "--min-document-tokens", "1024", "--output",
+                     str(tmp_path / "apart")]) == 0
+    expected = length_counts({doc_id: len(b) // 4 for doc_id, b in tokens.items()}, 1024)
+    assert [(kind, c["kept_documents"]) for kind, c in expected.items()] == [("books", 3), ("wikipedia", 15)]
+    m = json.loads((tmp_path / "apart" / "manifest.json").read_text())
+    assert m["min_document_tokens"]["corpora"] == expected and m["min_document_tokens"]["threshold"] == 1024
+    assert m["parameters"]["min_document_tokens"] == 1024
+    assert capsys.readouterr().out.splitlines()[-1] == "prepare wikipedia+books: documents of at least 1,024 tokens " \
+        "kept: books 3 of 3 (1.000 of its tokens), wikipedia 15 of 20 ({:.3f} of its tokens)".format(
+            expected["wikipedia"]["kept_token_share"])
     assert cli.main(["prepare", *BOTH, *COMMON, "--mix-corpora", "--output", str(tmp_path / "mixed")]) == 0
     apart = corpora_of_pairs(tmp_path / "apart", tokens)
     assert len(apart) > 500 and all(a and b and a == b for a, b in apart)
@@ -117,8 +148,61 @@ def test_corpus_weights_set_each_corpus_dupe_passes(tmp_path):
 def test_one_corpus_given_either_way_is_the_same_job(tmp_path):
     assert cli.main(["prepare", "books", "--input", str(SAMPLES / "books"), *COMMON, "--output",
                      str(tmp_path / "a")]) == 0
-    assert cli.main(["prepare", "--input", f"books:{SAMPLES / 'books'}", *COMMON, "--output", str(tmp_path / "b")]) == 0
-    same_tree(tmp_path / "a", tmp_path / "b")   # the manifest too: the same job
+    assert cli.main(["prepare", "--input", f"books:{SAMPLES / 'books'}", *COMMON, "--min-document-tokens", "0",
+                     "--output", str(tmp_path / "b")]) == 0
+    same_tree(tmp_path / "a", tmp_path / "b")   # the manifest too: the same job (--min-document-tokens 0: the default)
+    m = json.loads((tmp_path / "b" / "manifest.json").read_text())   # whose manifest is as it was: no entry or count
+    assert "min_document_tokens" not in {*m, *m["parameters"], *(k.split("/")[0] for k in m["counts"]["counters"])}
+
+
+def pair_documents(directory) -> set[str]:
+    """The documents the pair records of `directory` come from (a key is <document id>|<dupe>|<k>)."""
+    return {pair_records.decode(r).key.split("|")[0] for f in sorted(directory.glob("pairs-*.tfrecord"))
+            for r in tfrecord.read_file(str(f))}
+
+
+def test_min_document_tokens_pairs_exactly_the_documents_that_long_on_either_side(extracted, tokens, tmp_path,
+                                                                                   capsys):
+    """`pairs --min-document-tokens N`: the documents paired are those of N tokens or more as tokenized, their own
+    ([CLS] and [SEP] not counted: N is an article's length, and another is a token shorter), on both sides of a
+    split; each side counted per corpus apart in its own manifest, documents in = kept + dropped."""
+    lengths = {doc_id: len(b) // 4 for doc_id, b in tokens.items()}
+    ordered = sorted(lengths.values())
+    n = next(b for a, b in zip(ordered, ordered[1:]) if 0 < b - a < 3)   # 1,477 beside an article of 1,476
+    out = tmp_path / "long"
+    assert cli.main(["pairs", "--input", str(extracted), "--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1",
+                     "--validation-documents", "4", "--min-document-tokens", str(n), "--output", str(out), *ONE]) == 0
+    printed = capsys.readouterr()
+    held = {d["id"] for d in heldout.read(str(out / "validation" / heldout.NAME))}
+    assert len(held) == 4
+    for directory, ids in ((out, set(lengths) - held), (out / "validation", held)):
+        assert pair_documents(directory) == {d for d in ids if lengths[d] >= n}
+        m = json.loads((directory / "manifest.json").read_text())
+        assert m["min_document_tokens"]["corpora"] == length_counts({d: lengths[d] for d in ids}, n)
+        assert m["parameters"]["min_document_tokens"] == n
+    counters = m["counts"]["counters"]   # the job's counts: every document tokenized was kept or dropped, once
+    assert sum(v for k, v in counters.items() if k.endswith(("_kept_documents", "_dropped_documents"))) == \
+        counters["tokenize/documents"] == 23
+    assert f"pairs: pairing only documents of at least {n:,} tokens (the document's own, [CLS] and [SEP] not " \
+           "counted)" in printed.err
+    assert "counters differ" not in printed.err   # the longest (a maximum) is Beam's distribution's too
+    assert [line.split(":")[1] for line in printed.out.splitlines() if "tokens kept" in line] == [
+        f" documents of at least {n:,} tokens kept", f" documents of at least {n:,} tokens kept of the validation set"]
+
+
+def test_a_corpus_the_length_threshold_leaves_empty_is_refused_naming_its_longest(tokens, tmp_path, capsys):
+    """One line, exit 2, nothing published: the articles' longest is named (the books keep one of theirs, so the
+    job has instances to write: a corpus left out is refused, not only an empty output)."""
+    longest = max(len(b) // 4 for doc_id, b in tokens.items() if doc_id.startswith("wikipedia:"))
+    books = sorted(len(b) // 4 for doc_id, b in tokens.items() if doc_id.startswith("books:"))
+    out = tmp_path / "o"
+    code, err = console(["prepare", *BOTH, *COMMON, "--dupe-factor", "1", "--min-document-tokens", books[-2] + 1,
+                         "--retries", "1", "--output", out], capsys)
+    assert code == 2 and "attempt 1 of 2 failed" not in err   # a refusal is not run again: it would be refused again
+    assert err.splitlines()[-1] == (f"bertprep prepare: --min-document-tokens {books[-2] + 1} leaves wikipedia "
+                                    f"without a document (its longest document has {longest:,} tokens): nothing "
+                                    "was published")
+    assert not any(p.is_file() for p in out.rglob("*"))
 
 
 @pytest.mark.parametrize("objective", ["nsp", "sop", "none"])

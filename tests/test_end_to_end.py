@@ -82,29 +82,50 @@ def test_two_workers_give_the_same_bytes(staged, tmp_path):
     same_tree(staged / "shards", tmp_path / "shards2", ignore=("manifest.json",))
 
 
-def test_remask_changes_only_masking(staged, tmp_path):
+def test_remask_changes_only_masking_and_never_loads_a_tokenizer(staged, tmp_path, monkeypatch):
+    """Re-masking (whole words, n-grams, another rate) reads stored pairs only: no tokenizer, no corpus (in-process
+    runner, so the patch applies); it changes the masks and nothing else."""
+    import tokenizers
+
+    from pipeline.text import tokenization
+
+    def refuse(*_, **__):
+        raise AssertionError("mask loaded a tokenizer")
+
+    monkeypatch.setattr(tokenization, "build_tokenizer", refuse)
+    monkeypatch.setattr(tokenizers.Tokenizer, "from_file", refuse)
+    monkeypatch.setattr(tokenizers.Tokenizer, "__init__", refuse)
     assert cli.main(["mask", "--input", str(staged / "pairs"), "--num-shards", "3", "--masked-lm-prob", "0.3",
-                     "--max-predictions-per-seq", "40", "--whole-word-mask", "--output", str(tmp_path / "m2"),
-                     *ONE]) == 0
+                     "--max-predictions-per-seq", "40", "--whole-word-mask", "--ngram-max", "2",
+                     "--output", str(tmp_path / "m2"), *ONE]) == 0
     a = json.loads((staged / "shards/manifest.json").read_text())["counts"]
     b = json.loads((tmp_path / "m2/manifest.json").read_text())["counts"]
-    assert a["instances"] == b["instances"] and a["tokens"] == b["tokens"]
+    assert a["instances"] == b["instances"] > 1000 and a["tokens"] == b["tokens"]
     assert a["random_next"] == b["random_next"] and b["masked_tokens"] > 1.7 * a["masked_tokens"]
 
 
-def test_prepare_equals_extract_pairs_mask(tmp_path):
-    books = str(SAMPLES / "books")
-    common = ["--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1", "--seed", "7"]
-    # two worker processes, so the pool is grouped twice and each part pairs its share of the books
-    assert cli.main(["prepare", "books", "--input", books, *common, "--num-shards", "2",
-                     "--output", str(tmp_path / "prepared"), *TWO]) == 0
+BOOKS = ["--vocab", str(UNCASED_VOCAB), "--dupe-factor", "1", "--seed", "7"]
+PREPARED = ["prepare", "books", "--input", str(SAMPLES / "books"), *BOOKS, "--num-shards", "2", *TWO]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """`prepare` of the books on two worker processes (so the pool is grouped twice and each part pairs its share of
+    the books): what the staged stages must equal, and what a tiny sort buffer must write."""
+    out = tmp_path_factory.mktemp("prepared") / "shards"
+    assert cli.main([*PREPARED, "--output", str(out)]) == 0
+    return out
+
+
+def test_prepare_equals_extract_pairs_mask(prepared, tmp_path):
+    books, common = str(SAMPLES / "books"), BOOKS
     assert cli.main(["extract", "books", "--input", books, "--output", str(tmp_path / "docs"), *ONE]) == 0
     assert cli.main(["pairs", "--input", str(tmp_path / "docs"), *common, "--output", str(tmp_path / "pairs"),
                      *ONE]) == 0
     assert cli.main(["mask", "--input", str(tmp_path / "pairs"), "--seed", "7", "--num-shards", "2",
                      "--output", str(tmp_path / "masked"), *ONE]) == 0
     # all but manifest.json: prepare's counts every stage, mask's its own
-    same_tree(tmp_path / "prepared", tmp_path / "masked", ignore=("manifest.json",))
+    same_tree(prepared, tmp_path / "masked", ignore=("manifest.json",))
 
 
 def test_small_buckets_draw_random_next_from_their_own_bucket(staged, tmp_path):
@@ -262,23 +283,6 @@ def test_verify_accepts_googles_random_cls_and_sep(tmp_path):
                      "--vocab", str(vocab)]) == 0
 
 
-def test_mask_never_loads_a_tokenizer(staged, tmp_path, monkeypatch):
-    """Re-masking reads stored pairs only: no tokenizer, no corpus (in-process runner, so the patch applies)."""
-    import tokenizers
-
-    from pipeline.text import tokenization
-
-    def refuse(*_, **__):
-        raise AssertionError("mask loaded a tokenizer")
-
-    monkeypatch.setattr(tokenization, "build_tokenizer", refuse)
-    monkeypatch.setattr(tokenizers.Tokenizer, "from_file", refuse)
-    monkeypatch.setattr(tokenizers.Tokenizer, "__init__", refuse)
-    assert cli.main(["mask", "--input", str(staged / "pairs"), "--num-shards", "2", "--ngram-max", "2",
-                     "--output", str(tmp_path / "m"), "--preset", "local-1"]) == 0
-    assert json.loads((tmp_path / "m/manifest.json").read_text())["counts"]["instances"] > 1000
-
-
 def test_progress_line(capsys, monkeypatch):
     from pipeline.beam import transforms
 
@@ -290,23 +294,20 @@ def test_progress_line(capsys, monkeypatch):
     assert "[mask worker " in err and "1,024 instances (" in err
 
 
-def test_thousands_of_runs_merge_within_160_open_files(tmp_path):
+def test_thousands_of_runs_merge_within_160_open_files(prepared, tmp_path):
     """A tiny sort buffer makes over 1,000 run files; every merge holds at most 64 open, so the job runs under a
-    160-file limit (2 worker processes) and writes what the default buffer writes."""
+    160-file limit (2 worker processes) and writes what the default buffer writes (`prepared`, the same flags)."""
     import subprocess
     import sys
 
-    argv = ["prepare", "books", "--input", str(SAMPLES / "books"), "--vocab", str(UNCASED_VOCAB),
-            "--dupe-factor", "2", "--num-shards", "3", *TWO]
-    assert cli.main([*argv, "--output", str(tmp_path / "default")]) == 0
     code = "import sys; from pipeline.commands import cli; sys.exit(cli.main(sys.argv[1:]))"
-    done = subprocess.run(["bash", "-c", 'ulimit -n 160 && exec "$@"', "bash", sys.executable, "-c", code, *argv,
-                           "--sort-buffer-mb", "0.0015", "--output", str(tmp_path / "tiny")],
+    done = subprocess.run(["bash", "-c", 'ulimit -n 160 && exec "$@"', "bash", sys.executable, "-c", code, *PREPARED,
+                           "--sort-buffer-mb", "0.0007", "--output", str(tmp_path / "tiny")],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     m = json.loads((tmp_path / "tiny" / "manifest.json").read_text())
     assert m["counts"]["counters"]["shuffle/runs"] >= 1000
-    same_tree(tmp_path / "tiny", tmp_path / "default", ignore=("manifest.json",))   # its shuffle/runs differ
+    same_tree(tmp_path / "tiny", prepared, ignore=("manifest.json",))   # its shuffle/runs differ
 
 
 def test_default_file_count_comes_from_the_estimated_size(tmp_path, capsys):

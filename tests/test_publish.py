@@ -35,14 +35,15 @@ class _Odd(tally.DoFn):
 
 @pytest.mark.parametrize("mode", ["in_memory", "multi_processing"])
 def test_tallies_sum_to_beams_own_counters_on_any_worker_count(mode, tmp_path):
-    """Real steps (books read, split and tokenized) on 1 or 2 worker processes: the tallies summed in the job are
-    Beam's own counters, every one of them."""
+    """Real steps (books read, split, tokenized and kept by length) on 1 or 2 worker processes: the tallies summed
+    in the job are Beam's own counters, every one of them, and a maximum (the longest book) Beam's distribution's."""
     from pipeline.beam import transforms
 
     opts = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2", f"--direct_running_mode={mode}"])
     p = beam.Pipeline(options=opts)
     books = sorted(str(f) for f in (SAMPLES / "books").glob("*.txt"))[:4]
-    (p | transforms.ExtractBooks(books) | transforms.Tokenize(vocabularies.VocabTxt(str(UNCASED_VOCAB))))
+    (p | transforms.ExtractBooks(books) | transforms.Tokenize(vocabularies.VocabTxt(str(UNCASED_VOCAB)))
+     | transforms.KeepLongDocuments(30_000))
     (tally.total(p) | beam.Map(json.dumps)
      | beam.io.WriteToText(str(tmp_path / "total"), shard_name_template=""))   # from whichever worker sums
     result = p.run()
@@ -50,6 +51,11 @@ def test_tallies_sum_to_beams_own_counters_on_any_worker_count(mode, tmp_path):
     [total] = [json.loads(line) for line in (tmp_path / "total").read_text().splitlines()]
     assert total == launch.counters(result)   # Beam's own counters: the same counts
     assert total["books/documents"] == total["tokenize/documents"] >= 3 and total["tokenize/tokens"] > 50_000
+    books = transforms.length_counts(total)["books"]   # kept and dropped: every document and token tokenized
+    assert books["kept_documents"] + books["dropped_documents"] == total["tokenize/documents"]
+    assert books["kept_tokens"] + books["dropped_tokens"] == total["tokenize/tokens"]
+    # two books of 30,000 tokens or more: their longest is a maximum over the bundles, not their sum
+    assert books["kept_documents"] == 2 and 30_000 <= books["longest"] < books["kept_tokens"]
 
 
 def test_places_travel_with_their_counts_the_first_few_whatever_the_bundles_order():
@@ -70,6 +76,13 @@ def test_places_travel_with_their_counts_the_first_few_whatever_the_bundles_orde
     assert where == {"jsonl/not_json": ["a:9", "a:10", "a:11", "a:12", "a:30"]}
     assert manifest.where_lines({"counters": counts, "where": where}) == [
         "jsonl/not_json 7: a:9, a:10, a:11, a:12, a:30, ... (2 more)"]
+    # a maximum (DoFn.most) is combined as the largest, whatever the order, and reads as a count once combined
+    most = [{tally.MOST: {"lengths/books_longest": n}, "lengths/books_kept_documents": 1} for n in (7, 19, 3)]
+    for order in (most, most[::-1]):
+        acc = tally._Sum().create_accumulator()
+        for counts in order:
+            acc = tally._Sum().add_input(acc, counts)
+        assert tally._Sum().extract_output(acc) == {"lengths/books_kept_documents": 3, "lengths/books_longest": 19}
 
 
 def test_a_counting_step_after_the_total_is_refused():

@@ -81,6 +81,43 @@ def test_the_corpora_instances_must_add_up_to_those_written():
         "validation_corpus: the corpora's instances add up to 2, of 1 written"]
 
 
+def test_a_corpus_the_length_threshold_leaves_without_a_document_is_refused_before_anything_else():
+    """--min-document-tokens: each side's corpora kept and dropped (documents in = kept + dropped) in the last lines;
+    a corpus of either side left without a document refused in one line naming its longest document, before the
+    check of an empty output (which would blame the pairing), and told apart from any other failure of a job."""
+    from pipeline.beam import publish
+    from pipeline.jobs import errors
+
+    values = {"min_document_tokens/books_kept_documents": 2, "min_document_tokens/books_kept_tokens": 3000,
+              "min_document_tokens/books_dropped_documents": 1, "min_document_tokens/books_dropped_tokens": 1000,
+              "min_document_tokens/books_longest": 2000, "min_document_tokens/text_dropped_documents": 4,
+              "min_document_tokens/text_dropped_tokens": 900, "min_document_tokens/text_longest": 1_023,
+              "validation_min_document_tokens/text_dropped_documents": 1,
+              "validation_min_document_tokens/text_dropped_tokens": 12,
+              "validation_min_document_tokens/text_longest": 12}
+    assert outputs.length_lines("pairs", 1024, values) == [
+        "pairs: documents of at least 1,024 tokens kept: books 2 of 3 (0.750 of its tokens), text 0 of 4 (0.000 of "
+        "its tokens)",
+        "pairs: documents of at least 1,024 tokens kept of the validation set: text 0 of 1 (0.000 of its tokens)"]
+    assert outputs.corpora_emptied(values, 1024) == ("--min-document-tokens 1024 leaves text without a document (its "
+                                                     "longest document has 1,023 tokens): nothing was published")
+    assert outputs.corpora_emptied(values, 1024, held=True) == (
+        "--min-document-tokens 1024 leaves the validation set's text without a document (its longest held-out "
+        "document has 12 tokens): nothing was published")
+    assert outputs.corpora_emptied({k: v for k, v in values.items() if "/text_" not in k}, 1024) is None
+    assert outputs.emptied(0) == ()   # no flag, no refusal
+    job = publish.Publication(publish.Output("/nowhere", "pairs", 1, ".tfrecord", 0), publish.files_and_counts,
+                              refusals=outputs.emptied(1024), why_empty=outputs.why_empty)
+    with pytest.raises(publish.Refusal, match="leaves text without a document"):   # not "nothing to write"
+        publish.checked(job, [{"shard": 0, "records": 0}], values)
+    # the command line tells a Refusal from any other failure: as raised, or as a worker's traceback's last line
+    worker = RuntimeError("Traceback (most recent call last):\n  ...\npipeline.beam.publish.Refusal: --min-document"
+                          "-tokens 9 leaves text without a document [while running 'Publish/Publish']")
+    assert errors.refusal(worker) == "--min-document-tokens 9 leaves text without a document"
+    assert errors.refusal(publish.Refusal("words [while running 'Publish/Publish']")) == "words"
+    assert errors.refusal(RuntimeError("pipeline.beam.publish.RecordsLostError: lost")) is None
+
+
 # ---------------------------------------------------------------------------------------------- from the shards
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ published, checked output, and the launcher need not wait for it.
 The group is complete only when every write (and every step that counts) has finished, so Publish runs once, last,
 and then:
 1. checks the counts: every shuffle handed on the records it was given, the job's own rules hold (packing,
-   dedup), every shard was written once, and there is something to publish. Otherwise it removes .incomplete/ and
+   dedup), what a flag asked for can be (a Refusal), every shard was written once, and there is something to
+   publish. Otherwise it removes .incomplete/ and
    fails the job with one line: nothing is published.
 2. moves the shards and side files (a report) out of .incomplete/ (`shards.publish`, safe to run twice),
 3. checks that each published file holds the bytes its writer wrote (one listing of the directory),
@@ -34,6 +35,12 @@ class RecordsLostError(RuntimeError):
     reconcile otherwise: nothing is published."""
 
 
+class Refusal(Exception):
+    """What a flag asked for, that only the job's counts show cannot be (--min-document-tokens leaving a corpus
+    without a document): nothing is published, and the command line says it in one line, exit 2
+    (pipeline/jobs/errors.py: refusal)."""
+
+
 @dataclass(frozen=True)
 class Output:
     """What a job writes: `num_shards` files `prefix`-SSSSS-of-NNNNN`suffix` in `directory`, of about
@@ -53,13 +60,16 @@ Counts = dict[str, int]
 class Publication:
     """How a job's output is published: `describe(file entries, counts) -> manifest`; `checks`: more counts that
     must reconcile (functions of the counts returning what does not); `side_files`: files the job writes beside
-    its shards under .incomplete/ (a report); `why_empty(counts)`: why a job wrote no record; `finish(manifest,
+    its shards under .incomplete/ (a report); `refusals`: what a flag asked for that the counts show cannot be
+    (functions of the counts returning the refusal's words, or None); `why_empty(counts)`: why a job wrote no record;
+    `finish(manifest,
     written)`: {name: bytes} of files made from the whole output once its files are in place, written before the
     manifest (an MDS index.json, a dataset card)."""
     out: Output
     describe: Callable[[list[dict], Counts], dict]
     checks: tuple[Callable[[Counts], list[str]], ...] = ()
     side_files: tuple[str, ...] = ()
+    refusals: tuple[Callable[[Counts], str | None], ...] = ()
     why_empty: Callable[[Counts], str] | None = None
     finish: Callable[[dict, list[dict]], dict[str, bytes]] | None = None
 
@@ -83,7 +93,7 @@ def publish_all(jobs: list[Publication], written: list[list[dict]], counts: Coun
     that name theirs (tally.WHERE), kept in each manifest's counts as "where"."""
     try:
         written = [checked(job, files, counts) for job, files in zip(jobs, written)]
-    except (RecordsLostError, manifest.ManifestError):
+    except (RecordsLostError, Refusal, manifest.ManifestError):
         for job in jobs:
             shards.remove_incomplete(job.out.directory)
         raise
@@ -118,6 +128,9 @@ def checked(job: Publication, written: list[dict], counts: Counts) -> list[dict]
         what = (f"the runner's shuffle did not deliver every record ({'; '.join(lost)})" if lost
                 else f"the counts do not reconcile ({'; '.join(wrong)})")
         raise RecordsLostError(f"{what}; nothing was published in {out.directory}")
+    refused = [line for refusal in job.refusals for line in [refusal(counts)] if line]
+    if refused:   # what was asked for, not a fault: before the empty check, which it would explain wrongly
+        raise Refusal(refused[0])
     if not sum(w["records"] for w in written):   # say why instead of publishing empty files
         why = job.why_empty(counts) if job.why_empty else "no records"
         raise manifest.ManifestError(f"nothing to write from --input {out.source}: {why}")

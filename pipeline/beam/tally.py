@@ -12,6 +12,7 @@ any runner.
     self.count(*tally.parts(TOKENIZED))               # a count other modules read: its full name, a constant
     counts = tally.total(pipeline)                    # the last step built: one dict of every tally, summed
     self.count("jsonl", "not_json", where=("a.jsonl:3",))   # and where: the first few kept (counts[WHERE])
+    self.most("lengths", "books_longest", n)          # the largest n seen (a Beam distribution's max), not a sum
 
 A ParDo registers its tally with its pipeline; `total` takes every one registered, so it is built last (a
 registration after it is refused).
@@ -31,6 +32,7 @@ from pipeline.formats.documents import WHERE_SHOWN
 TAG = "tally"
 Counts = dict[str, int]   # "namespace/name" -> n; and under WHERE, {"namespace/name": [where, ...]}
 WHERE = "@where"          # not a counter: the places counts were made at (Count.where), the first WHERE_SHOWN each
+MOST = "@most"            # the largest values seen ({"namespace/name": n}), folded into the total as plain counts
 
 _REGISTERED: "weakref.WeakKeyDictionary[beam.Pipeline, list]" = weakref.WeakKeyDictionary()
 _CLOSED = object()
@@ -51,6 +53,18 @@ class DoFn(beam.DoFn):
         if counter is None:
             counter = metrics[key] = Metrics.counter(namespace, name)
         counter.inc(n)
+
+    def most(self, namespace: str, name: str, n: int) -> None:
+        """Records n if it is the largest seen under namespace/name (a longest document): a Beam distribution, and
+        its bundle's tally, whose maxima the total keeps (never summed)."""
+        key = f"{namespace}/{name}"
+        found = self.__dict__.setdefault("_tally", {}).setdefault(MOST, {})
+        found[key] = max(found.get(key, n), n)
+        metrics = self.__dict__.setdefault("_distributions", {})
+        distribution = metrics.get(key)
+        if distribution is None:
+            distribution = metrics[key] = Metrics.distribution(namespace, name)
+        distribution.update(n)
 
     def start_bundle(self):
         """A bundle's counts start at nothing, whatever an earlier bundle of this instance left (a subclass with its
@@ -135,6 +149,10 @@ class _Sum(beam.CombineFn):
                 found = acc.setdefault(WHERE, {})
                 for counter, places in n.items():
                     found[counter] = sorted(set(found.get(counter, [])) | set(places), key=_natural)[:WHERE_SHOWN]
+            elif key == MOST:
+                found = acc.setdefault(MOST, {})
+                for counter, most in n.items():
+                    found[counter] = max(found.get(counter, most), most)
             else:
                 acc[key] = acc.get(key, 0) + n
         return acc
@@ -147,6 +165,8 @@ class _Sum(beam.CombineFn):
         return acc
 
     def extract_output(self, acc: Counts) -> Counts:
+        acc = dict(acc)
+        acc.update(acc.pop(MOST, {}))   # a maximum reads as a count once the bundles are combined
         return dict(sorted(acc.items()))
 
 

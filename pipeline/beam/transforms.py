@@ -6,6 +6,7 @@ pairing, masking, encoding).
     ReadDocuments                                    doc shards  -> Document
     SpreadDocuments                                  Document    -> Document, dealt over the workers (run files)
     Tokenize                                         Document    -> TokenizedDocument
+    KeepLongDocuments                                TokenizedDocument -> those of at least N tokens (counted)
     MakePairs                                        TokenizedDocument -> [PairInstance] (batches), through
                                                      sorted run files, one bucket per pairing worker
     ReadPairs                                        pair files  -> [PairInstance]
@@ -277,6 +278,58 @@ class Tokenize(beam.PTransform):
 
     def expand(self, docs):
         return docs | "SplitAndTokenize" >> tally.ParDo(_Tokenize(self.vocabulary, self.words))
+
+
+# --min-document-tokens' counts, a namespace a side: <kind>_kept_documents, _kept_tokens, _dropped_documents,
+# _dropped_tokens, and <kind>_longest, the corpus's longest document (a maximum: tally's DoFn.most)
+LENGTHS, HELD_OUT_LENGTHS = "min_document_tokens", "validation_min_document_tokens"
+LENGTH_COUNTS = ("kept_documents", "kept_tokens", "dropped_documents", "dropped_tokens", "longest")
+
+
+def length_namespace(held: bool) -> str:
+    """The namespace of a side's --min-document-tokens counts: the training side's, or the validation set's."""
+    return HELD_OUT_LENGTHS if held else LENGTHS
+
+
+class _KeepLong(tally.DoFn):
+    def __init__(self, min_tokens: int, namespace: str):
+        self.min_tokens, self.namespace = min_tokens, namespace
+
+    def process(self, document: pairs.TokenizedDocument):
+        kind, n = corpus_of(document.id), len(document.tokens)
+        kept = n >= self.min_tokens
+        self.count(self.namespace, f"{kind}_{'kept' if kept else 'dropped'}_documents")
+        self.count(self.namespace, f"{kind}_{'kept' if kept else 'dropped'}_tokens", n)
+        self.most(self.namespace, f"{kind}_longest", n)   # named by the refusal of a corpus left empty
+        if kept:
+            yield document
+
+
+class KeepLongDocuments(beam.PTransform):
+    """TokenizedDocuments -> those of at least `min_tokens` tokens, their own (the [CLS] and [SEP] pairing adds are
+    the instance's), each corpus's kept and dropped counted in `namespace` (LENGTH_COUNTS): a long-context phase
+    trains on documents that fill its rows (NeoBERT's 4,096-token phase on documents of 1,024 tokens or more)."""
+
+    def __init__(self, min_tokens: int, namespace: str = LENGTHS):
+        super().__init__()
+        self.min_tokens, self.namespace = min_tokens, namespace
+
+    def expand(self, docs):
+        return docs | "KeepLong" >> tally.ParDo(_KeepLong(self.min_tokens, self.namespace))
+
+
+def length_counts(values: dict[str, int], namespace: str = LENGTHS) -> dict[str, dict]:
+    """A job's --min-document-tokens counts -> {kind: {kept_documents, kept_tokens, dropped_documents,
+    dropped_tokens, longest, kept_token_share}}: documents in = kept + dropped, each corpus's."""
+    prefix = namespace + "/"
+    kinds = sorted({k[len(prefix):].rsplit("_", 2)[0] for k in values if k.startswith(prefix) and
+                    k.endswith(("_kept_documents", "_dropped_documents"))})
+    out = {}
+    for kind in kinds:
+        c = {what: values.get(f"{prefix}{kind}_{what}", 0) for what in LENGTH_COUNTS}
+        c["kept_token_share"] = c["kept_tokens"] / max(1, c["kept_tokens"] + c["dropped_tokens"])
+        out[kind] = c
+    return out
 
 
 BATCH = 512   # instances per element after pairing: Beam's per-element cost is paid once per batch

@@ -20,7 +20,7 @@ from typing import Callable
 
 from pipeline.commands import flags, groups, plans
 from pipeline.commands.flags import nonnegative_int, positive_int, vocab_file
-from pipeline.jobs.errors import Refused, without_transform_path
+from pipeline.jobs.errors import Refused, refusal, without_transform_path
 
 BEAM_COMMANDS = tuple(plans.COMMANDS)   # extract, pairs, mask, prepare, pack, convert, dedup, decontaminate
 
@@ -270,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:   # anything else a user can cause (a missing file, a full disk, a damaged input)
         if debug:
             raise
+        refused = refusal(e)
+        if refused is not None:   # a flag only the job's counts could refuse (publish.Refusal): as a flag's, exit 2
+            print(f"bertprep {command}: {refused}", file=sys.stderr)
+            raise SystemExit(2) from None
         raise SystemExit(f"bertprep {command}: {one_line(e)}" + ("" if isinstance(e, (OSError, ValueError))
                          else " (run with --debug for the traceback)")) from None
 

@@ -308,6 +308,15 @@ class Pairs(Group):
                        help="documents per random-next pool: random B segments come from the same bucket (google's "
                             "pool is the whole corpus; a pool of thousands is statistically the same for NSP). At "
                             "least 2; below 1,000 it is warned about")
+        p.add_argument("--min-document-tokens", type=nonnegative_int, metavar="N",
+                       default=default(settings.Pairing, "min_document_tokens"),
+                       help="pair only documents of at least N tokens as tokenized (the document's own: the [CLS] "
+                            "and [SEP] of its instances do not count), so that a long-context phase trains on rows "
+                            "its documents fill (NeoBERT's 4,096-token phase: documents of 1,024 or more). A "
+                            "validation set's documents are held to it too. Each corpus's documents and tokens kept "
+                            "and dropped are counted, in the manifest's min_document_tokens and the job's last "
+                            "lines; a corpus left without a document fails the job before it publishes, naming its "
+                            "longest (exit 2). Default 0: every document")
         add_pair_parallelism(p, "workers that pair a corpus of few buckets, each spilling a copy of the pool, and "
                                 "that tokenize an input of few files (0: the local worker count, or 32 on a "
                                 "distributed runner); the output does not depend on it")
@@ -341,7 +350,8 @@ class Pairs(Group):
         rule = pool.PairParams(max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
                                 objective=args.objective, cross_documents=args.cross_documents,
                                 split_sentences=args.split_sentences, **shape)
-        return settings.Pairing(args.vocabulary, rule, args.bucket_docs, args.pair_parallelism)
+        return settings.Pairing(args.vocabulary, rule, args.bucket_docs, args.pair_parallelism,
+                                args.min_document_tokens)
 
 
 def add_pair_parallelism(p: flags.Parser, help: str) -> None:

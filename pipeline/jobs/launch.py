@@ -25,7 +25,7 @@ from pipeline.beam.options import (chooses_workers, is_dataflow, is_dry_run, is_
 from pipeline.beam.publish import Output, Publication
 from pipeline.beam.shuffle import ShuffleConfig
 from pipeline.formats import manifest, storage
-from pipeline.jobs.errors import Refused, without_transform_path
+from pipeline.jobs.errors import Refused, refusal, without_transform_path
 from pipeline.jobs.settings import Running
 from pipeline.text import vocab_fit
 
@@ -48,15 +48,22 @@ HELD_OUT_PREFIX = "Validation"   # the labels of a job's validation-side steps (
 
 
 def counters(result, steps: Callable[[str], bool] = lambda label: True) -> dict[str, int]:
-    """Every Beam counter of a finished pipeline as {"namespace/name": value} (committed where available); with
-    `steps`, only those of the steps whose top label it accepts."""
+    """Every Beam counter of a finished pipeline as {"namespace/name": value} (committed where available), and each
+    distribution as its maximum; with `steps`, only those of the steps whose top label it accepts."""
     out = {}
-    for c in result.metrics().query(MetricsFilter())["counters"]:
+    found = result.metrics().query(MetricsFilter())
+    for c in found["counters"]:
         if not steps((c.key.step or "").split("/")[0]):
             continue
         value = c.committed if c.committed is not None else c.attempted
         key = f"{c.key.metric.namespace}/{c.key.metric.name}"
         out[key] = out.get(key, 0) + int(value or 0)
+    for d in found["distributions"]:   # tally's maxima (DoFn.most): their largest value, as the job's total has it
+        value = d.committed if d.committed is not None else d.attempted
+        if not steps((d.key.step or "").split("/")[0]) or value is None or not value.count:
+            continue
+        key = f"{d.key.metric.namespace}/{d.key.metric.name}"
+        out[key] = max(out.get(key, 0), int(value.max))
     return dict(sorted(out.items()))
 
 
@@ -316,7 +323,7 @@ def run_with_retries(title: str, p: beam.Pipeline, out: Output, run: Running, wa
                     result.wait_until_finish()
             return result
         except Exception as e:
-            if attempt == run.retries:
+            if attempt == run.retries or refusal(e) is not None:   # a refusal would be refused again
                 raise
             last = str(e).strip().splitlines()[-1] if str(e).strip() else ""
             print(f"{title}: attempt {attempt + 1} of {run.retries + 1} failed ({type(e).__name__}: "

@@ -183,6 +183,59 @@ def closer_weights(planned: dict[str, float], got: dict[str, float], weights: di
     return {kind: float(f"{w * weights.get(largest, 1.0) / scaled[largest]:.3g}") for kind, w in scaled.items()}
 
 
+# ---------------------------------------------------------------------------------------------- --min-document-tokens
+
+def with_lengths(describe, threshold: int, held: bool = False):
+    """A Publication's `describe` with the manifest's `min_document_tokens` entry (length_entry) of its side (`held`:
+    the validation set's): `describe` itself without the flag, so a default job's manifest is what it was."""
+    return (functools.partial(_with_lengths, describe, threshold, transforms.length_namespace(held)) if threshold
+            else describe)
+
+
+def _with_lengths(describe, threshold: int, namespace: str, written: list[dict], values: dict[str, int]) -> dict:
+    return {**describe(written, values), "min_document_tokens": length_entry(threshold, values, namespace)}
+
+
+def length_entry(threshold: int, values: dict[str, int], namespace: str) -> dict:
+    """The manifest's `min_document_tokens`: the threshold, and each corpus's documents and tokens kept and dropped
+    (documents in = kept + dropped), its longest document and its share of tokens kept."""
+    corpora = transforms.length_counts(values, namespace)
+    kept, dropped = (sum(c[f"{what}_tokens"] for c in corpora.values()) for what in ("kept", "dropped"))
+    return {"threshold": threshold, "kept_token_share": kept / max(1, kept + dropped), "corpora": corpora}
+
+
+def emptied(threshold: int, held: bool = False) -> tuple:
+    """A side's Publication `refusals` (`held`: the validation set's): a corpus --min-document-tokens left without a
+    document; none without the flag."""
+    return (functools.partial(corpora_emptied, threshold=threshold, held=held),) if threshold else ()
+
+
+def corpora_emptied(values: dict[str, int], threshold: int, held: bool = False) -> str | None:
+    """`--min-document-tokens N` leaving a corpus (a validation set's, `held`) without a document: one line naming
+    each such corpus and its longest document's tokens, the most N can be for it; None when every corpus kept one."""
+    counted = transforms.length_counts(values, transforms.length_namespace(held))
+    empty = {kind: c for kind, c in counted.items() if not c["kept_documents"]}
+    if not empty:
+        return None
+    whose = "the validation set's " if held else ""
+    return (f"--min-document-tokens {threshold} leaves {whose}" + ", ".join(
+        f"{kind} without a document (its longest {'held-out ' if held else ''}document has {c['longest']:,} tokens)"
+        for kind, c in empty.items()) + ": nothing was published")
+
+
+def length_lines(title: str, threshold: int, values: dict[str, int]) -> list[str]:
+    """After a job with --min-document-tokens: a line a side, each corpus's documents kept and its share of tokens
+    kept (counted in the job: length_counts)."""
+    lines = []
+    for namespace, side in ((transforms.LENGTHS, ""), (transforms.HELD_OUT_LENGTHS, " of the validation set")):
+        corpora = transforms.length_counts(values, namespace)
+        if corpora:
+            lines.append(f"{title}: documents of at least {threshold:,} tokens kept{side}: " + ", ".join(
+                f"{kind} {c['kept_documents']:,} of {c['kept_documents'] + c['dropped_documents']:,} "
+                f"({c['kept_token_share']:.3f} of its tokens)" for kind, c in corpora.items()))
+    return lines
+
+
 def packing_entry(pack: shards.Packer, written: list[dict], counts: dict, values: dict) -> dict:
     """The manifest's `packing`: k (and M, for masked rows), rows and instances, and the share of real tokens packed
     and unpacked."""

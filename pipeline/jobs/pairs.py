@@ -1,6 +1,7 @@
 """`bertprep pairs`: documents -> NSP (or SOP, or full-sentence) pair records, tokenized and unmasked.
 
-    ReadDocuments | SpreadDocuments | [SplitValidation] | Tokenize | MakePairs | ToRecords | WritePairs | Publish
+    ReadDocuments | SpreadDocuments | [SplitValidation] | Tokenize | [KeepLongDocuments] | MakePairs | ToRecords
+        | WritePairs | Publish
 
 With --validation-documents or --validation-fraction the held-out documents go through the same chain apart (each
 step labelled Validation..., one dupe pass, their own random-next pool) into OUTPUT/validation/, which `mask` then
@@ -74,11 +75,14 @@ def run(plan: Plan, options) -> dict | None:
     if plan.split:
         parts[1] | "ListValidation" >> splitting.ListHeldOut(sides[1].job.out.directory, shuffle, plan.seed)
     tuple(reversed(stats)) | "Publish" >> Publish(*(side.job for side in reversed(sides)))
-    notes = (plan.pairing.line("pairs", vocab),) + (
+    notes = (plan.pairing.line("pairs", vocab),) + plan.pairing.length_lines("pairs") + (
         (settings.split_line("pairs", plan.split, sides[1].job.out),) if plan.split else ())
     basis = settings.instances_basis(sum(sizes.values()), tokens, plan.pairing.rule.dupe_factor,
                                      plan.pairing.max_seq_length)
     m = launch.run_job("pairs", p, sides[0].job, shuffle, basis, plan.run, notes, plan.pairing.warnings())
+    if m is not None and plan.pairing.min_document_tokens:
+        for line in outputs.length_lines("pairs", plan.pairing.min_document_tokens, m["counts"]["counters"]):
+            print(line)
     if plan.split:
         shares, warnings = outputs.split_lines("pairs", plan.split, m)
         for line in shares:
@@ -96,6 +100,9 @@ def chain(side: Side, docs, plan: Plan, vocab: Vocabulary, shuffle, documents: f
     if plan.split:   # each corpus's tokens on each side, for the split's token shares
         docs = docs | f"{side.prefix}CountSplitTokens" >> tally.FlatMap(
             splitting.count_side_tokens, side=splitting.VALIDATION if side.prefix else splitting.TRAINING)
+    if plan.pairing.min_document_tokens:   # after the split's counts: they are of the split, each side's of this
+        docs = docs | f"{side.prefix}KeepLongDocuments" >> transforms.KeepLongDocuments(
+            plan.pairing.min_document_tokens, transforms.length_namespace(held=bool(side.prefix)))
     return (docs
             | f"{side.prefix}MakePairs" >> transforms.MakePairs(
                 shuffle, vocab, plan.pairing.params(vocab.entry(), side.dupe_factor), plan.seed,
@@ -129,23 +136,27 @@ def plan_sides(plan: Plan, opened: manifest.Opened, vocab: Vocabulary, tokens: f
                      files, ".tfrecord", estimate, plan.input)
         parameters = {**head["parameters"], **({"dupe_factor": 1} if held else {}), "num_shards": out.num_shards}
         job = publication({**head, "parameters": parameters}, opened.inputs, out, split_, held,
-                          round(documents) if counted else None)
+                          round(documents) if counted else None, plan.pairing.min_document_tokens)
         sides.append(Side(job, "Validation" if held else "", 1 if held else dupe_factor, share,
                           HELD_OUT_PAIRS if held else ""))
     return sides
 
 
 def publication(head: dict, inputs: list[dict], out: Output, split_, held: bool,
-                entering: int | None) -> Publication:
+                entering: int | None, min_tokens: int = 0) -> Publication:
     """One side's manifest (with a split: its documents are those the split sent its way), and the checks its
     Publish step makes. `entering`: the documents the input's manifests count, all of which the split must account
-    for (None: not counted)."""
+    for (None: not counted); `min_tokens`: --min-document-tokens (its entry, and a corpus it leaves empty refused)."""
+    refusals = outputs.emptied(min_tokens, held)
     if not split_:
-        return Publication(out, functools.partial(outputs.pairs_manifest, head, inputs), why_empty=outputs.why_empty)
+        return Publication(out, outputs.with_lengths(functools.partial(outputs.pairs_manifest, head, inputs),
+                                                     min_tokens), refusals=refusals, why_empty=outputs.why_empty)
     documents = outputs.HELD_OUT_DOCUMENTS if held else outputs.TRAINING_DOCUMENTS
     describe = outputs.with_split(functools.partial(outputs.pairs_manifest, head, inputs, documents=documents),
                                   split_, "validation" if held else "training")
+    describe = outputs.with_lengths(describe, min_tokens, held)
     if held:
-        return Publication(out, describe, side_files=(heldout.NAME,), why_empty=outputs.why_held_out_empty)
+        return Publication(out, describe, side_files=(heldout.NAME,), refusals=refusals,
+                           why_empty=outputs.why_held_out_empty)
     return Publication(out, describe, checks=(functools.partial(outputs.split_lost, entering=entering),),
-                       why_empty=outputs.why_empty)
+                       refusals=refusals, why_empty=outputs.why_empty)

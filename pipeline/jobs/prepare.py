@@ -1,7 +1,7 @@
 """`bertprep prepare`: corpus files -> masked-LM shards in one job (extract + pairs + mask), one corpus or several.
 
-    Read<Corpus> | [Dedup] | SpreadDocuments | [SplitValidation] | Tokenize | MakePairs (a pool per corpus)
-        | MaskPairs | WriteShards (or PackShards) | Publish
+    Read<Corpus> | [Dedup] | SpreadDocuments | [SplitValidation] | Tokenize | [KeepLongDocuments]
+        | MakePairs (a pool per corpus) | MaskPairs | WriteShards (or PackShards) | Publish
 
 With --validation-documents or --validation-fraction the documents are split before pairing: the held-out ones go
 through the same chain, each step labelled Validation..., with one dupe pass, into OUTPUT/validation/ (its own
@@ -117,6 +117,9 @@ def run(plan: Plan, options) -> dict | None:
                                       plan.corpus_weights, plan.dupes(), m))
     if plan.split:
         said.append(outputs.split_lines(f"prepare {kinds}", plan.split, m))
+    if m is not None and plan.pairing.min_document_tokens:
+        said.append((outputs.length_lines(f"prepare {kinds}", plan.pairing.min_document_tokens,
+                                          m["counts"]["counters"]), []))
     for lines, warnings in said:
         for line in lines:
             print(line)
@@ -128,7 +131,7 @@ def run(plan: Plan, options) -> dict | None:
 def notes(plan: Plan, kinds: str, sides: list[Side], tokens_of: dict) -> tuple[str, ...]:
     """The plan's lines on tokenization, masking, decontamination and the split."""
     title = f"prepare {kinds}"
-    lines = (plan.pairing.line(title, sides[0].vocab),
+    lines = (plan.pairing.line(title, sides[0].vocab), *plan.pairing.length_lines(title),
              plan.masking.line(title, sides[0].mask, plan.pairing.max_seq_length))
     if plan.decontaminate:
         lines += (plan.decontaminate.line(title),)
@@ -208,6 +211,9 @@ def chain(side: Side, pooled: list, plan: Plan, shuffle, documents_of: dict, tok
         if plan.split:   # each corpus's tokens on each side, for the split's token shares
             docs = docs | f"{side.prefix}CountSplitTokens{name}" >> tally.FlatMap(
                 splitting.count_side_tokens, side=splitting.VALIDATION if side.prefix else splitting.TRAINING)
+        if plan.pairing.min_document_tokens:   # after the split's counts: they are of the split, each side's of this
+            docs = docs | f"{side.prefix}KeepLongDocuments{name}" >> transforms.KeepLongDocuments(
+                plan.pairing.min_document_tokens, transforms.length_namespace(held=bool(side.prefix)))
         made.append(docs
                     | f"{side.prefix}MakePairs{name}" >> transforms.MakePairs(
                         shuffle, side.vocab, plan.pairing.params(side.vocab.entry(), dupes), plan.seed,
@@ -274,11 +280,15 @@ def publication(plan: Plan, found, out: Output, vocab: Vocabulary, params: maski
                                          plan.decontaminate.params, list(plan.decontaminate.against))}))
     if plan.split:
         describe = outputs.with_split(describe, plan.split, "validation" if held else "training")
+    describe = outputs.with_lengths(describe, plan.pairing.min_document_tokens, held)
+    refusals = outputs.emptied(plan.pairing.min_document_tokens, held)
     if held:
-        return Publication(out, describe, side_files=(heldout.NAME,), why_empty=outputs.why_held_out_empty)
+        return Publication(out, describe, side_files=(heldout.NAME,), refusals=refusals,
+                           why_empty=outputs.why_held_out_empty)
     checks = (((outputs.packing_lost,) if pack else ()) + ((outputs.corpora_lost,) if several else ())
               + ((functools.partial(deduplication.lost, params=plan.dedup),) if plan.dedup else ())
               + ((decontamination.lost,) if plan.decontaminate else ())
               + ((outputs.prepare_split_lost,) if plan.split else ()))
     side_files = outputs.dedup_side_files(plan.dedup) + ((decontamination.REPORT,) if plan.decontaminate else ())
-    return Publication(out, describe, checks=checks, side_files=side_files, why_empty=outputs.why_empty)
+    return Publication(out, describe, checks=checks, side_files=side_files, refusals=refusals,
+                       why_empty=outputs.why_empty)

@@ -42,11 +42,12 @@ class Pairing:
     """How documents become pair instances: the vocabulary that tokenizes them (google's vocab.txt, or a
     tokenizer.json with its special tokens; read once: by the command line where it is local, else by the job),
     google's pairing parameters (their vocab ids filled from its manifest entry by `params`), the random-next pools'
-    size and the pairing workers."""
+    size, the pairing workers, and the shortest document paired."""
     vocab: Vocabulary | None
     rule: pool.PairParams = pool.PairParams()
     bucket_docs: int = 10_000
     parallelism: int = 0   # 0: the local worker count, or 32 on a distributed runner (launch.pair_parallelism)
+    min_document_tokens: int = 0   # only documents of at least this many tokens are paired (0: every document)
 
     @property
     def max_seq_length(self) -> int:
@@ -84,13 +85,22 @@ class Pairing:
         return (f"{title}: tokenizing with {entry['path']} ({entry['size']:,} tokens): "
                 f"{'uncased' if entry['lowercase'] else 'cased'} ({vocab.casing_from}), {how}")
 
+    def length_lines(self, title: str) -> tuple[str, ...]:
+        """The plan's line on --min-document-tokens, where it is given."""
+        if not self.min_document_tokens:
+            return ()
+        return (f"{title}: pairing only documents of at least {self.min_document_tokens:,} tokens (the document's "
+                "own, [CLS] and [SEP] not counted), the validation set's too; each corpus's kept and dropped are "
+                "counted",)
+
     def parameters(self) -> dict:
-        """The manifest's record of the pairing."""
+        """The manifest's record of the pairing (--min-document-tokens where given: the default's record as it was)."""
         r = self.rule
         shape = ({"short_seq_prob": r.short_seq_prob} if r.objective != "none" else
                  {"cross_documents": r.cross_documents, "split_sentences": r.split_sentences})
+        shortest = {"min_document_tokens": self.min_document_tokens} if self.min_document_tokens else {}
         return {"max_seq_length": r.max_seq_length, **shape, "dupe_factor": r.dupe_factor,
-                "bucket_docs": self.bucket_docs}
+                "bucket_docs": self.bucket_docs, **shortest}
 
 
 @dataclass(frozen=True)
