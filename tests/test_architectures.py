@@ -48,7 +48,8 @@ OLD_FLAT = {
     "rope_theta": None, "rope_theta_local": None,        # a rotary model's bases, since issue 46
     "schedule": "linear", "min_lr": 0.0, "decay_steps": None, "decay_fraction": None,   # the lr's schedule, since
     "decay_shape": None,                                                                 # issue 47
-    "batch_warmup_steps": 0, "batch_warmup_tokens": 0}   # the batch's warmup, since issue 47
+    "batch_warmup_steps": 0, "batch_warmup_tokens": 0,   # the batch's warmup, since issue 47
+    "masked_lm_prob_end": None, "eval_masked_lm_prob": None}   # the rate's schedule, the evaluation's, issue 47
 
 
 # ---- the registry --------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from model import data, train
+from model.schedules import BatchRamp
 from pipeline.algorithms import masking, packing
 from pipeline.commands import training
 from tests import packed_rows
@@ -214,7 +215,7 @@ def test_held_out_pairs_are_masked_at_their_own_rate(books):
                                  "--eval-data", books.eval, "--eval-masked-lm-prob", "0.15", "--model", books.config,
                                  "--output", "unused"])
     config = dataclasses.replace(TINY, vocab_size=books.size, max_position_embeddings=L)
-    _, shards = train.open_data(plan.data, plan.evaluation, 7, config, False, micro_batches=10)
+    _, shards = train.open_data(plan.data, plan.evaluation, 7, config, False, micro_batches=lambda L: 10)
     assert shards.eval_shape.max_predictions_per_seq == packing.max_row_predictions(L, K, 0.15, 20)
     assert shards.shape.max_predictions_per_seq == packing.max_row_predictions(L, K, 0.3, 38)
     dataset = data.ShardDataset(shards.eval_files, shards.eval_shape, 100, shuffle=False, drop_last=False,
@@ -224,7 +225,7 @@ def test_held_out_pairs_are_masked_at_their_own_rate(books):
     assert abs(share - 0.15) < 0.01, share
     # held-out pairs unpacked beside packed training pairs: each masked in its own layout
     plan = dataclasses.replace(plan, evaluation=dataclasses.replace(plan.evaluation, eval_data=books.eval_plain))
-    _, shards = train.open_data(plan.data, plan.evaluation, 7, config, False, micro_batches=10)
+    _, shards = train.open_data(plan.data, plan.evaluation, 7, config, False, micro_batches=lambda L: 10)
     assert shards.eval_shape == data.schema.Shape(L, 20) and isinstance(shards.eval_decoder, data.DynamicMasker)
     assert not isinstance(shards.eval_decoder, data.PackedMasker)
 
@@ -298,6 +299,7 @@ def test_masked_share_is_the_masked_part_of_the_real_tokens():
     from model import metrics
 
     session = types.SimpleNamespace(plan=types.SimpleNamespace(schedule=types.SimpleNamespace(grad_accum=2, steps=10)),
+                                    ramp=BatchRamp(2, 0),
                                     ranks=types.SimpleNamespace(world=1), shards=types.SimpleNamespace(
                                         shape=types.SimpleNamespace(max_seq_length=128), task=None))
     sums = {"loss": 2.0, "mlm_loss": 2.0, "mlm_correct": 3.0, "mlm_weight": 30.0, "sequences": 2.0,

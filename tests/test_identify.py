@@ -86,7 +86,7 @@ READERS = {   # command -> (argv for an input X and an output O, its exit status
     "dedup": (["dedup", "--input", "X", "--output", "O"], 1, "documents"),
     "decontaminate": (["decontaminate", "--input", "X", "--against", "T", "--output", "O"], 1, "documents"),
     "mask": (["mask", "--input", "X", "--output", "O"], 1, "pair records"),
-    "pack": (["pack", "--input", "X", "--output", "O"], 1, "masked-LM shards"),
+    "pack": (["pack", "--input", "X", "--output", "O"], 1, "masked-LM shards or pair records"),
     "convert": (["convert", "--input", "X", "--format", "parquet", "--output", "O"], 1,
                 "masked-LM shards or pair records"),
     "verify": (["verify", "X"], 1, "a bertprep output"),
