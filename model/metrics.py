@@ -118,6 +118,21 @@ class RunLog:
         fields = [format_field(k, v) for k, v in record.items() if k not in ("split", "step")]
         print(f"{record['split']:<5} step {record['step']:>6}/{self.steps} | " + " | ".join(fields))
 
+    def cut_to(self, step: int) -> int:
+        """A resume from step `step`'s checkpoint: log.jsonl keeps the records of the steps before it, and loses
+        those a run killed after that checkpoint wrote (they are written again as the resumed run takes those steps:
+        one record a step, as an uninterrupted run's). Returns the records dropped; rewritten whole, atomically."""
+        if not self.master or not os.path.exists(self.path):
+            return 0
+        with open(self.path) as f:
+            lines = f.readlines()
+        kept = [line for line in lines if json.loads(line)["step"] < step]
+        if len(kept) < len(lines):
+            with open(self.path + ".tmp", "w") as f:
+                f.writelines(kept)
+            os.replace(self.path + ".tmp", self.path)
+        return len(lines) - len(kept)
+
     def close(self) -> None:
         if self.writer:
             self.writer.close()

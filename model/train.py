@@ -169,6 +169,10 @@ def set_up(plan: TrainPlan, ranks: Ranks, stop: Stop, checkpoint: dict | None,
         step_model = DDP(step_model, device_ids=[ranks.local_rank] if ranks.device_type == "cuda" else None,
                          gradient_as_bucket_view=True, bucket_cap_mb=DDP_BUCKET_MB)
     log = RunLog(plan.run.output, plan.schedule.steps, ranks.master)
+    dropped = log.cut_to(step) if step else 0
+    if dropped:   # a run killed after its last checkpoint had logged steps this one takes again
+        resumed.append(f"resume: log.jsonl cut back to step {step}, the checkpoint's: {dropped} record(s) of the "
+                       "steps after it, which this run takes again, dropped")
     if ranks.master:
         announce(plan, ranks, config, shards, model, micro_batch, step, init_lines, resumed, ramp)
     return Session(plan, ranks, config, shards, micro_batch, model, step_model, optimizer, scheduler, warmup, loader,

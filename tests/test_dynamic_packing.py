@@ -208,6 +208,10 @@ def test_a_run_killed_at_a_random_step_resumes_with_the_same_losses(tmp_path, bo
     assert train_losses(rest) == train_losses(full)[step:], (kill_at, step)   # to the last digit
     shares = [r["masked_share"] for r in rest["history"] if r["split"] == "train"]
     assert shares == [r["masked_share"] for r in full["history"] if r["split"] == "train"][step:]
+    # the log holds each step once, as the uninterrupted run's: what the killed run logged past its checkpoint is
+    # cut, and said
+    logged = [json.loads(line) for line in open(cut / "log.jsonl")]
+    assert [(r["step"], r["loss"]) for r in logged] == train_losses(full)
 
 
 def test_held_out_pairs_are_masked_at_their_own_rate(books):

@@ -275,3 +275,19 @@ def test_stable_adamw_resumes_bitwise_and_carries_its_step_count_only_to_itself(
                               "--optimizer adamw, this run has --optimizer stable-adamw: give --optimizer adamw (the "
                               "moments are adamw's)\n")
     assert not os.path.exists(tmp_path / "refused")
+
+
+def test_a_resume_from_an_earlier_checkpoint_logs_each_step_once(shards, tmp_path, capsys):
+    # as after a kill -9: the run logged steps 0-7 and evaluated at 4, but its last checkpoint is step 4's
+    data, model = shards
+    where = ["--data", data, "--output", str(tmp_path / "run")]
+    every = ["--checkpoint-every", "4", "--eval-every", "4", "--eval-batches", "1"]
+    assert cli.main(["train", *where, "--model", model, *RUN, *every]) == 0
+    whole = [(r["split"], r["step"], r["mlm_loss"]) for r in map(json.loads, open(tmp_path / "run" / "log.jsonl"))]
+    os.remove(tmp_path / "run" / "checkpoints" / "step-00000008.pt")
+    code, out, _ = resume(capsys, where)
+    assert code == 0
+    assert ("resume: log.jsonl cut back to step 4, the checkpoint's: 6 record(s) of the steps after it, which this "
+            "run takes again, dropped") in out   # train 4-7, the evaluations at 4 and 8
+    again = [(r["split"], r["step"], r["mlm_loss"]) for r in map(json.loads, open(tmp_path / "run" / "log.jsonl"))]
+    assert again == whole   # each step once, the same losses
