@@ -254,6 +254,9 @@ def test_masking_flags_are_refused_in_one_line(tmp_path, books, capsys):
         ([*base, "--data", books.packed, "--dynamic-masking", "--eval-masked-lm-prob", "0.15"],
          "bertprep train: error: --eval-masked-lm-prob 0.15 without held-out pairs: give --eval-data PAIRS, pairs "
          "made with a validation set, or --eval-every (the last pairs file held out)"),
+        ([*base, "--data", books.packed],   # packed pairs: `mask` refuses them, so it is not offered
+         f"bertprep train: error: {books.packed} holds pair records, not masked-LM shards (packed rows of them): "
+         "train on it with --dynamic-masking (masked afresh each epoch); `bertprep mask` masks the unpacked pairs"),
         ([*base, "--data", books.packed, "--dynamic-masking", "--masked-lm-prob-end", "1.5"],
          "bertprep train: argument --masked-lm-prob-end: 1.5 is out of range: a probability is between 0 and 1"),
     ]

@@ -62,10 +62,10 @@ def _train_data_flags(g) -> None:
     g.add_argument("--masked-lm-prob-end", type=probability, metavar="P",
                    help="with --dynamic-masking: the rate goes linearly from --masked-lm-prob at the run's first "
                         "micro-batch to P at its last (mmBERT lowers it phase by phase: 0.3, 0.15, 0.05); batches are "
-                        "sized for the higher of the two")
+                        "sized for the higher of the two. Default: none, the rate stays --masked-lm-prob")
     g.add_argument("--eval-masked-lm-prob", type=probability, metavar="P",
                    help="with --dynamic-masking: mask the held-out pairs at P instead of --masked-lm-prob (ModernBERT "
-                        "trains at 0.3 and evaluates at 0.15)")
+                        "trains at 0.3 and evaluates at 0.15). Default: --masked-lm-prob")
     g.add_argument("--num-workers", type=nonnegative_int, help="DataLoader workers per rank")
     g.add_argument("--shuffle-buffer", type=positive_int, help="records in each worker's shuffle buffer")
 
