@@ -408,23 +408,25 @@ class PairPackParams:
 
     def pack_records(self, records: Iterable[bytes], tally: "Tally") -> Iterator[bytes]:
         """Pair record bytes, in the order that decides the rows -> packed pair record bytes
-        (pair_records.encode_packed), each row's instances in slot order, unchanged, keys kept."""
-        pairs = [pair_records.decode(r) for r in records]
-        lengths = np.array([len(p.token_ids) for p in pairs], np.int64)
+        (pair_records.encode_packed), each row's instances in slot order, unchanged, keys kept. Holds the group's
+        record bytes and lengths (as many bytes as the file it writes), not decoded instances (a few hundred bytes
+        of objects each); a row's are decoded again as it is written."""
+        records = list(records)
+        lengths = np.array([len(pair_records.decode(r).token_ids) for r in records], np.int64)
         L, k = self.max_seq_length, self.max_sequences_per_pack
-        if len(pairs) and lengths.max() > L:
+        if len(records) and lengths.max() > L:
             raise ValueError(f"an instance of {lengths.max()} tokens does not fit a row of {L}")
-        tally.instances_in += len(pairs)
-        if not pairs:
+        tally.instances_in += len(records)
+        if not records:
             return
-        a = assign(lengths, np.zeros(len(pairs), np.int64),
+        a = assign(lengths, np.zeros(len(records), np.int64),
                    plan(np.bincount(lengths, minlength=L + 1), L, k), 0)   # no predictions: no row is split
         order = np.lexsort((a.slot, a.row))                                  # row by row, slots left to right
         ends = np.searchsorted(a.row[order], np.arange(1, a.num_rows + 1))
         for members in np.split(order, ends[:-1]):
             tally.rows += 1
             tally.instances_out += len(members)
-            yield pair_records.encode_packed([pairs[i] for i in members.tolist()])
+            yield pair_records.encode_packed([pair_records.decode(records[i]) for i in members.tolist()])
 
 
 @dataclass
