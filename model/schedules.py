@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 
 # wsd's decay without --decay-steps or --decay-fraction: the last tenth of the run (Hägele et al. 2024 find 10-20%
 # of the steps enough to match a cosine run)
@@ -118,11 +120,11 @@ class BatchRamp:
         return 1 + (self.accum - 1) * step // self.steps
 
     def micro_batches_before(self, step: int) -> int:
-        """The micro-batches of steps 0 .. step-1 on each rank (the batches its loader hands out), without a loop over
-        the steps: what a schedule by micro-batch (the masking rate's) needs at every step."""
-        ramp = min(step, self.steps)   # 1 + (accum - 1) x s // steps for each step s of the warmup, accum after it
-        grown = floor_sum(ramp, self.steps, self.accum - 1) if ramp else 0
-        return ramp + grown + (step - ramp) * self.accum
+        """The micro-batches of steps 0 .. step-1 on each rank (the batches its loader hands out): the span of a
+        schedule by micro-batch (the masking rate's). The warmup's steps summed as one array (set-up only)."""
+        ramp = min(step, self.steps)
+        grown = int((1 + (self.accum - 1) * np.arange(ramp, dtype=np.int64) // max(self.steps, 1)).sum())
+        return grown + (step - ramp) * self.accum
 
     @classmethod
     def of_tokens(cls, accum: int, tokens: int, tokens_per_micro_step: int, most: int) -> BatchRamp | None:
@@ -134,20 +136,3 @@ class BatchRamp:
             return None
         return cls(accum, bisect.bisect_left(range(most + 1), tokens, key=seen))
 
-
-def floor_sum(count: int, m: int, a: int, b: int = 0) -> int:
-    """sum of (a x i + b) // m over i in range(count), for a, b >= 0 and m > 0, in O(log) steps: the Euclid-like
-    reduction of AtCoder Library's floor_sum (each turn takes the whole multiples of m out, then swaps the roles of
-    a and m by counting lattice points the other way)."""
-    total = 0
-    while True:
-        if a >= m:
-            total += count * (count - 1) // 2 * (a // m)
-            a %= m
-        if b >= m:
-            total += count * (b // m)
-            b %= m
-        y_max = a * count + b
-        if y_max < m:
-            return total
-        count, b, m, a = y_max // m, y_max % m, a, m

@@ -44,10 +44,10 @@ def train_cli(argv) -> int:
 
 
 def test_the_ramp_is_linear_in_micro_steps_and_its_total_is_the_sum():
-    """BatchRamp against the formula, for odd accums and lengths; its micro-batches before a step (the closed form the
+    """BatchRamp against the formula, for odd accums and lengths; its micro-batches before a step (the span the
     masking-rate schedule reads) against the plain sum; --batch-warmup-tokens' ramp the shortest that has seen T
     positions by its end, by search. Breaks seen caught: the ramp reaching accum at step n - 1 (1 + accum x s // n);
-    floor_sum's triangle count * (count - 1) // 2 as count * count // 2."""
+    the warmup's sum over one step too many."""
     for accum in (1, 2, 3, 4, 7, 64):
         for n in (*range(0, 13), 97, 1000):
             ramp = BatchRamp(accum, n)
