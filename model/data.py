@@ -81,7 +81,7 @@ def open_shards(pattern: str, vocab_size: int | None = None, max_seq_length: int
                                              "output's files anyway")
     except manifest.ManifestError as e:
         if isinstance(e, manifest.WrongStage) and e.have == manifest.PAIRS:   # the trainer masks pairs itself
-            if manifest.packed(manifest.open_output(pattern, (manifest.PAIRS,), what=what).manifest):
+            if e.packed:
                 raise ShardSpecError(f"{e.clause} (packed rows of them): train on it with --dynamic-masking (masked "
                                      "afresh each epoch); `bertprep mask` masks the unpacked pairs") from None
             raise ShardSpecError(f"{e.clause}: train on it with --dynamic-masking (masked afresh each epoch), or mask "

@@ -73,11 +73,12 @@ class ManifestError(ValueError):
 
 class WrongStage(ManifestError):
     """A stage's output given to a reader of another's: `clause` ("DIR holds pair records, not masked-LM shards"),
-    `have` (its format); the message goes on with what makes what the reader needs (identify.wrong_stage)."""
+    `have` (its format), `packed` (its rows packed); the message goes on with what makes what the reader needs
+    (identify.wrong_stage)."""
 
-    def __init__(self, clause: str, have: str | None, step: str):
+    def __init__(self, clause: str, have: str | None, step: str, packed: bool = False):
         super().__init__(f"{clause}: {step}")
-        self.clause, self.have = clause, have
+        self.clause, self.have, self.packed = clause, have, packed
 
 
 def path_in(directory: str) -> str:
@@ -316,7 +317,7 @@ def _check_format(m: dict, formats: tuple[str, ...], where: str) -> None:
     if fmt not in formats:
         step = identify.wrong_stage(where, STAGE.get(fmt, identify.OTHER), _stages(formats), _made_from(m))
         raise WrongStage(f"{where} holds {KIND.get(fmt, repr(fmt))}, not {' or '.join(KIND[f] for f in formats)}",
-                         fmt, step)
+                         fmt, step, packed(m))
 
 
 def _add_manifest(opened: Opened, directory: str, m: dict) -> None:
